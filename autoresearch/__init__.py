@@ -1,0 +1,1 @@
+"""AutoResearch for LLM inference: shared configuration, paths and the command line."""

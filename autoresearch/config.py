@@ -1,0 +1,280 @@
+"""Typed, validated definitions: endpoints, campaigns and diagnostic recipes (YAML under definitions/).
+
+Every model forbids unknown fields so a typo is an error, not a silently ignored setting.
+Load with :func:`load_definitions`; errors name the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autoresearch.yaml_source import DefinitionError, DefinitionIssue, load_yaml, validate
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"  # usable as a Dagster group name and asset key part
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(Strict):
+    """Which weights the engine serves.
+
+    ``path`` is a local directory, or ``builtin:smollm2-135m-instruct`` / ``builtin:tiny-random``
+    for the models this project builds itself (see autoresearch.models).
+    """
+
+    path: str
+    served_name: str | None = None
+    revision: str = "main"
+
+
+EngineKind = Literal["vllm", "sglang", "transformers", "external"]
+
+
+class EngineSpec(Strict):
+    kind: EngineKind
+    # Extra command-line arguments, an argument list (never a shell string).
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    # For kind=external: the base URL of an already-running OpenAI-compatible server.
+    url: str | None = None
+    # Override of the interpreter that runs the engine (default: the engine venv, see autoresearch.paths).
+    python: str | None = None
+    port: int | None = None
+    startup_timeout_s: float = 300.0
+
+    @model_validator(mode="after")
+    def _external_needs_url(self) -> "EngineSpec":
+        if self.kind == "external" and not self.url:
+            raise ValueError("engine.kind 'external' needs engine.url (the running server's base URL)")
+        return self
+
+
+class LauncherSpec(Strict):
+    kind: Literal["local", "modal"] = "local"
+    # Modal: app / GPU names; ignored by the local launcher.
+    modal_gpu: str | None = None
+
+
+class HardwareSpec(Strict):
+    gpu_type: str = "cpu"  # "cpu" or a GPU name such as "H200"
+    gpu_count: int = Field(default=0, ge=0)
+
+    @property
+    def capacity_divisor(self) -> int:
+        """Capacity is reported per GPU; a CPU host counts as one unit."""
+        return max(self.gpu_count, 1)
+
+
+class SLASpec(Strict):
+    """Latency targets. Each target is a percentile (50, 90, 95, 99) and a limit in milliseconds."""
+
+    ttft_ms: float = Field(gt=0)
+    ttft_percentile: float = Field(default=95, gt=0, lt=100)
+    itl_ms: float | None = Field(default=None, gt=0)
+    itl_percentile: float = Field(default=95, gt=0, lt=100)
+    e2e_ms: float | None = Field(default=None, gt=0)
+    e2e_percentile: float = Field(default=95, gt=0, lt=100)
+    max_error_rate: float = Field(default=0.01, ge=0, le=1)
+
+
+class TrafficSpec(Strict):
+    """Where production traffic comes from.
+
+    kinds: ``request_log`` (JSONL of chat requests), ``azure`` (CSV token-count trace),
+    ``mooncake`` (JSONL with prefix-block hashes), ``sample`` (the bundled generator).
+    """
+
+    kind: Literal["request_log", "azure", "mooncake", "sample"]
+    path: str | None = None
+    seed: int = 0
+    # Cap on requests taken from the source (None = all); token-count traces are long.
+    limit: int | None = Field(default=None, gt=0)
+    # Scale factor for synthesised lengths of token-count traces (CPU models have short contexts).
+    length_scale: float = Field(default=1.0, gt=0)
+    max_prompt_tokens: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _path_needed(self) -> "TrafficSpec":
+        if self.kind != "sample" and not self.path:
+            raise ValueError(f"traffic.kind '{self.kind}' needs traffic.path")
+        return self
+
+
+class FidelitySpec(Strict):
+    """Maximum allowed distances between replay pool and production (see replay.fidelity)."""
+
+    prompt_tokens_ks: float = 0.1
+    output_tokens_ks: float = 0.1
+    cached_fraction_abs: float = 0.02
+    interarrival_ks: float = 0.15
+    burstiness_rel: float = 0.25
+    concurrency_ks: float = 0.2
+
+
+class SweepSpec(Strict):
+    """How capacity sweeps are run for this endpoint."""
+
+    rates: list[float] | None = None  # explicit ladder (req/s); None = automatic search
+    step_duration_s: float = Field(default=15.0, gt=0)
+    warmup_requests: int = Field(default=4, ge=0)
+    max_steps: int = Field(default=8, ge=1)
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: float = Field(default=1.0, gt=0)
+    seed: int = 0
+    repeats: int = Field(default=3, ge=1)  # baseline sweeps for the noise floor
+
+
+class BudgetSpec(Strict):
+    gpu_hours: float = Field(default=1.0, gt=0)
+    wall_clock_minutes: float = Field(default=60.0, gt=0)
+
+
+class EndpointSpec(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    model: ModelSpec
+    engine: EngineSpec
+    launcher: LauncherSpec = LauncherSpec()
+    hardware: HardwareSpec = HardwareSpec()
+    sla: SLASpec
+    traffic: TrafficSpec
+    budget: BudgetSpec = BudgetSpec()
+    fidelity: FidelitySpec = FidelitySpec()
+    sweep: SweepSpec = SweepSpec()
+
+    def launch_config_hash(self) -> str:
+        """Stable hash of everything that changes what the engine does."""
+        payload = {"model": self.model.model_dump(), "engine": self.engine.model_dump(exclude={"startup_timeout_s"}),
+                   "hardware": self.hardware.model_dump()}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def with_engine_args(self, args: list[str]) -> "EndpointSpec":
+        return self.model_copy(update={"engine": self.engine.model_copy(update={"args": list(args)})})
+
+
+class CampaignSpec(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    endpoint: str
+    deadline_minutes: float = Field(default=60.0, gt=0)
+    gpu_hours: float = Field(default=1.0, gt=0)
+    max_concurrent_gpus: int = Field(default=1, ge=1)
+    subagents: int = Field(default=3, ge=1)
+    repeats: int = Field(default=2, ge=1)  # candidate sweeps per experiment
+    max_rounds: int = Field(default=4, ge=1)
+    proposer: Literal["auto", "rules", "llm"] = "auto"
+    recipes: list[str] = Field(default_factory=list)
+
+
+class RecipeStep(Strict):
+    name: str
+    # What one property of the traffic is changed, the rest held fixed.
+    vary: Literal["prompt_tokens", "output_tokens", "shared_prefix_fraction", "long_prompt_interference"]
+    values: list[float]
+    fixed: dict[str, float] = Field(default_factory=dict)
+    rate: float | None = None  # req/s; None = half the baseline capacity
+    duration_s: float = 10.0
+
+
+class RecipeSpec(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    applies_when: dict[str, str] = Field(default_factory=dict)  # trait -> condition, e.g. {"prefix_reuse": ">0.3"}
+    steps: list[RecipeStep]
+
+
+class DefinitionSet(BaseModel):
+    """Everything declared under one definitions/ folder."""
+
+    endpoints: dict[str, EndpointSpec] = {}
+    campaigns: dict[str, CampaignSpec] = {}
+    recipes: dict[str, RecipeSpec] = {}
+    sources: dict[str, str] = {}  # name -> file it came from
+
+    def endpoint(self, name: str) -> EndpointSpec:
+        if name not in self.endpoints:
+            known = ", ".join(sorted(self.endpoints)) or "none"
+            raise KeyError(f"no endpoint named {name!r}; declared endpoints: {known}")
+        return self.endpoints[name]
+
+
+_KINDS = {"endpoint": EndpointSpec, "campaign": CampaignSpec, "recipe": RecipeSpec}
+_ENV_REF = re.compile(r"\$\{([A-Z0-9_]+)\}")
+
+
+def _expand_env(value):
+    """Expand ``${VAR}`` in strings (paths only need it; secrets never live in YAML)."""
+    if isinstance(value, str):
+        return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), m.group(0)), value)
+    if isinstance(value, list):
+        return [_expand_env(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand_env(v) for k, v in value.items()}
+    return value
+
+
+def load_file(path: Path) -> list[EndpointSpec | CampaignSpec | RecipeSpec]:
+    """Load one YAML file holding one or more top-level ``endpoint:``/``campaign:``/``recipe:`` keys."""
+    path = Path(path)
+    data, lines = load_yaml(path)
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise DefinitionError([DefinitionIssue(path, 1, "", "expected a mapping with endpoint:, campaign: or recipe:")])
+    items, issues = [], []
+    for key, body in data.items():
+        kind = key.rstrip("s")
+        if kind not in _KINDS:
+            issues.append(DefinitionIssue(path, lines.get((key,), 1), key,
+                                          "unknown top-level key; allowed: endpoint, endpoints, campaign, campaigns, recipe, recipes"))
+            continue
+        bodies = body if isinstance(body, list) else [body]
+        for index, one in enumerate(bodies):
+            prefix = (key, index) if isinstance(body, list) else (key,)
+            sub_lines = {k[len(prefix):]: v for k, v in lines.items() if k[: len(prefix)] == prefix}
+            try:
+                items.append(validate(_KINDS[kind], _expand_env(one), path, sub_lines, prefix=prefix))
+            except DefinitionError as exc:
+                issues.extend(exc.issues)
+    if issues:
+        raise DefinitionError(issues)
+    return items
+
+
+def load_definitions(root: Path | str) -> DefinitionSet:
+    """Load every ``*.yaml``/``*.yml`` under ``root`` (a folder or one file); collect all errors."""
+    root = Path(root)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in {".yaml", ".yml"})
+    result, issues = DefinitionSet(), []
+    for file in files:
+        try:
+            items = load_file(file)
+        except DefinitionError as exc:
+            issues.extend(exc.issues)
+            continue
+        for item in items:
+            table = {EndpointSpec: result.endpoints, CampaignSpec: result.campaigns, RecipeSpec: result.recipes}[type(item)]
+            if item.name in table:
+                issues.append(DefinitionIssue(file, 1, "name", f"{item.name!r} already declared in {result.sources[item.name]}"))
+            table[item.name] = item
+            result.sources[item.name] = str(file)
+    for campaign in result.campaigns.values():
+        if campaign.endpoint not in result.endpoints:
+            issues.append(DefinitionIssue(Path(result.sources[campaign.name]), 1, "campaign.endpoint",
+                                          f"unknown endpoint {campaign.endpoint!r}; declared: {', '.join(sorted(result.endpoints))}"))
+        for recipe in campaign.recipes:
+            if recipe not in result.recipes:
+                issues.append(DefinitionIssue(Path(result.sources[campaign.name]), 1, "campaign.recipes",
+                                              f"unknown recipe {recipe!r}; declared: {', '.join(sorted(result.recipes))}"))
+    if issues:
+        raise DefinitionError(issues)
+    return result

@@ -1,0 +1,60 @@
+"""Engine argument lists as ordered flag -> value maps, for diffs and ``--set`` overrides.
+
+YAML keeps arguments as a list of strings (exactly what is passed to the engine);
+this module turns them into ``{"--max-num-seqs": "2", "--enable-prefix-caching": None}``
+(``None`` = a bare switch) and back, so proposals can be expressed as exact diffs.
+"""
+
+from __future__ import annotations
+
+ArgMap = dict[str, str | None]
+REMOVE = "__remove__"  # value in a diff that deletes a flag
+
+
+def parse_args(args: list[str]) -> ArgMap:
+    out: ArgMap = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("-"):
+            raise ValueError(f"engine argument {token!r} at position {i} is not a flag (expected --name [value])")
+        if "=" in token:
+            flag, value = token.split("=", 1)
+            out[flag] = value
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out[token] = args[i + 1]
+            i += 2
+        else:
+            out[token] = None
+            i += 1
+    return out
+
+
+def render_args(arg_map: ArgMap) -> list[str]:
+    out: list[str] = []
+    for flag, value in arg_map.items():
+        out.append(flag)
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def apply_diff(args: list[str], diff: dict[str, str | None]) -> list[str]:
+    """Apply ``{flag: value | None | REMOVE}`` to an argument list; flags are normalised to ``--name``."""
+    current = parse_args(args)
+    for flag, value in diff.items():
+        flag = flag if flag.startswith("-") else f"--{flag}"
+        if value == REMOVE:
+            current.pop(flag, None)
+        else:
+            current[flag] = value
+    return render_args(current)
+
+
+def diff_args(before: list[str], after: list[str]) -> dict[str, str | None]:
+    """The diff that turns ``before`` into ``after``."""
+    a, b = parse_args(before), parse_args(after)
+    diff: dict[str, str | None] = {flag: value for flag, value in b.items() if flag not in a or a[flag] != value}
+    diff.update({flag: REMOVE for flag in a if flag not in b})
+    return diff

@@ -1,0 +1,108 @@
+"""The one interface every inference engine adapter implements.
+
+An adapter knows how to build its engine's launch command (an argument list, never a
+shell string), which URLs answer health, metrics, prefix-cache reset and profiling, and how
+to map its metric names onto :class:`MetricsSnapshot`. Process management (own process group,
+captured log, crash/hang detection, clean stop) is shared in :mod:`engines.process`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoresearch.config import EndpointSpec
+
+
+class EngineError(RuntimeError):
+    """The engine could not do what was asked; the message says what to do."""
+
+
+class EngineCrashed(EngineError):
+    """The engine process died (or stopped answering). ``log_tail`` holds the end of its log."""
+
+    def __init__(self, message: str, log_tail: str = "", returncode: int | None = None):
+        self.log_tail = log_tail
+        self.returncode = returncode
+        super().__init__(f"{message}\n--- engine log (tail) ---\n{log_tail}" if log_tail else message)
+
+
+@dataclass
+class MetricsSnapshot:
+    """Engine-neutral view of one ``/metrics`` scrape. Counters are cumulative; None = not exported."""
+
+    timestamp: float
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = None  # 0..1
+    preemptions_total: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    spec_decode_draft_tokens_total: float | None = None
+    spec_decode_accepted_tokens_total: float | None = None
+    raw: dict[str, float] = field(default_factory=dict)  # every sample "name{labels}" -> value
+
+
+@dataclass(frozen=True)
+class EngineIdentity:
+    """What exactly is being measured: recorded with every run."""
+
+    engine: str
+    engine_version: str
+    model: str
+    model_revision: str
+    launch_config_hash: str
+    launch_command: tuple[str, ...]
+
+
+class EngineAdapter(ABC):
+    """Engine-specific knowledge. Subclasses are small; see engines.vllm for the reference one."""
+
+    kind: str = ""
+    #: flags the engine accepts (for validating proposals before anything runs)
+    known_flags: frozenset[str] = frozenset()
+
+    def __init__(self, spec: EndpointSpec, port: int, workdir: Path):
+        self.spec = spec
+        self.port = port
+        self.workdir = Path(workdir)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @abstractmethod
+    def launch_command(self, model_dir: Path) -> list[str]:
+        """The full argument list that starts the engine serving ``model_dir``."""
+
+    def launch_env(self) -> dict[str, str]:
+        """Extra environment for the engine process (on top of the endpoint's engine.env)."""
+        return {}
+
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+    reset_prefix_cache_path: str | None = None
+    start_profile_path: str | None = None
+    stop_profile_path: str | None = None
+
+    @abstractmethod
+    def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:
+        """Map the engine's Prometheus text onto a MetricsSnapshot."""
+
+    def engine_version(self) -> str:
+        return "unknown"
+
+    def validate_flags(self, args: list[str]) -> list[str]:
+        """Reasons why ``args`` would not launch; empty when every flag is known."""
+        from autoresearch.engine_args import parse_args
+
+        if not self.known_flags:
+            return []
+        try:
+            flags = parse_args(args)
+        except ValueError as exc:
+            return [str(exc)]
+        return [f"{flag} is not a known {self.kind} argument" for flag in flags if flag not in self.known_flags]

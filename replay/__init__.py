@@ -1,0 +1,1 @@
+"""Production logs -> redacted, faithful, replayable request pools (no Dagster imports)."""

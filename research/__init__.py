@@ -1,0 +1,1 @@
+"""The research loop's logic: diagnosis, proposers, correctness, verdicts, campaigns (no Dagster imports)."""
