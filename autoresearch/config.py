@@ -240,9 +240,8 @@ def load_file(path: Path) -> list[EndpointSpec | CampaignSpec | RecipeSpec]:
         bodies = body if isinstance(body, list) else [body]
         for index, one in enumerate(bodies):
             prefix = (key, index) if isinstance(body, list) else (key,)
-            sub_lines = {k[len(prefix):]: v for k, v in lines.items() if k[: len(prefix)] == prefix}
             try:
-                items.append(validate(_KINDS[kind], _expand_env(one), path, sub_lines, prefix=prefix))
+                items.append(validate(_KINDS[kind], _expand_env(one), path, lines, prefix=prefix))
             except DefinitionError as exc:
                 issues.extend(exc.issues)
     if issues:

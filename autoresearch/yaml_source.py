@@ -89,6 +89,10 @@ def validate(model: type[ModelT], data: Any, path: Path, lines: dict[tuple, int]
                 message = f"unknown field; allowed here: {', '.join(allowed)}" if allowed else "unknown field"
             elif err["type"] == "missing":
                 message = "required field is missing"
+            elif err["type"] == "list_type":
+                message += ' (write a YAML list, e.g. ["--max-num-seqs", "8"])'
+            elif err["type"] == "string_type":
+                message += ' (quote numbers and switches, e.g. "8")'
             issues.append(DefinitionIssue(Path(path), _nearest_line(lines, loc), field, message))
         raise DefinitionError(issues) from None
 

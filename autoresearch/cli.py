@@ -1,0 +1,225 @@
+"""``autoresearch``: headless use of the same code the Dagster assets call.
+
+Every subcommand is a thin wrapper: parse arguments, call a plain module, print a table
+(or JSON). Errors print what to do and exit non-zero; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from autoresearch import paths
+from autoresearch.config import DefinitionSet, load_definitions
+from autoresearch.yaml_source import DefinitionError
+
+
+class UsageError(Exception):
+    """A user-facing error: printed without a traceback."""
+
+
+def _definitions(args) -> DefinitionSet:
+    return load_definitions(Path(args.definitions) if args.definitions else paths.definitions_dir())
+
+
+def _endpoint(args, name: str):
+    try:
+        return _definitions(args).endpoint(name)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+
+
+# --- validate -------------------------------------------------------------------------------
+
+def cmd_validate(args) -> int:
+    target = Path(args.path) if args.path else paths.definitions_dir()
+    if not target.exists():
+        raise UsageError(f"{target} does not exist")
+    definitions = load_definitions(target)
+    print(f"{target}: {len(definitions.endpoints)} endpoint(s), {len(definitions.campaigns)} campaign(s), "
+          f"{len(definitions.recipes)} recipe(s) - all valid")
+    for name, spec in sorted(definitions.endpoints.items()):
+        print(f"  endpoint {name:<24} engine={spec.engine.kind:<12} model={spec.model.path}")
+    return 0
+
+
+# --- engine ---------------------------------------------------------------------------------
+
+def cmd_engine(args) -> int:
+    from engines import lifecycle
+
+    spec = _endpoint(args, args.endpoint)
+    if args.action == "up":
+        state = lifecycle.up(spec)
+        print(f"{spec.name}: healthy at {state['base_url']} (pid {state['pid']}, model {state['served_model']})")
+        print(f"  log: {state['log_path']}")
+    elif args.action == "down":
+        stopped = lifecycle.down(spec)
+        print(f"{spec.name}: {'stopped' if stopped else 'was not running'}")
+    else:
+        status = lifecycle.status(spec)
+        print(json.dumps(status, indent=2) if args.json else _format_status(status))
+        return 0 if status.get("healthy") else 3
+    return 0
+
+
+def _format_status(status: dict) -> str:
+    lines = [f"{status['endpoint']}: {'healthy' if status.get('healthy') else status.get('state', 'down')}"]
+    for key in ("base_url", "pid", "served_model", "engine_version", "requests_running", "requests_waiting",
+                "kv_cache_usage", "log_path"):
+        if status.get(key) is not None:
+            lines.append(f"  {key:<18} {status[key]}")
+    return "\n".join(lines)
+
+
+# --- replay ---------------------------------------------------------------------------------
+
+def cmd_replay(args) -> int:
+    from replay.build import build_pool_for_endpoint
+
+    spec = _endpoint(args, args.endpoint)
+    build = build_pool_for_endpoint(spec)
+    print(f"replay pool: {build.pool_path} ({build.pool.height} requests)")
+    if build.malformed:
+        print(f"malformed source lines: {len(build.malformed)} (first: {build.malformed[:5]})")
+    print(build.fidelity.table())
+    print("fidelity:", "PASS" if build.fidelity.passed else "FAIL")
+    return 0 if build.fidelity.passed else 4
+
+
+# --- sweep ----------------------------------------------------------------------------------
+
+def _apply_sets(spec, sets: list[str]):
+    from autoresearch.engine_args import apply_diff
+
+    diff: dict[str, str | None] = {}
+    for item in sets or []:
+        if "=" not in item or not item.startswith("engine."):
+            raise UsageError(f"--set {item!r}: expected engine.ARG=VALUE, e.g. --set engine.max-num-seqs=8")
+        name, value = item.removeprefix("engine.").split("=", 1)
+        diff["--" + name.lstrip("-").replace("_", "-")] = None if value == "" else value
+    return spec.with_engine_args(apply_diff(spec.engine.args, diff)) if diff else spec
+
+
+def cmd_sweep(args) -> int:
+    from loadgen.cli_support import sweep_endpoint
+
+    spec = _apply_sets(_endpoint(args, args.endpoint), args.set)
+    result, text = sweep_endpoint(spec, progress=not args.json)
+    print(result.model_dump_json(indent=2) if args.json else text)
+    return 0 if result.validity == "valid" else 5
+
+
+def cmd_loadgen(args) -> int:
+    from loadgen.calibrate import calibrate
+
+    result = calibrate(duration_s=args.duration)
+    print(result.model_dump_json(indent=2) if args.json else result.table())
+    return 0
+
+
+# --- campaign -------------------------------------------------------------------------------
+
+def cmd_campaign(args) -> int:
+    from research.campaign import run_campaign_by_name
+
+    outcome = run_campaign_by_name(_definitions(args), args.name, proposer=args.proposer)
+    print(outcome.summary())
+    return 0
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+def cmd_memory(args) -> int:
+    from memory_db import queries
+    from memory_db.store import MemoryStore
+
+    store = MemoryStore(args.db or paths.memory_db_path())
+    if args.action == "query":
+        frame = store.query(args.sql)
+        fmt = "json" if args.json else "csv" if args.csv else "table"
+        print(queries.format_frame(frame, fmt))
+    elif args.action == "export":
+        from memory_db.export import export_endpoint_markdown
+
+        text = export_endpoint_markdown(store, args.sql)
+        if args.out:
+            Path(args.out).write_text(text)
+            print(f"wrote {args.out}")
+        else:
+            print(text)
+    return 0
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autoresearch", description=__doc__.splitlines()[0])
+    parser.add_argument("--definitions", help="definitions folder (default: ./definitions or $AUTORESEARCH_DEFINITIONS)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="validate YAML definitions (exit 1 with file:line errors)")
+    p.add_argument("path", nargs="?")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("engine", help="bring an endpoint's engine up or down, or show its status")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("endpoint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_engine)
+
+    p = sub.add_parser("replay", help="build an endpoint's replay pool and print its fidelity table")
+    p.add_argument("action", choices=["build"])
+    p.add_argument("endpoint")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("sweep", help="capacity sweep of an endpoint: load curve and capacity within the SLA")
+    p.add_argument("endpoint")
+    p.add_argument("--set", action="append", metavar="engine.ARG=VALUE", help="override an engine argument")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("loadgen", help="load generator utilities")
+    p.add_argument("action", choices=["calibrate"])
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per calibration rate")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_loadgen)
+
+    p = sub.add_parser("campaign", help="run a research campaign headless")
+    p.add_argument("action", choices=["run"])
+    p.add_argument("name", help="campaign name, or an endpoint name (runs its default campaign)")
+    p.add_argument("--proposer", choices=["auto", "rules", "llm"], default=None)
+    p.set_defaults(func=cmd_campaign)
+
+    p = sub.add_parser("memory", help="query or export the shared research memory")
+    p.add_argument("action", choices=["query", "export"])
+    p.add_argument("sql", help="SQL for query; endpoint name for export")
+    p.add_argument("--db", help="DuckDB file (default: $AUTORESEARCH_MEMORY_DB)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--csv", action="store_true")
+    p.add_argument("--out", help="export: write markdown here")
+    p.set_defaults(func=cmd_memory)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except DefinitionError as exc:
+        print(f"invalid definitions ({len(exc.issues)} problem(s)):", file=sys.stderr)
+        for issue in exc.issues:
+            print(f"  {issue}", file=sys.stderr)
+        return 1
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

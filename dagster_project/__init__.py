@@ -1,0 +1,1 @@
+"""The Dagster code location: YAML definitions -> per-endpoint asset graphs, jobs, sensors."""

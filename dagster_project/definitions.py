@@ -1,0 +1,5 @@
+"""Code location entry point (``dagster dev -m dagster_project.definitions`` or ``dg dev``)."""
+
+from dagster_project.factory import build_definitions
+
+defs = build_definitions()
