@@ -48,11 +48,16 @@ def cmd_validate(args) -> int:
 # --- engine ---------------------------------------------------------------------------------
 
 def cmd_engine(args) -> int:
-    from engines import lifecycle
+    from engines.base import EngineError
+
+    from autoresearch import engine_control as lifecycle
 
     spec = _endpoint(args, args.endpoint)
     if args.action == "up":
-        state = lifecycle.up(spec)
+        try:
+            state = lifecycle.up(spec)
+        except EngineError as exc:
+            raise UsageError(f"{spec.name}: engine did not come up: {exc}") from None
         print(f"{spec.name}: healthy at {state['base_url']} (pid {state['pid']}, model {state['served_model']})")
         print(f"  log: {state['log_path']}")
     elif args.action == "down":
