@@ -1,0 +1,70 @@
+"""What counts as drift: fingerprints of an endpoint's model and SLA, and traffic distances.
+
+Sensors compare these against their cursor; kept free of Dagster so they are testable alone.
+The YAML is read fresh on every call: a sensor must see an edited SLA without a code reload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoresearch.config import EndpointSpec, load_definitions
+
+
+def fresh_endpoint(definitions_dir: Path, name: str) -> EndpointSpec:
+    """The endpoint as declared on disk right now."""
+    return load_definitions(definitions_dir).endpoint(name)
+
+
+def sla_fingerprint(spec: EndpointSpec) -> str:
+    return hashlib.sha256(spec.sla.model_dump_json().encode()).hexdigest()[:16]
+
+
+def model_fingerprint(spec: EndpointSpec) -> str:
+    """Model path, declared revision, and the checkpoint's identity on disk when it is local.
+
+    The checkpoint part hashes config.json and the names, sizes and mtimes of weight files:
+    cheap enough for a sensor tick, and a replaced checkpoint changes it.
+    """
+    parts = {"path": spec.model.path, "revision": spec.model.revision}
+    if not spec.model.path.startswith("builtin:"):
+        from autoresearch.paths import resolve_path
+
+        folder = resolve_path(spec.model.path)
+        if folder.is_dir():
+            config = folder / "config.json"
+            parts["config"] = hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else None
+            parts["weights"] = sorted(
+                (p.name, p.stat().st_size, int(p.stat().st_mtime))
+                for p in folder.iterdir() if p.suffix in {".safetensors", ".bin", ".gguf", ".pt"})
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class TrafficDrift:
+    """Distances between new production traffic and the replay pool, against thresholds."""
+
+    distances: dict[str, float]
+    thresholds: dict[str, float]
+    source_signature: str
+    exceeded: list[str] = field(default_factory=list)
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.exceeded)
+
+    def summary(self) -> str:
+        return ", ".join(f"{k}={v:.3f} (max {self.thresholds.get(k, float('nan')):.3f})"
+                         for k, v in sorted(self.distances.items()))
+
+
+def source_signature(path: Path) -> str:
+    """Identity of a traffic source file: size, mtime and a hash of its tail (cheap for big logs)."""
+    stat = path.stat()
+    with open(path, "rb") as handle:
+        handle.seek(max(0, stat.st_size - 65536))
+        tail = hashlib.sha256(handle.read()).hexdigest()[:16]
+    return f"{stat.st_size}-{int(stat.st_mtime)}-{tail}"
