@@ -8,6 +8,8 @@ captured log, crash/hang detection, clean stop) is shared in :mod:`engines.proce
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +94,34 @@ class EngineAdapter(ABC):
     def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:
         """Map the engine's Prometheus text onto a MetricsSnapshot."""
 
+    #: False for engines this project does not start (kind external): no start/stop/restart
+    manages_process: bool = True
+    #: distributions whose installed version names the engine, tried in order (engine venv)
+    version_distributions: tuple[str, ...] = ()
+
+    def engine_python(self) -> str:
+        """Interpreter that runs the engine: engine.python, else the engine venv."""
+        from autoresearch.paths import engine_python
+
+        return self.spec.engine.python or str(engine_python())
+
+    def served_model_name(self, model_dir: Path) -> str:
+        """The ``model`` value clients must send."""
+        return self.spec.model.served_name or Path(model_dir).name
+
+    def profile_args(self, profile_dir: Path) -> list[str]:
+        """Extra launch arguments that enable the torch profiler, writing into ``profile_dir``."""
+        return []
+
+    def profile_env(self, profile_dir: Path) -> dict[str, str]:
+        """Extra environment that enables the torch profiler, writing into ``profile_dir``."""
+        return {}
+
     def engine_version(self) -> str:
-        return "unknown"
+        """Version of the engine package in the engine's environment (asked once, cached)."""
+        if not self.version_distributions:
+            return "unknown"
+        return installed_version(self.engine_python(), self.version_distributions)
 
     def validate_flags(self, args: list[str]) -> list[str]:
         """Reasons why ``args`` would not launch; empty when every flag is known."""
@@ -106,3 +134,18 @@ class EngineAdapter(ABC):
         except ValueError as exc:
             return [str(exc)]
         return [f"{flag} is not a known {self.kind} argument" for flag in flags if flag not in self.known_flags]
+
+
+@functools.lru_cache(maxsize=32)
+def installed_version(python: str, distributions: tuple[str, ...]) -> str:
+    """``name==version`` of the first installed distribution, asked of ``python`` in a subprocess
+    (the engine lives in its own venv); "unknown" when none is installed or python is missing."""
+    code = ("import importlib.metadata as m, sys\n"
+            "for d in sys.argv[1:]:\n"
+            "    try:\n        print(d + '==' + m.version(d)); break\n"
+            "    except m.PackageNotFoundError:\n        pass\n")
+    try:
+        out = subprocess.run([python, "-c", code, *distributions], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() or "unknown"

@@ -1,0 +1,221 @@
+"""Shared process management for engine servers.
+
+An engine is a tree of processes (vLLM's API server spawns an engine-core process, and
+more). We start it in its own session so the whole tree is one process group: stopping
+signals the group, first SIGTERM, then SIGKILL, and waits until no member is left. Output
+goes to a log file whose tail explains crashes. Health is a plain ``GET`` that must answer
+200; a process that exits while we wait, or a server that stops answering, raises
+:class:`~engines.base.EngineCrashed` with the log tail.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import deque
+from pathlib import Path
+
+import httpx
+
+from engines.base import EngineCrashed, EngineError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def read_tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` lines of a (possibly large) log file; empty if it does not exist."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 256 * 1024))
+            data = handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(deque(data.splitlines(), maxlen=lines))
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``, read from /proc.
+
+    Zombies are dead already; they are skipped because an orphan's zombie is reaped by
+    whatever runs as PID 1, which in containers may be slow or never."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # fields after the parenthesised command name: state ppid pgrp ...
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live process is left in process group ``pgid``."""
+    if Path("/proc/self/stat").exists():
+        return bool(group_members(pgid))
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member exists that we may not signal
+        return True
+    return True
+
+
+_LIVE: set["ManagedProcess"] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    """An interpreter that exits normally takes its engines with it (no orphaned servers)."""
+    for proc in list(_LIVE):
+        proc.kill()
+
+
+class ManagedProcess:
+    """One engine server process tree, started in its own session, output captured to a log."""
+
+    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None):
+        if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
+            raise EngineError(f"launch command must be a non-empty list of strings, got {argv!r}")
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.env = env
+        self.cwd = cwd
+        self._popen: subprocess.Popen | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> "ManagedProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            try:
+                self._popen = subprocess.Popen(  # noqa: S603 - argument list, never a shell
+                    self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.env, cwd=self.cwd, start_new_session=True, close_fds=True,
+                )
+            except OSError as exc:
+                raise EngineError(f"could not start {self.argv[0]}: {exc}") from exc
+        _LIVE.add(self)
+        return self
+
+    @property
+    def pid(self) -> int:
+        if self._popen is None:
+            raise EngineError("process not started")
+        return self._popen.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.pid  # start_new_session=True: the leader's pid is the group id
+
+    def poll(self) -> int | None:
+        return None if self._popen is None else self._popen.poll()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return read_tail(self.log_path, lines)
+
+    def crashed(self, message: str) -> EngineCrashed:
+        return EngineCrashed(message, log_tail=self.log_tail(), returncode=self.poll())
+
+    # -- health --------------------------------------------------------------------------
+    def wait_healthy(self, url: str, timeout_s: float, poll_s: float = 0.5) -> float:
+        """Poll ``url`` until it answers 200; return seconds waited. Raise EngineCrashed if the
+        process exits or ``timeout_s`` passes (the process is left running; the caller stops it)."""
+        start = time.monotonic()
+        with httpx.Client(timeout=min(5.0, max(timeout_s, 0.5))) as client:
+            while True:
+                code = self.poll()
+                if code is not None:
+                    raise self.crashed(f"engine exited with code {code} before becoming healthy ({self.argv[0]} ...)")
+                try:
+                    if client.get(url).status_code == 200:
+                        return time.monotonic() - start
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() - start > timeout_s:
+                    raise self.crashed(f"engine not healthy at {url} after {timeout_s:.0f}s")
+                time.sleep(poll_s)
+
+    def check_alive(self, health_url: str | None, hang_timeout_s: float = 10.0) -> None:
+        """Raise EngineCrashed if the process exited, or if ``health_url`` does not answer 200
+        within ``hang_timeout_s`` (a hung server)."""
+        code = self.poll()
+        if code is not None:
+            raise self.crashed(f"engine process {self.pid} exited with code {code}")
+        if health_url is None:
+            return
+        try:
+            status = httpx.get(health_url, timeout=hang_timeout_s).status_code
+        except httpx.HTTPError as exc:
+            code = self.poll()
+            if code is not None:
+                raise self.crashed(f"engine process {self.pid} exited with code {code}") from exc
+            raise self.crashed(f"engine hung: {health_url} did not answer within {hang_timeout_s:.0f}s "
+                               f"({type(exc).__name__})") from exc
+        if status != 200:
+            raise self.crashed(f"engine unhealthy: {health_url} answered {status}")
+
+    # -- stop ----------------------------------------------------------------------------
+    def stop(self, term_timeout_s: float = 20.0, kill_timeout_s: float = 10.0) -> int | None:
+        """SIGTERM the process group, wait, then SIGKILL it; return the leader's exit code.
+        Returns only when no member of the group is left (or raises EngineError)."""
+        if self._popen is None:
+            return None
+        pgid = self.pgid
+        if self._popen.poll() is not None:
+            # The leader already died (a crash): orphaned workers have nobody to shut down
+            # for, and the one vLLM leaves behind ignores SIGTERM for ~20 s. Do not wait long.
+            term_timeout_s = min(term_timeout_s, 2.0)
+        self._signal_group(pgid, signal.SIGTERM)
+        if not self._wait_group(pgid, term_timeout_s):
+            self._signal_group(pgid, signal.SIGKILL)
+            if not self._wait_group(pgid, kill_timeout_s):
+                raise EngineError(f"process group {pgid} still has members after SIGKILL")
+        _LIVE.discard(self)
+        return self._popen.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the whole group now (used by crash tests and as a last resort)."""
+        if self._popen is not None:
+            self._signal_group(self.pgid, signal.SIGKILL)
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: int) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _wait_group(self, pgid: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._popen.poll()  # reap the leader so it does not linger as a zombie
+            if not group_alive(pgid):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)

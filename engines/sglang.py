@@ -1,0 +1,66 @@
+"""SGLang adapter.
+
+SGLang has no CPU build, so this adapter cannot run on the CPU machines: it is verified
+against SGLang's documented CLI (``python -m sglang.launch_server --model-path ... --enable-metrics``),
+endpoints (``/health``, ``/metrics``, ``/flush_cache``, ``/start_profile``, ``/stop_profile``) and
+metric names (docs/references/production_metrics.md and srt/metrics/collector.py).
+The profiler writes to ``SGLANG_TORCH_PROFILER_DIR``.
+
+SGLang's flag set is not shipped (its parser cannot be built here), so flag validation
+checks structure and adapter-owned flags only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engines.base import EngineAdapter, MetricsSnapshot
+from engines.metrics import snapshot_from_text
+from engines.vllm import validate_against
+
+# Documented SGLang sample names. ``cached_tokens_total`` counts prefix-cache hit tokens and
+# ``prompt_tokens_total`` all prompt tokens, so together they play vLLM's prefix-cache
+# hits/queries counters. Retractions are SGLang's preemptions.
+SGLANG_FIELDS: dict[str, str | tuple[str, ...]] = {
+    "requests_running": "sglang:num_running_reqs",
+    "requests_waiting": "sglang:num_queue_reqs",
+    "kv_cache_usage": "sglang:token_usage",
+    "preemptions_total": "sglang:num_retracted_requests_total",
+    "prefix_cache_queries_total": "sglang:prompt_tokens_total",
+    "prefix_cache_hits_total": "sglang:cached_tokens_total",
+    "prompt_tokens_total": "sglang:prompt_tokens_total",
+    "generation_tokens_total": "sglang:generation_tokens_total",
+}
+
+RESERVED_FLAGS = frozenset({"--model-path", "--model", "--served-model-name", "--host", "--port"})
+
+
+class SglangAdapter(EngineAdapter):
+    kind = "sglang"
+    known_flags: frozenset[str] = frozenset()
+    version_distributions = ("sglang",)
+    health_path = "/health"
+    metrics_path = "/metrics"
+    reset_prefix_cache_path = "/flush_cache"
+    start_profile_path = "/start_profile"
+    stop_profile_path = "/stop_profile"
+
+    def launch_command(self, model_dir: Path) -> list[str]:
+        return [
+            self.engine_python(), "-m", "sglang.launch_server",
+            "--model-path", str(model_dir),
+            "--served-model-name", self.served_model_name(model_dir),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--enable-metrics",
+            *[a for a in self.spec.engine.args if a != "--enable-metrics"],
+        ]
+
+    def profile_env(self, profile_dir: Path) -> dict[str, str]:
+        return {"SGLANG_TORCH_PROFILER_DIR": str(Path(profile_dir).resolve())}
+
+    def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:
+        return snapshot_from_text(text, timestamp, SGLANG_FIELDS, prefix="sglang:")
+
+    def validate_flags(self, args: list[str]) -> list[str]:
+        return validate_against(args, self.known_flags, self.kind, RESERVED_FLAGS)

