@@ -82,15 +82,11 @@ def _format_status(status: dict) -> str:
 # --- replay ---------------------------------------------------------------------------------
 
 def cmd_replay(args) -> int:
-    from replay.build import build_pool_for_endpoint
+    from autoresearch.workflows import build_replay_pool
 
-    spec = _endpoint(args, args.endpoint)
-    build = build_pool_for_endpoint(spec)
-    print(f"replay pool: {build.pool_path} ({build.pool.height} requests)")
-    if build.malformed:
-        print(f"malformed source lines: {len(build.malformed)} (first: {build.malformed[:5]})")
-    print(build.fidelity.table())
-    print("fidelity:", "PASS" if build.fidelity.passed else "FAIL")
+    build = build_replay_pool(_endpoint(args, args.endpoint))
+    print(build.table())
+    print("fidelity:", "PASS" if build.fidelity.passed else "FAIL (the pool does not look like production)")
     return 0 if build.fidelity.passed else 4
 
 
@@ -109,30 +105,58 @@ def _apply_sets(spec, sets: list[str]):
 
 
 def cmd_sweep(args) -> int:
-    from loadgen.cli_support import sweep_endpoint
+    from autoresearch.workflows import sweep_endpoint
+    from loadgen.report import render_text
 
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set)
-    result, text = sweep_endpoint(spec, progress=not args.json)
-    print(result.model_dump_json(indent=2) if args.json else text)
+    (result,) = sweep_endpoint(spec, progress=not args.json)
+    print(result.model_dump_json(indent=2) if args.json else render_text(result))
     return 0 if result.validity == "valid" else 5
 
 
 def cmd_loadgen(args) -> int:
     from loadgen.calibrate import calibrate
 
-    result = calibrate(duration_s=args.duration)
-    print(result.model_dump_json(indent=2) if args.json else result.table())
+    result = calibrate(duration_s=args.duration, senders=args.senders)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(f"client sustains {result.max_rate:g} req/s on schedule with {args.senders} sender(s) "
+              "against the null endpoint (saved; sweeps beyond it are refused)")
     return 0
 
 
 # --- campaign -------------------------------------------------------------------------------
 
 def cmd_campaign(args) -> int:
-    from research.campaign import run_campaign_by_name
+    from autoresearch.workflows import resolve_campaign, run_campaign
 
-    outcome = run_campaign_by_name(_definitions(args), args.name, proposer=args.proposer)
-    print(outcome.summary())
+    try:
+        campaign, endpoint = resolve_campaign(_definitions(args), args.name)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    outcome = run_campaign(campaign, endpoint, proposer=args.proposer)
+    print(format_outcome(outcome))
     return 0
+
+
+def format_outcome(outcome) -> str:
+    gain = f"{outcome.total_gain:.2f}x" if outcome.total_gain else "none"
+    lines = [
+        f"campaign {outcome.campaign} on {outcome.endpoint}: {'finished' if outcome.finished else 'stopped'}"
+        f" ({outcome.end_reason})",
+        f"  reference capacity  {outcome.reference_capacity} req/s with {' '.join(outcome.reference_args)}",
+        f"  best capacity       {outcome.best_capacity} req/s with {' '.join(outcome.best_args)}",
+        f"  total gain          {gain}",
+        f"  experiments         {outcome.experiments_run} run, {outcome.experiments_skipped} skipped",
+    ]
+    if outcome.report_path:
+        lines.append(f"  review report       {outcome.report_path}")
+    if outcome.best_config_path:
+        lines.append(f"  best configuration  {outcome.best_config_path}")
+    for question in outcome.open_questions:
+        lines.append(f"  open question: {question}")
+    return "\n".join(lines)
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -188,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("loadgen", help="load generator utilities")
     p.add_argument("action", choices=["calibrate"])
-    p.add_argument("--duration", type=float, default=5.0, help="seconds per calibration rate")
+    p.add_argument("--duration", type=float, default=4.0, help="seconds per calibration rate")
+    p.add_argument("--senders", type=int, default=1, help="sender processes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_loadgen)
 
