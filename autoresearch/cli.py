@@ -86,7 +86,6 @@ def cmd_replay(args) -> int:
 
     build = build_replay_pool(_endpoint(args, args.endpoint))
     print(build.table())
-    print("fidelity:", "PASS" if build.fidelity.passed else "FAIL (the pool does not look like production)")
     return 0 if build.fidelity.passed else 4
 
 

@@ -112,3 +112,31 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: st
 
     return run(campaign, endpoint, state_dir=campaign_dir(campaign, partition), memory=MemoryStore(paths.memory_db_path()),
                proposer=proposer or campaign.proposer, pool=load_pool(endpoint), progress=progress)
+
+
+def working_spec(spec: EndpointSpec) -> EndpointSpec:
+    """The endpoint with its working baseline: the latest confirmed configuration in memory, if any."""
+    from memory_db.store import MemoryStore
+
+    try:
+        args = MemoryStore(paths.memory_db_path()).latest_confirmed_engine_args(spec.name)
+    except Exception:  # an unreadable memory must not stop a measurement; the YAML config stands
+        args = None
+    return spec.with_engine_args(args) if args else spec
+
+
+def baseline_sweeps(spec: EndpointSpec, pool: pl.DataFrame, repeats: int, *, label: str = "baseline",
+                    progress: Callable[[str], None] | None = None):
+    """K identical sweeps of one engine start (the same ladder each time): the noise floor's input."""
+    from engines import start_engine
+    from loadgen.sweep import run_sweep
+
+    sweeps, rates = [], spec.sweep.rates
+    with start_engine(spec, workdir=paths.runs_dir() / "baseline" / spec.name) as engine:
+        for i in range(repeats):
+            if progress:
+                progress(f"{spec.name}: {label} sweep {i + 1}/{repeats}")
+            sweep = run_sweep(engine, pool, spec, rates=rates, repeats_label=f"{label}-{i}")
+            rates = rates or sweep.rates()  # repeats reuse the first sweep's ladder: identical conditions
+            sweeps.append(sweep)
+    return sweeps

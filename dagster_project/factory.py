@@ -11,11 +11,13 @@ from pathlib import Path
 import dagster as dg
 
 from assets import engine as engine_stage
+from assets import measurement as measurement_stage
+from assets import replay as replay_stage
 from autoresearch import paths
 from autoresearch.config import DefinitionSet, load_definitions
 from dagster_project.resources import ResearchMemory
 
-STAGES = [engine_stage]
+STAGES = [engine_stage, replay_stage, measurement_stage]
 
 
 def endpoint_definitions(definitions: DefinitionSet) -> list:
@@ -30,7 +32,7 @@ def build_definitions(definitions_dir: Path | None = None) -> dg.Definitions:
     definitions = load_definitions(definitions_dir or paths.definitions_dir())
     built = endpoint_definitions(definitions)
     checks = [d for d in built if isinstance(d, dg.AssetChecksDefinition)]
-    assets = [d for d in built if isinstance(d, dg.AssetsDefinition) and d not in checks]
+    assets = [d for d in built if isinstance(d, (dg.AssetsDefinition, dg.AssetSpec)) and d not in checks]
     jobs = [d for d in built if type(d).__name__ in ("JobDefinition", "UnresolvedAssetJobDefinition")]
     sensors = [d for d in built if isinstance(d, dg.SensorDefinition)]
     return dg.Definitions(

@@ -1,0 +1,94 @@
+"""Measurement stage: K baseline sweeps -> noise floor -> load curve; production-shaped replay."""
+
+import dagster as dg
+
+from assets.common import GPU_POOL, key, md_image, md_table
+from autoresearch.config import EndpointSpec
+
+
+def build(endpoint: EndpointSpec) -> list:
+    name = endpoint.name
+    pool_key = key(name, "replay_pool")
+
+    @dg.asset(key=key(name, "baseline_runs"), group_name=name, deps=[pool_key, key(name, "engine_identity")],
+              pool=GPU_POOL, kinds={endpoint.engine.kind},
+              description=f"{endpoint.sweep.repeats} identical capacity sweeps of the working baseline on the "
+              "replay pool (open loop, warm-up and prefix-cache reset per step).")
+    def baseline_runs(context: dg.AssetExecutionContext) -> list[dict]:
+        from autoresearch.workflows import baseline_sweeps, load_pool, working_spec
+
+        spec = working_spec(endpoint)
+        sweeps = baseline_sweeps(spec, load_pool(spec), spec.sweep.repeats, progress=context.log.info)
+        context.add_output_metadata({
+            "engine_args": " ".join(spec.engine.args),
+            "repeats": md_table([{"repeat": s.label, "capacity_rps": s.capacity_rps, "knee_rps": s.knee_rate,
+                                  "steps": len(s.steps), "validity": s.validity, "reason": s.invalid_reason}
+                                 for s in sweeps]),
+        })
+        return [s.model_dump(mode="json") for s in sweeps]
+
+    @dg.asset(key=key(name, "noise_floor"), group_name=name, ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs"))},
+              description="Spread of capacity and latency percentiles over the identical baseline sweeps: "
+              "what a candidate must beat to count.")
+    def noise_floor(context: dg.AssetExecutionContext, baseline_runs: list[dict]) -> dict:
+        from loadgen.noise import noise_floor as measure
+        from loadgen.results import SweepResult
+
+        floor = measure([SweepResult.model_validate(s) for s in baseline_runs])
+        context.add_output_metadata({
+            "capacity_mean_rps": floor.capacity_mean, "capacity_std_rps": floor.capacity_std,
+            "relative_spread": floor.capacity_rel_spread, "threshold": floor.threshold,
+            "validity": floor.validity,
+            "per_rate": md_table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
+        })
+        return floor.model_dump(mode="json")
+
+    @dg.asset(key=key(name, "load_curve"), group_name=name,
+              ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
+              description="p50/p95/p99 TTFT, inter-token and end-to-end latency against arrival rate, "
+              "with the SLA, the knee and the capacity within the SLA (per GPU).")
+    def load_curve(context: dg.AssetExecutionContext, baseline_runs: list[dict], noise_floor: dict) -> dict:
+        from autoresearch import paths
+        from loadgen.plots import load_curve_png
+        from loadgen.report import step_table_markdown
+        from loadgen.results import SweepResult
+
+        sweeps = [SweepResult.model_validate(s) for s in baseline_runs]
+        plot = load_curve_png(sweeps, endpoint.sla, paths.runs_dir() / "plots" / f"{name}-load-curve.png",
+                              title=f"{name}: load curve ({len(sweeps)} baseline sweeps)")
+        valid = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps is not None]
+        summary = {"capacity_rps": min(valid) if valid else None, "capacity_per_gpu":
+                   (min(valid) / endpoint.hardware.capacity_divisor) if valid else None,
+                   "knee_rps": sweeps[0].knee_rate if sweeps else None, "noise_threshold": noise_floor["threshold"],
+                   "plot_path": str(plot)}
+        context.add_output_metadata({
+            "load_curve_plot": md_image(plot, "load curve"),
+            "capacity_rps": summary["capacity_rps"], "capacity_per_gpu": summary["capacity_per_gpu"],
+            "knee_rps": summary["knee_rps"],
+            "steps": dg.MetadataValue.md(step_table_markdown(sweeps[0])) if sweeps else "no sweeps",
+        })
+        return summary
+
+    @dg.asset(key=key(name, "production_replay"), group_name=name, deps=[pool_key], pool=GPU_POOL,
+              kinds={endpoint.engine.kind},
+              description="The pool replayed with its own production arrival pattern (bursts, quiet periods), "
+              "prefix cache left warm: SLA attainment over time.")
+    def production_replay(context: dg.AssetExecutionContext) -> dict:
+        from autoresearch import paths
+        from autoresearch.workflows import load_pool, working_spec
+        from engines import start_engine
+        from loadgen.replay import run_production_replay
+
+        spec = working_spec(endpoint)
+        pool = load_pool(spec)
+        with start_engine(spec, workdir=paths.runs_dir() / "replay" / name) as engine:
+            result = run_production_replay(engine, pool, spec, max_duration_s=120.0)
+        context.add_output_metadata({
+            "attainment": result.attainment, "validity": result.validity, "reason": result.invalid_reason or "",
+            "intervals": md_table([i.model_dump() for i in result.intervals],
+                                  ["start_s", "end_s", "target_rate", "requests", "errors", "attainment",
+                                   "ttft_p95_ms", "e2e_p95_ms", "within_sla"]),
+        })
+        return result.model_dump(mode="json")
+
+    return [baseline_runs, noise_floor, load_curve, production_replay]

@@ -1,0 +1,60 @@
+"""Replay stage: production traffic -> redacted, tokenised replay pool, with a blocking fidelity check.
+
+Redaction happens inside the pool build's single streaming pass (unredacted text never leaves
+memory), so ``production_logs`` is the source as an external asset and ``replay_pool`` is the
+first thing persisted.
+"""
+
+import dagster as dg
+
+from assets.common import key, md_image, md_table
+from autoresearch.config import EndpointSpec
+
+
+def build(endpoint: EndpointSpec) -> list:
+    name = endpoint.name
+    logs_key, pool_key = key(name, "production_logs"), key(name, "replay_pool")
+    source = endpoint.traffic.path or "bundled sample support logs"
+
+    production_logs = dg.AssetSpec(
+        key=logs_key, group_name=name, kinds={"jsonl" if endpoint.traffic.kind in ("request_log", "sample") else "csv"},
+        description=f"Production traffic of {name} ({endpoint.traffic.kind}: {source}). Raw logs may hold PII: "
+        "nothing reads them except the pool build, which redacts before persisting.",
+        metadata={"traffic_kind": endpoint.traffic.kind, "source": source},
+    )
+
+    @dg.asset(
+        key=pool_key, group_name=name, deps=[logs_key], kinds={"parquet", "polars"},
+        description="One row per request: arrival offset, redacted request body, token counts under the "
+        "endpoint's tokenizer, expected output length, prefix group.",
+        check_specs=[dg.AssetCheckSpec("replay_fidelity", asset=pool_key, blocking=True,
+                                       description="Pool vs production: length distributions, cached-prefix "
+                                       "fraction, inter-arrival times, burstiness, concurrency")],
+    )
+    def replay_pool(context: dg.AssetExecutionContext):
+        from autoresearch.workflows import build_replay_pool
+
+        pool_build = build_replay_pool(endpoint)
+        plot = pool_build.plot()
+        rows = [{"metric": r.name, "pool": r.pool, "production": r.production, "distance": r.distance,
+                 "threshold": r.threshold, "ok": r.ok} for r in pool_build.fidelity.rows]
+        yield dg.Output(
+            str(pool_build.pool_path),
+            metadata={
+                "rows": pool_build.stats.get("rows", 0),
+                "path": dg.MetadataValue.path(str(pool_build.pool_path)),
+                "malformed_lines": len(pool_build.malformed),
+                "malformed_examples": md_table([{"line": n, "reason": r} for n, r in pool_build.malformed[:20]]),
+                "redactions": md_table([{"category": k, "count": v} for k, v in sorted(pool_build.redaction_counts.items())]),
+                "lineage": dg.MetadataValue.json({k: v for k, v in pool_build.lineage.items() if k != "traffic"}),
+            },
+        )
+        yield dg.AssetCheckResult(
+            check_name="replay_fidelity", asset_key=pool_key, passed=pool_build.fidelity.passed,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"distances": md_table(rows, ["metric", "pool", "production", "distance", "threshold", "ok"]),
+                      "failures": ", ".join(r.name for r in pool_build.fidelity.failures) or "none",
+                      "length_distributions": md_image(plot, "pool vs production token lengths")},
+        )
+
+    return [production_logs, replay_pool]
