@@ -7,7 +7,7 @@ from assets.common import key, md_table
 from autoresearch.config import EndpointSpec
 
 
-def build(endpoint: EndpointSpec) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> list:
     @dg.asset(
         key=key(endpoint.name, "engine_identity"),
         group_name=endpoint.name,

@@ -6,7 +6,7 @@ from assets.common import GPU_POOL, key, md_image, md_table
 from autoresearch.config import EndpointSpec
 
 
-def build(endpoint: EndpointSpec) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> list:
     name = endpoint.name
     pool_key = key(name, "replay_pool")
 

@@ -11,7 +11,7 @@ from assets.common import key, md_image, md_table
 from autoresearch.config import EndpointSpec
 
 
-def build(endpoint: EndpointSpec) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> list:
     name = endpoint.name
     logs_key, pool_key = key(name, "production_logs"), key(name, "replay_pool")
     source = endpoint.traffic.path or "bundled sample support logs"

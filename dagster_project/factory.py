@@ -1,7 +1,8 @@
 """Turn the YAML definitions into Dagster definitions: one asset group per endpoint.
 
-Each stage module in ``assets/`` exposes ``build(endpoint) -> list`` of assets/checks; this
-factory only loops over endpoints and stages, so adding a stage is adding a module here.
+Each stage module in ``assets/`` exposes ``build(endpoint, definitions) -> list`` of assets,
+checks and jobs; this factory only loops over endpoints and stages, so adding a stage is adding
+a module to STAGES. Sensors are built per endpoint from ``sensors/``.
 """
 
 from __future__ import annotations
@@ -10,27 +11,31 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets import campaign as campaign_stage
 from assets import engine as engine_stage
 from assets import measurement as measurement_stage
 from assets import replay as replay_stage
 from autoresearch import paths
 from autoresearch.config import DefinitionSet, load_definitions
 from dagster_project.resources import ResearchMemory
+from sensors import drift as drift_sensors
 
-STAGES = [engine_stage, replay_stage, measurement_stage]
+STAGES = [engine_stage, replay_stage, measurement_stage, campaign_stage]
 
 
-def endpoint_definitions(definitions: DefinitionSet) -> list:
+def endpoint_definitions(definitions: DefinitionSet, definitions_dir: Path) -> list:
     built: list = []
     for endpoint in definitions.endpoints.values():
         for stage in STAGES:
-            built.extend(stage.build(endpoint))
+            built.extend(stage.build(endpoint, definitions))
+        job = next(d for d in built if getattr(d, "name", None) == f"{endpoint.name}__campaign_job")
+        built.extend(drift_sensors.build(endpoint, definitions_dir, job, campaign_stage.campaign_partitions(endpoint)))
     return built
 
 
 def build_definitions(definitions_dir: Path | None = None) -> dg.Definitions:
-    definitions = load_definitions(definitions_dir or paths.definitions_dir())
-    built = endpoint_definitions(definitions)
+    definitions_dir = Path(definitions_dir or paths.definitions_dir())
+    built = endpoint_definitions(load_definitions(definitions_dir), definitions_dir)
     checks = [d for d in built if isinstance(d, dg.AssetChecksDefinition)]
     assets = [d for d in built if isinstance(d, (dg.AssetsDefinition, dg.AssetSpec)) and d not in checks]
     jobs = [d for d in built if type(d).__name__ in ("JobDefinition", "UnresolvedAssetJobDefinition")]

@@ -68,3 +68,39 @@ def source_signature(path: Path) -> str:
         handle.seek(max(0, stat.st_size - 65536))
         tail = hashlib.sha256(handle.read()).hexdigest()[:16]
     return f"{stat.st_size}-{int(stat.st_mtime)}-{tail}"
+
+
+def current_traffic_profile(spec: EndpointSpec):
+    """Profile of the endpoint's traffic source as it is now (nothing is persisted)."""
+    import numpy as np
+
+    from autoresearch.models import tokenizer_dir
+    from replay import ingest
+    from replay.build import engine_block_size, profile_from_request_log, traffic_source, transform_trace
+    from replay.fidelity import TrafficProfile
+    from replay.tokenize import ChatTokenizer
+
+    source = traffic_source(spec.traffic)
+    if spec.traffic.kind in ("request_log", "sample"):
+        tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
+        return profile_from_request_log(source, tok, engine_block_size(spec), limit=spec.traffic.limit)
+    read = ingest.read_azure if spec.traffic.kind == "azure" else ingest.read_mooncake
+    frame, _ = transform_trace(read(source, limit=spec.traffic.limit).frame, spec.traffic,
+                               has_blocks=spec.traffic.kind == "mooncake")
+    ts = frame["timestamp_s"].to_numpy()
+    return TrafficProfile(ts - (ts.min() if len(ts) else 0.0), frame["prompt_target"].to_numpy(),
+                          frame["output_target"].to_numpy())
+
+
+def traffic_drift(spec: EndpointSpec, reference) -> TrafficDrift:
+    """Distances between the traffic source now and ``reference`` (the profile the pool was built
+    and judged against), with the fidelity check's own metrics and thresholds."""
+    from replay.build import traffic_source
+    from replay.fidelity import fidelity_report
+
+    report = fidelity_report(reference, current_traffic_profile(spec), spec.fidelity)
+    distances = {r.name: r.distance for r in report.rows if r.distance is not None}
+    thresholds = {r.name: r.threshold for r in report.rows}
+    return TrafficDrift(distances=distances, thresholds=thresholds,
+                        source_signature=source_signature(traffic_source(spec.traffic)),
+                        exceeded=[r.name for r in report.failures])

@@ -1,0 +1,63 @@
+"""Campaign stage: the whole research loop as one partitioned asset (one partition per campaign).
+
+Partitions are added by hand in the UI, by ``autoresearch`` or by the drift sensors; each one
+runs (or resumes) a campaign headless through research.campaign and records into memory.
+"""
+
+import dagster as dg
+
+from assets.common import GPU_POOL, key, md_image, md_table
+from autoresearch.config import CampaignSpec, DefinitionSet, EndpointSpec
+
+
+def campaign_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefinition:
+    return dg.DynamicPartitionsDefinition(name=f"{endpoint.name}__campaigns")
+
+
+def campaign_for(definitions: DefinitionSet, endpoint: EndpointSpec) -> CampaignSpec:
+    """The endpoint's declared campaign settings (its first declared campaign), else the defaults."""
+    for campaign in definitions.campaigns.values():
+        if campaign.endpoint == endpoint.name:
+            return campaign
+    return CampaignSpec(name=f"{endpoint.name}_campaign", endpoint=endpoint.name)
+
+
+def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
+    name = endpoint.name
+    partitions = campaign_partitions(endpoint)
+    settings = campaign_for(definitions, endpoint)
+    campaign_key = key(name, "campaign")
+
+    @dg.asset(key=campaign_key, group_name=name, partitions_def=partitions, pool=GPU_POOL,
+              deps=[key(name, "replay_pool")], kinds={endpoint.engine.kind, "duckdb"},
+              description=f"A research campaign on {name}: baseline and noise floor, diagnosis, proposals, "
+              f"candidates with verdicts, confirmed baselines, review report (settings: {settings.name}). "
+              "Resumable: a re-run skips finished experiments.")
+    def campaign(context: dg.AssetExecutionContext) -> dict:
+        from autoresearch.workflows import run_campaign
+
+        outcome = run_campaign(settings, endpoint, partition=context.partition_key, progress=context.log.info)
+        metadata = {
+            "end_reason": outcome.end_reason or "",
+            "reference_capacity_rps": outcome.reference_capacity,
+            "best_capacity_rps": outcome.best_capacity,
+            "total_gain": outcome.total_gain,
+            "best_engine_args": " ".join(outcome.best_args),
+            "experiments": md_table([{"run": outcome.experiments_run, "skipped": outcome.experiments_skipped,
+                                      "resumed": outcome.resumed, "gpu_hours": outcome.gpu_hours_used}]),
+            "open_questions": dg.MetadataValue.md("\n".join(f"- {q}" for q in outcome.open_questions) or "none"),
+        }
+        if outcome.report_path:
+            from pathlib import Path
+
+            report = Path(outcome.report_path)
+            metadata["review_report"] = dg.MetadataValue.path(str(report))
+            plots = sorted(report.parent.glob("*.png"))
+            if plots:
+                metadata["load_curves_before_after"] = md_image(plots[0], "before vs after")
+        context.add_output_metadata(metadata)
+        return outcome.model_dump(mode="json")
+
+    job = dg.define_asset_job(f"{name}__campaign_job", selection=[campaign_key],
+                              description=f"Run one campaign partition of {name}")
+    return [campaign, job]
