@@ -165,6 +165,11 @@ def cmd_memory(args) -> int:
     from memory_db.store import MemoryStore
 
     store = MemoryStore(args.db or paths.memory_db_path())
+    if args.action == "ingest":
+        print(f"ingested {store.ingest()} spooled record(s); {store.pending()} still pending")
+        return 0
+    if not args.sql:
+        raise UsageError(f"memory {args.action} needs {'SQL' if args.action == 'query' else 'an endpoint name'}")
     if args.action == "query":
         frame = store.query(args.sql)
         fmt = "json" if args.json else "csv" if args.csv else "table"
@@ -223,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_campaign)
 
     p = sub.add_parser("memory", help="query or export the shared research memory")
-    p.add_argument("action", choices=["query", "export"])
-    p.add_argument("sql", help="SQL for query; endpoint name for export")
+    p.add_argument("action", choices=["query", "export", "ingest"])
+    p.add_argument("sql", nargs="?", help="SQL for query; endpoint name for export")
     p.add_argument("--db", help="DuckDB file (default: $AUTORESEARCH_MEMORY_DB)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", action="store_true")
