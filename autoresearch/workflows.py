@@ -140,3 +140,136 @@ def baseline_sweeps(spec: EndpointSpec, pool: pl.DataFrame, repeats: int, *, lab
             rates = rates or sweep.rates()  # repeats reuse the first sweep's ladder: identical conditions
             sweeps.append(sweep)
     return sweeps
+
+
+# --- diagnosis, proposals, candidates (the interactive research graph) ------------------------
+
+def diagnose_endpoint(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, recipes: dict | None = None, *,
+                      profile_seconds: float = 6.0, progress: Callable[[str], None] = print):
+    """Diagnose the working baseline: request stats and sweep metrics, plus (one engine start) a
+    torch-profiler breakdown under steady load and the diagnostic workloads whose recipes apply."""
+    from engines import EngineError, start_engine
+    from loadgen.sweep import run_sweep
+    from replay.build import engine_block_size
+    from replay.tokenize import ChatTokenizer
+    from research.diagnosis import diagnose, request_stats
+    from research.profile import parse_profile
+    from research.workloads import build_variants, measure_variants, select_recipes
+
+    from autoresearch.models import tokenizer_dir
+
+    capacities = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps]
+    steady_rate = max(0.25, 0.5 * min(capacities)) if capacities else 0.5
+    block = engine_block_size(spec)
+    traits = request_stats(pool, block_size=block)
+    chosen = select_recipes(recipes or {}, traits)
+    profile, workloads, notes = None, [], []
+    if spec.engine.kind in ("vllm", "sglang"):
+        try:
+            with start_engine(spec, profile=True, workdir=paths.runs_dir() / "diagnosis" / spec.name) as engine:
+                progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
+                engine.start_profile()
+                run_sweep(engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds, check_client=False)
+                profile = parse_profile(engine.stop_profile())
+                tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
+                for recipe in chosen:
+                    progress(f"{spec.name}: diagnostic workload {recipe.name}")
+                    variants = build_variants(recipe, tok, base_rate=steady_rate, model=engine.served_model)
+                    workloads += measure_variants(variants, lambda v: run_sweep(
+                        engine, v.pool, spec, rates=[v.rate], step_duration_s=v.duration_s, check_client=False).steps[0])
+        except EngineError as exc:  # a diagnosis without a profile is still a diagnosis
+            notes.append(f"profile/workloads skipped: {str(exc).splitlines()[0]}")
+    diagnosis = diagnose(pool, sweeps, list(spec.engine.args), endpoint=spec.name, engine_kind=spec.engine.kind,
+                         profile=profile, workloads=workloads, block_size=block)
+    if notes:
+        diagnosis = diagnosis.model_copy(update={"notes": diagnosis.notes + notes})
+    return diagnosis
+
+
+def propose_for(spec: EndpointSpec, diagnosis, *, n: int, mode: str, baseline: dict, campaign_id: str):
+    """One proposal round through the orchestrator (LLM subagents when configured, rules otherwise)."""
+    from memory_db.store import MemoryStore
+    from research.llm_agents import Orchestrator, SubagentContext
+
+    memory = MemoryStore(paths.memory_db_path())
+    context = SubagentContext(campaign_id=campaign_id, experiment_id=f"{campaign_id}-proposals",
+                              replay_pool_id=f"{spec.name}-pool", sla=spec.sla.model_dump(),
+                              engine_kind=spec.engine.kind, engine_args=list(spec.engine.args),
+                              gpu_count=spec.hardware.gpu_count, baseline=baseline)
+
+    def lookup(bottleneck: str) -> list[dict]:
+        return [f.model_dump(mode="json") for f in memory.findings_for_bottleneck(bottleneck, spec.name)]
+
+    return Orchestrator.from_env(mode).propose(diagnosis, context, n, findings_lookup=lookup)
+
+
+def reference_outputs(spec: EndpointSpec):
+    """Greedy outputs of the working baseline on the fixed prompt set (cached per configuration)."""
+    from engines import start_engine
+    from research.correctness import ReferenceOutputs, capture_reference
+
+    cache = paths.runs_dir() / "references" / f"{spec.name}-{spec.launch_config_hash()}.json"
+    if cache.exists():
+        return ReferenceOutputs.model_validate_json(cache.read_text())
+    with start_engine(spec, workdir=paths.runs_dir() / "references" / spec.name) as engine:
+        reference = capture_reference(engine.base_url, engine.served_model, list(spec.engine.args))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(reference.model_dump_json())
+    return reference
+
+
+def conditions_for(spec: EndpointSpec, pool: pl.DataFrame):
+    """The memory's "same conditions" key for this endpoint and workload."""
+    from engines import engine_identity
+    from memory_db.records import Conditions
+    from research.campaign import workload_signature
+
+    return Conditions(model=spec.model.served_name or spec.model.path, model_revision=spec.model.revision,
+                      hardware=spec.hardware.gpu_type, gpu_count=spec.hardware.gpu_count, engine=spec.engine.kind,
+                      engine_version=engine_identity(spec).engine_version, workload_signature=workload_signature(pool))
+
+
+def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, repeats: int, campaign_id: str,
+                 dagster_run_id: str | None = None, progress: Callable[[str], None] = print) -> dict:
+    """Run one proposal through the shared harness, unless memory already decided it; record either way.
+
+    Returns {"skipped": reason} or {"result": CandidateResult dump, "experiment_id": ...}.
+    """
+    from autoresearch.engine_args import apply_diff
+    from memory_db.records import ExperimentRecord
+    from memory_db.store import MemoryStore
+    from research.harness import run_candidate
+
+    memory = MemoryStore(paths.memory_db_path())
+    iv = proposal.intervention
+    conditions = conditions_for(spec, pool)
+    prior = memory.prior_decision(spec.name, iv.engine_arg_diff, conditions)
+    if prior is not None:
+        skip = memory.record_skip(endpoint=spec.name, campaign_id=campaign_id, conditions=conditions,
+                                  technique=iv.technique, change=iv.engine_arg_diff, prior=prior,
+                                  dagster_run_id=dagster_run_id)
+        return {"skipped": skip.reason}
+    candidate_args = apply_diff(list(spec.engine.args), iv.engine_arg_diff)
+    reference = None if iv.lossy else reference_outputs(spec)
+    result = run_candidate(spec, candidate_args, pool, noise, repeats, lossy=iv.lossy, reference=reference,
+                           workdir=paths.runs_dir() / "candidates" / spec.name / proposal.proposal_id, progress=progress)
+    c, corr = result.comparison, result.correctness
+    experiment_id = f"{campaign_id}:{proposal.proposal_id}"
+    memory.record_experiment(ExperimentRecord(
+        experiment_id=experiment_id, endpoint=spec.name, campaign_id=campaign_id, conditions=conditions,
+        bottleneck=proposal.bottleneck, technique=iv.technique, change=iv.engine_arg_diff,
+        base_config_hash=spec.launch_config_hash(),
+        candidate_config_hash=spec.with_engine_args(candidate_args).launch_config_hash(),
+        hypothesis=proposal.explanation, prediction=proposal.prediction, falsification=proposal.falsification,
+        verdict=result.verdict, invalid_reason=result.invalid_reason,
+        capacity_ratio=c.capacity_ratio if c else None, baseline_capacity=c.baseline_capacity if c else None,
+        candidate_capacity=(sum(result.capacities) / len(result.capacities)) if result.capacities else None,
+        noise_threshold=c.threshold if c else None, noise_rel_spread=noise.capacity_rel_spread if noise else None,
+        repeats=len(result.sweeps), lossless=not iv.lossy,
+        correctness=corr.model_dump(mode="json", exclude={"sequences"}) if corr else {},
+        needs_review=bool(iv.lossy or (corr and corr.flag_for_review)),
+        evidence=c.evidence if c else (result.invalid_reason or ""),
+        dagster_run_ids=[dagster_run_id] if dagster_run_id else [],
+        asset_keys=[f"{spec.name}/candidate_runs/{proposal.proposal_id}"]))
+    return {"result": result.model_dump(mode="json"), "experiment_id": experiment_id,
+            "engine_args": candidate_args, "lossy": iv.lossy}

@@ -15,12 +15,14 @@ from assets import campaign as campaign_stage
 from assets import engine as engine_stage
 from assets import measurement as measurement_stage
 from assets import replay as replay_stage
+from assets import research as research_stage
 from autoresearch import paths
 from autoresearch.config import DefinitionSet, load_definitions
 from dagster_project.resources import ResearchMemory
+from sensors import continuation as continuation_sensors
 from sensors import drift as drift_sensors
 
-STAGES = [engine_stage, replay_stage, measurement_stage, campaign_stage]
+STAGES = [engine_stage, replay_stage, measurement_stage, research_stage, campaign_stage]
 
 
 def endpoint_definitions(definitions: DefinitionSet, definitions_dir: Path) -> list:
@@ -28,8 +30,11 @@ def endpoint_definitions(definitions: DefinitionSet, definitions_dir: Path) -> l
     for endpoint in definitions.endpoints.values():
         for stage in STAGES:
             built.extend(stage.build(endpoint, definitions))
-        job = next(d for d in built if getattr(d, "name", None) == f"{endpoint.name}__campaign_job")
-        built.extend(drift_sensors.build(endpoint, definitions_dir, job, campaign_stage.campaign_partitions(endpoint)))
+        jobs = {d.name: d for d in built if type(d).__name__ in ("JobDefinition", "UnresolvedAssetJobDefinition")}
+        built.extend(drift_sensors.build(endpoint, definitions_dir, jobs[f"{endpoint.name}__campaign_job"],
+                                         campaign_stage.campaign_partitions(endpoint)))
+        built.extend(continuation_sensors.build(endpoint, campaign_stage.campaign_for(definitions, endpoint),
+                                                jobs[f"{endpoint.name}__research_round"]))
     return built
 
 

@@ -1,0 +1,169 @@
+"""Research stage, one experiment per partition: diagnosis -> proposals -> candidate_runs[p] ->
+verdicts[p] -> confirmed_baseline -> review_report.
+
+The same steps the headless campaign runs, laid out so the UI shows each experiment's lineage
+from its diagnosis to its verdict. A confirmed baseline is written to the research memory, which
+makes it the working baseline of the next round (see sensors/continuation.py).
+"""
+
+import dagster as dg
+
+from assets.common import GPU_POOL, key, md_image, md_table
+from assets.campaign import campaign_for
+from autoresearch.config import DefinitionSet, EndpointSpec
+
+
+def candidate_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefinition:
+    return dg.DynamicPartitionsDefinition(name=f"{endpoint.name}__candidates")
+
+
+def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
+    name = endpoint.name
+    settings = campaign_for(definitions, endpoint)
+    candidates = candidate_partitions(endpoint)
+    recipes = {r: definitions.recipes[r] for r in settings.recipes} if settings.recipes else dict(definitions.recipes)
+    interactive_campaign = f"{name}-interactive"
+
+    @dg.asset(key=key(name, "diagnosis"), group_name=name, pool=GPU_POOL, kinds={endpoint.engine.kind},
+              ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs"))}, deps=[key(name, "replay_pool")],
+              description="Suspected bottlenecks with their evidence: request statistics, engine metrics over the "
+              "sweeps, a torch-profiler breakdown under steady load, diagnostic workloads from recipes.")
+    def diagnosis(context: dg.AssetExecutionContext, baseline_runs: list[dict]) -> dict:
+        from autoresearch.workflows import diagnose_endpoint, load_pool, working_spec
+        from loadgen.results import SweepResult
+
+        spec = working_spec(endpoint)
+        found = diagnose_endpoint(spec, load_pool(spec), [SweepResult.model_validate(s) for s in baseline_runs],
+                                  recipes, progress=context.log.info)
+        metadata = {
+            "bottlenecks": md_table([{"bottleneck": b.name, "severity": b.severity, "evidence": "; ".join(b.evidence)}
+                                     for b in found.bottlenecks]),
+            "traits": md_table([{"trait": k, "value": v} for k, v in found.traits.items()]),
+            "notes": "; ".join(found.notes) or "none",
+        }
+        if found.profile is not None:
+            metadata["profile"] = md_table([{"category": k, "share": v}
+                                            for k, v in sorted(found.profile.category_share.items(), key=lambda kv: -kv[1])])
+        context.add_output_metadata(metadata)
+        return found.model_dump(mode="json")
+
+    @dg.asset(key=key(name, "proposals"), group_name=name,
+              ins={"diagnosis": dg.AssetIn(key(name, "diagnosis")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
+              description=f"The orchestrator's questions and its {settings.subagents} subagents' proposals "
+              "(explanation, exact intervention, prediction, falsification); each valid one becomes a candidate partition.")
+    def proposals(context: dg.AssetExecutionContext, diagnosis: dict, noise_floor: dict) -> dict:
+        from autoresearch.workflows import propose_for, working_spec
+        from research.proposals import Diagnosis
+
+        spec = working_spec(endpoint)
+        batch = propose_for(spec, Diagnosis.model_validate(diagnosis), n=settings.subagents, mode=settings.proposer,
+                            baseline={"capacity_rps": noise_floor["capacity_mean"],
+                                      "noise_threshold": noise_floor["threshold"]},
+                            campaign_id=interactive_campaign)
+        keys = [p.proposal_id for p in batch.proposals]
+        context.instance.add_dynamic_partitions(candidates.name, keys)
+        context.add_output_metadata({
+            "source": batch.source, "candidate_partitions": ", ".join(keys) or "none",
+            "proposals": md_table([{"id": p.proposal_id, "bottleneck": p.bottleneck, "change": p.intervention.describe(),
+                                    "lossy": p.intervention.lossy, "prediction": p.prediction,
+                                    "falsification": p.falsification} for p in batch.proposals]),
+            "rejected": md_table([r.model_dump(mode="json") for r in batch.rejected]),
+        })
+        return batch.model_dump(mode="json")
+
+    @dg.asset(key=key(name, "candidate_runs"), group_name=name, partitions_def=candidates, pool=GPU_POOL,
+              kinds={endpoint.engine.kind},
+              ins={"proposals": dg.AssetIn(key(name, "proposals")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
+              description="One proposal's candidate through the shared harness: same pool, schedule and SLA as the "
+              f"baseline, {settings.repeats} repeated sweeps, correctness check; skipped if memory already decided it.")
+    def candidate_runs(context: dg.AssetExecutionContext, proposals: dict, noise_floor: dict) -> dict:
+        from autoresearch.workflows import load_pool, run_proposal, working_spec
+        from loadgen.results import NoiseFloor
+        from research.proposals import ProposalBatch
+
+        batch = ProposalBatch.model_validate(proposals)
+        proposal = next((p for p in batch.proposals if p.proposal_id == context.partition_key), None)
+        if proposal is None:
+            raise dg.Failure(f"proposal {context.partition_key!r} is not in the latest {name}/proposals; "
+                             "re-materialize proposals or pick one of: " + ", ".join(p.proposal_id for p in batch.proposals))
+        spec = working_spec(endpoint)
+        outcome = run_proposal(spec, proposal, load_pool(spec), NoiseFloor.model_validate(noise_floor),
+                               repeats=settings.repeats, campaign_id=interactive_campaign,
+                               dagster_run_id=context.run_id, progress=context.log.info)
+        outcome["proposal"] = proposal.model_dump(mode="json")
+        outcome["baseline_args"] = list(spec.engine.args)
+        context.add_output_metadata({"change": proposal.intervention.describe(),
+                                     "skipped": outcome.get("skipped") or "no"})
+        return outcome
+
+    @dg.asset(key=key(name, "verdicts"), group_name=name, partitions_def=candidates,
+              ins={"candidate_runs": dg.AssetIn(key(name, "candidate_runs"))},
+              description="better / same / worse / invalid against the noise floor, with the evidence.")
+    def verdicts(context: dg.AssetExecutionContext, candidate_runs: dict) -> dict:
+        if "skipped" in candidate_runs:
+            verdict = {"verdict": "skipped", "reason": candidate_runs["skipped"], "confirmed": False}
+        else:
+            result = candidate_runs["result"]
+            comparison = result.get("comparison") or {}
+            verdict = {"verdict": result["verdict"], "confirmed": result["confirmed"],
+                       "capacity_ratio": comparison.get("capacity_ratio"), "evidence": comparison.get("evidence"),
+                       "invalid_reason": result.get("invalid_reason"), "lossy": candidate_runs["lossy"],
+                       "engine_args": candidate_runs["engine_args"], "experiment_id": candidate_runs["experiment_id"],
+                       "capacities": [s.get("capacity_rps") for s in result["sweeps"]],
+                       "correctness": (result.get("correctness") or {}).get("reason")}
+        verdict["baseline_args"] = candidate_runs["baseline_args"]
+        verdict["proposal_id"] = context.partition_key
+        context.add_output_metadata({k: dg.MetadataValue.text(str(v)) for k, v in verdict.items()})
+        return verdict
+
+    @dg.asset(key=key(name, "confirmed_baseline"), group_name=name,
+              ins={"verdicts": dg.AssetIn(key(name, "verdicts"))},
+              description="The best confirmed lossless win becomes the working baseline (recorded in memory); "
+              "lossy wins wait for human review.")
+    def confirmed_baseline(context: dg.AssetExecutionContext, verdicts: dict[str, dict]) -> dict:
+        from memory_db.records import ConfirmationRecord
+        from memory_db.store import MemoryStore
+
+        from autoresearch import paths
+
+        wins = [v for v in verdicts.values() if v.get("confirmed") and not v.get("lossy")]
+        best = max(wins, key=lambda v: v.get("capacity_ratio") or 0.0) if wins else None
+        if best is not None:
+            MemoryStore(paths.memory_db_path()).record_confirmation(ConfirmationRecord(
+                experiment_id=best["experiment_id"], endpoint=name, campaign_id=interactive_campaign,
+                engine_args=best["engine_args"], note=f"capacity x{best['capacity_ratio']:.2f}",
+                dagster_run_id=context.run_id))
+        result = {"adopted": best is not None, "best": best,
+                  "review_needed": [v["proposal_id"] for v in verdicts.values() if v.get("confirmed") and v.get("lossy")]}
+        context.add_output_metadata({
+            "adopted": best is not None,
+            "new_engine_args": " ".join(best["engine_args"]) if best else "(unchanged)",
+            "verdicts": md_table([{"proposal": k, "verdict": v["verdict"], "confirmed": v.get("confirmed"),
+                                   "ratio": v.get("capacity_ratio"), "lossy": v.get("lossy")} for k, v in verdicts.items()]),
+        })
+        return result
+
+    @dg.asset(key=key(name, "review_report"), group_name=name,
+              ins={"confirmed_baseline": dg.AssetIn(key(name, "confirmed_baseline")),
+                   "candidate_runs": dg.AssetIn(key(name, "candidate_runs")),
+                   "baseline_runs": dg.AssetIn(key(name, "baseline_runs")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
+              description="For a person to approve: config diff, load curves before/after, noise floor, repeats, "
+              "correctness evidence, lossy/lossless label, the command that reproduces it. Nothing is deployed.")
+    def review_report(context: dg.AssetExecutionContext, confirmed_baseline: dict, candidate_runs: dict[str, dict],
+                      baseline_runs: list[dict], noise_floor: dict) -> str:
+        from research.interactive_review import interactive_report
+
+        best = confirmed_baseline.get("best")
+        run = candidate_runs.get(best["proposal_id"]) if best else None
+        text, plot = interactive_report(endpoint, best, run, baseline_runs, noise_floor)
+        metadata = {"report": dg.MetadataValue.md(text)}
+        if plot is not None:
+            metadata["load_curves_before_after"] = md_image(plot, "before vs after")
+        context.add_output_metadata(metadata)
+        return text
+
+    round_job = dg.define_asset_job(
+        f"{name}__research_round",
+        selection=[key(name, k) for k in ("baseline_runs", "noise_floor", "load_curve", "diagnosis", "proposals")],
+        description=f"Measure the working baseline of {name} again, diagnose it and propose the next candidates")
+    return [diagnosis, proposals, candidate_runs, verdicts, confirmed_baseline, review_report, round_job]

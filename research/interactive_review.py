@@ -1,0 +1,53 @@
+"""Review report of the interactive research graph (assets/research.py): the confirmed candidate
+against the baseline it beat. Campaign reports are research.review.write_report."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from autoresearch import paths
+from autoresearch.config import EndpointSpec
+from loadgen.results import SweepResult
+from research.review import _diff_table, load_curves_png
+
+
+def interactive_report(endpoint: EndpointSpec, best: dict | None, run: dict | None, baseline_runs: list[dict],
+                       noise_floor: dict) -> tuple[str, Path | None]:
+    """Markdown for a person to approve, and the before/after load-curve plot (None when nothing won)."""
+    if not best or not run:
+        return (f"# {endpoint.name}: nothing to review\n\nNo candidate beat the noise floor in all its repeats "
+                "with a lossless change; the working baseline is unchanged.\n", None)
+    before = [SweepResult.model_validate(s) for s in baseline_runs]
+    after = [SweepResult.model_validate(s) for s in run["result"]["sweeps"]]
+    plot = load_curves_png(before, after, endpoint, paths.runs_dir() / "plots" / f"{endpoint.name}-review.png")
+    correctness = run["result"].get("correctness") or {}
+    sets = " ".join(f"--set engine.{flag.lstrip('-')}={'' if value is None else value}"
+                    for flag, value in run["proposal"]["intervention"]["engine_arg_diff"].items())
+    lines = [
+        f"# {endpoint.name}: review of {best['proposal_id']}",
+        "",
+        f"**Verdict**: {best['verdict']} (confirmed in every repeat), capacity x{best['capacity_ratio']:.2f}; "
+        f"**{'LOSSY: needs a human decision on quality' if best.get('lossy') else 'lossless'}**. Nothing is deployed.",
+        "",
+        "## Configuration diff",
+        *_diff_table(best["baseline_args"], best["engine_args"]),
+        "",
+        "## Evidence",
+        f"- baseline capacities: {noise_floor['capacities']} (noise threshold {noise_floor['threshold']:.3f}, "
+        f"relative spread {noise_floor['capacity_rel_spread']:.3f})",
+        f"- candidate capacities (repeats): {best['capacities']}",
+        f"- comparison: {best.get('evidence')}",
+        f"- correctness: {correctness.get('reason', 'not checked')}",
+        f"- hypothesis: {run['proposal']['explanation']}",
+        f"- prediction: {run['proposal']['prediction']}",
+        f"- falsification: {run['proposal']['falsification']}",
+        "",
+        "## Reproduce",
+        "```bash",
+        f"autoresearch sweep {endpoint.name}   # the baseline",
+        f"autoresearch sweep {endpoint.name} {sets}   # the candidate",
+        "```",
+        "Candidate engine arguments: `" + " ".join(shlex.quote(a) for a in best["engine_args"]) + "`",
+    ]
+    return "\n".join(lines) + "\n", plot
