@@ -42,7 +42,7 @@ fi
 # 3. system packages ----------------------------------------------------------------------
 missing=()
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-liberation)
 if ((${#missing[@]})); then
   SUDO=()
   if [[ $(id -u) -ne 0 ]]; then

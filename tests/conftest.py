@@ -79,3 +79,85 @@ def smollm_spec(definitions: DefinitionSet) -> EndpointSpec:
 def smollm_engine(engine_slot: EngineSlot, smollm_spec: EndpointSpec) -> RunningEngine:
     """vLLM serving the real SmolLM2-135M-Instruct (support_smollm + SMOLLM_TEST_DIFF)."""
     return engine_slot.get(smollm_spec)
+
+
+# --- the research graph, materialised once (tests/test_dagster_pipeline.py, tests/test_ui_browser.py)
+
+QUICK_ENDPOINT = """\
+# A deliberately poor tiny-model endpoint (one sequence at a time) for the asset-graph tests.
+endpoint:
+  name: quick
+  model: {path: "builtin:tiny-random", served_name: tiny-random, revision: seed-0}
+  engine:
+    kind: vllm
+    args: ["--max-num-seqs", "1", "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32"]
+    env: {VLLM_CPU_KVCACHE_SPACE: "1"}
+  sla: {ttft_ms: 1000, itl_ms: 300, max_error_rate: 0.01}
+  traffic: {kind: sample, seed: 3, limit: 200}
+  sweep: {rates: [2, 6, 16], step_duration_s: 4, warmup_requests: 2, repeats: 2}
+campaign:
+  name: quick_campaign
+  endpoint: quick
+  subagents: 1
+  repeats: 1
+"""
+QUICK_STAGES = ["replay_pool", "baseline_runs", "noise_floor", "load_curve", "diagnosis", "proposals"]
+
+
+class ResearchGraph:
+    """Where the materialised graph lives: definitions, state root and Dagster home."""
+
+    def __init__(self, root):
+        import shutil
+
+        self.definitions_dir = root / "definitions"
+        shutil.copytree(definitions_dir(), self.definitions_dir)
+        (self.definitions_dir / "endpoints" / "quick.yaml").write_text(QUICK_ENDPOINT)
+        self.home = root / "autoresearch_home"
+        self.dagster_home = root / "dagster_home"
+        self.dagster_home.mkdir()
+        (self.dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        self.errors: list[str] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        from autoresearch.paths import models_dir
+
+        return {"AUTORESEARCH_DEFINITIONS": str(self.definitions_dir), "AUTORESEARCH_HOME": str(self.home),
+                "AUTORESEARCH_MODELS": str(models_dir())}
+
+    def instance(self):
+        import dagster as dg
+
+        return dg.DagsterInstance.from_config(str(self.dagster_home))
+
+
+def _materialize(defs, instance, names: list[str], partition: str | None = None) -> None:
+    import dagster as dg
+
+    keys = [dg.AssetKey(["quick", n]) for n in names]
+    result = dg.materialize([defs.get_assets_def(k) for k in keys], instance=instance, partition_key=partition,
+                            resources=defs.resources, selection=keys)
+    assert result.success, f"materialising {names} failed"
+
+
+@pytest.fixture(scope="session")
+def research_graph(tmp_path_factory, engine_slot: EngineSlot) -> Iterator[ResearchGraph]:
+    """The quick endpoint's whole research graph materialised in-process (real engines, real DuckDB):
+    replay pool -> baseline sweeps -> noise floor -> load curve -> diagnosis -> proposals ->
+    candidate run + verdict (one dynamic partition) -> confirmed baseline -> review report."""
+    engine_slot.release()  # the graph starts its own engines: keep one server at a time
+    graph = ResearchGraph(tmp_path_factory.mktemp("research_graph"))
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in graph.env.items():
+            patch.setenv(name, value)
+        patch.delenv("AUTORESEARCH_LLM_MODEL", raising=False)  # the rule-based proposer
+        from dagster_project.factory import build_definitions
+
+        defs = build_definitions(graph.definitions_dir)
+        with graph.instance() as instance:
+            _materialize(defs, instance, QUICK_STAGES)
+            for partition in instance.get_dynamic_partitions("quick__candidates"):
+                _materialize(defs, instance, ["candidate_runs", "verdicts"], partition=partition)
+            _materialize(defs, instance, ["confirmed_baseline", "review_report"])
+        yield graph

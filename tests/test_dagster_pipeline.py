@@ -1,0 +1,59 @@
+"""The asset graph materialised in-process for real (tiny model, real vLLM CPU engine, real DuckDB):
+see the ``research_graph`` fixture in conftest.py for what runs."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+import pytest
+
+pytestmark = pytest.mark.engine
+
+
+def latest(instance, name: str):
+    records = instance.fetch_materializations(dg.AssetKey(["quick", name]), limit=1).records
+    assert records, f"quick/{name} was not materialised"
+    return records[0].asset_materialization.metadata
+
+
+def test_replay_pool_passes_its_blocking_fidelity_check(research_graph):
+    with research_graph.instance() as instance:
+        checks = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [dg.AssetCheckKey(dg.AssetKey(["quick", "replay_pool"]), "replay_fidelity")])
+        (execution,) = checks.values()
+        assert execution.evaluation.passed
+        assert "distances" in execution.evaluation.metadata
+        assert latest(instance, "replay_pool")["malformed_lines"].value == 0
+
+
+def test_load_curve_and_diagnosis_show_the_bottleneck(research_graph):
+    with research_graph.instance() as instance:
+        curve = latest(instance, "load_curve")
+        assert curve["load_curve_plot"].value.startswith("![load curve](data:image/png;base64,")
+        assert curve["capacity_rps"].value is not None
+        # --max-num-seqs 1: requests queue behind the single running sequence.
+        assert "batch_limit" in latest(instance, "diagnosis")["bottlenecks"].value
+
+
+def test_candidate_is_judged_adopted_and_reviewed(research_graph):
+    with research_graph.instance() as instance:
+        partitions = instance.get_dynamic_partitions("quick__candidates")
+        assert len(partitions) == 1, "one subagent: one candidate partition"
+        verdict = latest(instance, "verdicts")
+        assert verdict["proposal_id"].value == partitions[0]
+        assert verdict["verdict"].value == "better", {k: v.value for k, v in verdict.items()}
+        assert latest(instance, "confirmed_baseline")["adopted"].value is True
+        report = latest(instance, "review_report")["report"].value
+        assert "--max-num-seqs" in report and "lossless" in report and "autoresearch sweep quick" in report
+
+
+def test_confirmation_is_the_next_working_baseline_in_memory(research_graph):
+    from memory_db.store import MemoryStore
+
+    memory = MemoryStore(research_graph.home / "memory.duckdb")
+    args = memory.latest_confirmed_engine_args("quick")
+    assert args and args[args.index("--max-num-seqs") + 1] != "1"
+    rows = memory.query("select verdict, technique from v_experiments where endpoint = 'quick'")
+    assert rows.height == 1 and rows["verdict"][0] == "better"
+    assert os.environ.get("AUTORESEARCH_HOME") != str(research_graph.home)  # the fixture cleaned up its env
