@@ -1,6 +1,7 @@
 """Issue 6: the Dagster UI as a person sees it, in headless Chromium.
 
-One webserver (throw-away DAGSTER_HOME) serves the shipped code location. The sample
+One webserver serves the shipped code location over the Dagster instance where the session
+fixture ``research_graph`` materialised the quick endpoint's research graph. The sample
 endpoint's asset graph must render with every stage's node, and a materialised load curve must
 show its plot: the metadata table's "[Show Markdown]" opens a dialog with the embedded PNG.
 Screenshots and DOM dumps go to the test report folder (see ``ui_support.report_dir``);
@@ -10,12 +11,10 @@ Screenshots and DOM dumps go to the test report folder (see ``ui_support.report_
 from __future__ import annotations
 
 import base64
-import importlib.util
 import io
 import os
 import re
 import shutil
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,54 +26,15 @@ from PIL import Image
 from autoresearch.paths import REPO_ROOT
 from ui_support import Browser, Webserver, capture_page, report_dir, require_chromium, start_webserver
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.engine]
 
 SAMPLE_ENDPOINT = "support_smollm"
 REAL_LOCATION = "dagster_project.definitions"
 
-# The load-curve asset whose plot must render, materialised into the webserver's instance first.
-# Until the shipped stage exists this is a stand-in defined only in this module's temporary code
-# location (STAND_IN_SOURCE), because materialising the shipped one runs its upstream stages for
-# real (replay pool, 3 baseline sweeps on a vLLM server: minutes, and it needs the `engine`
-# marker). Switch to the shipped asset with this one line:
-#   LOAD_CURVE = dg.AssetKey(["tiny_random", "load_curve"])
-STAND_IN_LOAD_CURVE = dg.AssetKey(["ui_stand_in", "load_curve"])
-LOAD_CURVE = STAND_IN_LOAD_CURVE
+# The load-curve asset whose plot must render: the real stage, materialised (real sweeps on a
+# real vLLM server) by the session fixture ``research_graph`` into the Dagster home the webserver reads.
+LOAD_CURVE = dg.AssetKey(["quick", "load_curve"])
 PLOT_METADATA_KEY = "load_curve_plot"
-
-STAND_IN_SOURCE = textwrap.dedent('''
-    """Stand-in load-curve asset for tests/test_ui_browser.py (same metadata shape as the stage)."""
-    import tempfile
-    from pathlib import Path
-
-    import dagster as dg
-
-    from assets.common import md_image
-
-
-    @dg.asset(key=["ui_stand_in", "load_curve"], group_name="ui_stand_in")
-    def load_curve(context: dg.AssetExecutionContext) -> dict:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        rates, goodput = [1, 2, 4, 8, 16], [1.0, 2.0, 3.9, 5.1, 5.2]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(rates, goodput, marker="o")
-        ax.set_xlabel("offered rate (req/s)")
-        ax.set_ylabel("goodput within SLA (req/s)")
-        with tempfile.TemporaryDirectory() as tmp:
-            png = Path(tmp) / "load_curve.png"
-            fig.savefig(png, dpi=80)
-            plt.close(fig)
-            context.add_output_metadata({"load_curve_plot": md_image(png, "load curve"),
-                                         "knee_rps": 4.0})
-        return {"rates": rates, "goodput": goodput}
-
-
-    defs = dg.Definitions(assets=[load_curve])
-''')
 
 GROUP_LOCATION = """
 query { assetNodes { assetKey { path } groupName repository { name location { name } } } }
@@ -93,23 +53,6 @@ IMG_STATE = """(() => {
 })()"""
 
 
-def load_module_defs(path: Path) -> dg.Definitions:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.defs
-
-
-def materialize_into(home: Path, defs: dg.Definitions, key: dg.AssetKey) -> None:
-    """Materialise ``key`` and everything upstream into the instance at ``home`` (in-process),
-    as the webserver started afterwards on that DAGSTER_HOME will read it."""
-    keys = sorted(dg.AssetSelection.assets(key).upstream().materializable().resolve(defs.resolve_asset_graph()))
-    job = defs.resolve_implicit_job_def_def_for_assets(keys)
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        result = job.execute_in_process(instance=instance, asset_selection=keys)
-    assert result.success, f"materialising {key.to_user_string()} failed"
-
-
 def graph_node_texts(dom: str) -> set[str]:
     """Texts inside the asset graph's nodes (each node is an SVG <foreignObject>; at any zoom
     level, full or minimal, the node shows its asset name as text)."""
@@ -126,28 +69,11 @@ def assert_real_screenshot(path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webserver]:
-    """Webserver on the shipped code location (plus the stand-in's), with LOAD_CURVE materialised."""
+def ui(research_graph) -> Iterator[Webserver]:
+    """Webserver on the shipped code location over the instance where the research graph was materialised."""
     require_chromium()  # fail with a clear message before spending time on the server
-    root = tmp_path_factory.mktemp("ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    locations = [f"  - python_module:\n      module_name: {REAL_LOCATION}\n"
-                 f"      working_directory: {REPO_ROOT}\n"]
-    if LOAD_CURVE == STAND_IN_LOAD_CURVE:
-        stand_in = root / "ui_stand_in.py"
-        stand_in.write_text(STAND_IN_SOURCE)
-        locations.append(f"  - python_file:\n      relative_path: {stand_in}\n"
-                         "      location_name: ui_stand_in\n")
-        materialize_into(home, load_module_defs(stand_in), LOAD_CURVE)
-    else:
-        from dagster_project.definitions import defs
-
-        materialize_into(home, defs, LOAD_CURVE)
-    workspace = root / "workspace.yaml"
-    workspace.write_text("load_from:\n" + "".join(locations))
-    server = start_webserver(home, ["-w", str(workspace)], report_dir() / "ui_webserver.log")
+    server = start_webserver(research_graph.dagster_home, ["-m", REAL_LOCATION], report_dir() / "ui_webserver.log",
+                             env=research_graph.env)
     try:
         yield server
     finally:
