@@ -153,7 +153,6 @@ def diagnose_endpoint(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, reci
     from replay.build import engine_block_size
     from replay.tokenize import ChatTokenizer
     from research.diagnosis import diagnose, request_stats
-    from research.profile import parse_profile
     from research.workloads import build_variants, measure_variants, select_recipes
 
     from autoresearch.models import tokenizer_dir
@@ -170,7 +169,7 @@ def diagnose_endpoint(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, reci
                 progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
                 engine.start_profile()
                 run_sweep(engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds, check_client=False)
-                profile = parse_profile(engine.stop_profile())
+                profile = _parse_newest_profile(engine.stop_profile().parent, notes)
                 tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
                 for recipe in chosen:
                     progress(f"{spec.name}: diagnostic workload {recipe.name}")
@@ -184,6 +183,27 @@ def diagnose_endpoint(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, reci
     if notes:
         diagnosis = diagnosis.model_copy(update={"notes": diagnosis.notes + notes})
     return diagnosis
+
+
+def _parse_newest_profile(folder: Path, notes: list[str], wait_s: float = 30.0):
+    """Parse the newest trace in ``folder`` that holds operator events; ranks finish writing at
+    different times, so retry for a while. None (with a note) when none parses."""
+    import time
+
+    from research.profile import TraceError, parse_profile
+
+    deadline, problems = time.monotonic() + wait_s, []
+    while True:
+        traces = sorted(folder.rglob("*.pt.trace.json*"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for trace in traces:
+            try:
+                return parse_profile(trace)
+            except (TraceError, OSError, ValueError, EOFError) as exc:
+                problems.append(f"{trace.name}: {exc}")
+        if time.monotonic() > deadline:
+            notes.append("profile not usable: " + ("; ".join(problems[-3:]) or f"no trace in {folder}"))
+            return None
+        time.sleep(3)
 
 
 def propose_for(spec: EndpointSpec, diagnosis, *, n: int, mode: str, baseline: dict, campaign_id: str):

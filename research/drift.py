@@ -71,25 +71,13 @@ def source_signature(path: Path) -> str:
 
 
 def current_traffic_profile(spec: EndpointSpec):
-    """Profile of the endpoint's traffic source as it is now (nothing is persisted)."""
-    import numpy as np
-
+    """Profile of the endpoint's traffic source as it is now, computed exactly as a pool build
+    computes its production profile (nothing is persisted)."""
     from autoresearch.models import tokenizer_dir
-    from replay import ingest
-    from replay.build import engine_block_size, profile_from_request_log, traffic_source, transform_trace
-    from replay.fidelity import TrafficProfile
+    from replay.build import profile_from_source
     from replay.tokenize import ChatTokenizer
 
-    source = traffic_source(spec.traffic)
-    if spec.traffic.kind in ("request_log", "sample"):
-        tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
-        return profile_from_request_log(source, tok, engine_block_size(spec), limit=spec.traffic.limit)
-    read = ingest.read_azure if spec.traffic.kind == "azure" else ingest.read_mooncake
-    frame, _ = transform_trace(read(source, limit=spec.traffic.limit).frame, spec.traffic,
-                               has_blocks=spec.traffic.kind == "mooncake")
-    ts = frame["timestamp_s"].to_numpy()
-    return TrafficProfile(ts - (ts.min() if len(ts) else 0.0), frame["prompt_target"].to_numpy(),
-                          frame["output_target"].to_numpy())
+    return profile_from_source(spec, ChatTokenizer.from_dir(tokenizer_dir(spec.model.path)))
 
 
 def traffic_drift(spec: EndpointSpec, reference) -> TrafficDrift:

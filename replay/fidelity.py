@@ -1,0 +1,207 @@
+"""How closely a replay pool matches production: distances, thresholds, a table and a plot.
+
+Both sides are reduced to a :class:`TrafficProfile` (arrivals, prompt and output lengths,
+cached-prefix fraction) and compared with the same distances, so the traffic-drift sensor can
+compare new production logs against a pool's profile with this module too.
+
+Distances
+- prompt / output token lengths, inter-arrival gaps, concurrency: two-sample KS statistic.
+- burstiness: relative difference of the coefficient of variation of inter-arrival gaps.
+- cached-prefix fraction: absolute difference (fraction of prompt tokens an unbounded prefix
+  cache would serve, at the engine's block size for logs, at the trace's block size for traces).
+- concurrency: in-flight requests sampled every 0.5 s under a nominal service model
+  (``NOMINAL_*``): it checks that arrivals and lengths together load the server alike.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import ks_2samp
+
+from autoresearch.config import FidelitySpec
+
+NOMINAL_BASE_S = 0.05
+NOMINAL_PREFILL_S_PER_TOKEN = 0.0002
+NOMINAL_DECODE_S_PER_TOKEN = 0.02
+
+
+@dataclass
+class TrafficProfile:
+    """The shape of a traffic sample; arrays are per request in arrival order."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    cached_fraction: float | None = None
+    cached_block: int | None = None
+    logged_cached_fraction: float | None = None
+    note: str = ""
+
+    def __post_init__(self):
+        order = np.argsort(np.asarray(self.arrival_s, dtype=np.float64), kind="stable")
+        self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)[order]
+        self.prompt_tokens = np.asarray(self.prompt_tokens, dtype=np.int64)[order]
+        self.output_tokens = np.asarray(self.output_tokens, dtype=np.int64)[order]
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def summary(self) -> dict:
+        gaps = interarrival(self.arrival_s)
+        return {"requests": len(self), "duration_s": float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0,
+                "prompt_tokens_p50": _pct(self.prompt_tokens, 50), "prompt_tokens_p95": _pct(self.prompt_tokens, 95),
+                "output_tokens_p50": _pct(self.output_tokens, 50), "output_tokens_p95": _pct(self.output_tokens, 95),
+                "rate_rps": float(len(self) / max(self.arrival_s[-1] - self.arrival_s[0], 1e-9)) if len(self) > 1 else 0.0,
+                "burstiness_cv": burstiness(gaps), "cached_fraction": self.cached_fraction,
+                "cached_block": self.cached_block, "logged_cached_fraction": self.logged_cached_fraction}
+
+    def save(self, path: Path | str) -> Path:
+        path = Path(path)
+        meta = {k: getattr(self, k) for k in ("cached_fraction", "cached_block", "logged_cached_fraction", "note")}
+        np.savez_compressed(path, arrival_s=self.arrival_s, prompt_tokens=self.prompt_tokens,
+                            output_tokens=self.output_tokens, meta=np.array(json.dumps(meta)))
+        return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+    @classmethod
+    def load(cls, path: Path | str) -> "TrafficProfile":
+        with np.load(path) as z:
+            meta = json.loads(str(z["meta"]))
+            return cls(z["arrival_s"], z["prompt_tokens"], z["output_tokens"], **meta)
+
+
+def _pct(a: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+def interarrival(arrival_s: np.ndarray) -> np.ndarray:
+    return np.diff(np.sort(np.asarray(arrival_s, dtype=np.float64)))
+
+
+def burstiness(gaps: np.ndarray) -> float | None:
+    """Coefficient of variation of inter-arrival gaps (1 for Poisson, larger when bursty)."""
+    if len(gaps) < 2 or gaps.mean() <= 0:
+        return None
+    return float(gaps.std() / gaps.mean())
+
+
+def concurrency_samples(p: TrafficProfile, step_s: float = 0.5) -> np.ndarray:
+    """In-flight requests every ``step_s`` under the nominal service model."""
+    if len(p) == 0:
+        return np.zeros(1)
+    start = p.arrival_s
+    end = start + NOMINAL_BASE_S + p.prompt_tokens * NOMINAL_PREFILL_S_PER_TOKEN + p.output_tokens * NOMINAL_DECODE_S_PER_TOKEN
+    grid = np.arange(start[0], end.max() + step_s, step_s)
+    return (np.searchsorted(start, grid, side="right") - np.searchsorted(np.sort(end), grid, side="right")).astype(np.float64)
+
+
+@dataclass
+class FidelityRow:
+    name: str
+    pool: float | None
+    production: float | None
+    distance: float | None
+    threshold: float
+    ok: bool
+    blocking: bool = True
+    note: str = ""
+
+
+@dataclass
+class FidelityReport:
+    rows: list[FidelityRow] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.ok for r in self.rows if r.blocking)
+
+    @property
+    def failures(self) -> list[FidelityRow]:
+        return [r for r in self.rows if r.blocking and not r.ok]
+
+    def table(self) -> str:
+        """A fixed-width table: metric, pool, production, distance, threshold, verdict."""
+        fmt = lambda v: "n/a" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
+        head = ("metric", "pool", "production", "distance", "threshold", "result")
+        body = [(r.name, fmt(r.pool), fmt(r.production), fmt(r.distance), f"{r.threshold:g}",
+                 ("ok" if r.ok else "FAIL") + ("" if r.blocking else " (info)") + (f"  {r.note}" if r.note else ""))
+                for r in self.rows]
+        widths = [max(len(x[i]) for x in [head, *body]) for i in range(5)]
+        line = lambda x: "  ".join(v.ljust(w) for v, w in zip(x[:5], widths)) + "  " + x[5]
+        verdict = "PASS" if self.passed else "FAIL (" + ", ".join(r.name for r in self.failures) + ")"
+        return "\n".join([line(head), line(tuple("-" * w for w in widths) + ("------",)), *map(line, body),
+                          f"fidelity: {verdict}"])
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "rows": [asdict(r) for r in self.rows]}
+
+
+def _row(name, pool, prod, dist, threshold, blocking=True, note="") -> FidelityRow:
+    ok = dist is None or dist <= threshold
+    return FidelityRow(name, pool, prod, None if dist is None else float(dist), float(threshold), bool(ok), blocking,
+                       note or ("not measurable on this data" if dist is None else ""))
+
+
+def _ks(a: np.ndarray, b: np.ndarray) -> float | None:
+    if len(a) < 2 or len(b) < 2:
+        return None
+    return float(ks_2samp(a, b, method="asymp").statistic)
+
+
+def fidelity_report(pool: TrafficProfile, production: TrafficProfile, thresholds: FidelitySpec | None = None) -> FidelityReport:
+    """Compare a pool's profile with production's; every distance sits next to its threshold."""
+    t = thresholds or FidelitySpec()
+    rows = [
+        _row("prompt_tokens_ks", _pct(pool.prompt_tokens, 50), _pct(production.prompt_tokens, 50),
+             _ks(pool.prompt_tokens, production.prompt_tokens), t.prompt_tokens_ks, note="values: medians"),
+        _row("output_tokens_ks", _pct(pool.output_tokens, 50), _pct(production.output_tokens, 50),
+             _ks(pool.output_tokens, production.output_tokens), t.output_tokens_ks, note="values: medians"),
+    ]
+    if pool.cached_fraction is not None and production.cached_fraction is not None:
+        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction,
+                         abs(pool.cached_fraction - production.cached_fraction), t.cached_fraction_abs,
+                         note=f"block {production.cached_block} tokens"))
+    else:
+        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction, None, t.cached_fraction_abs))
+    if production.logged_cached_fraction is not None and pool.cached_fraction is not None:
+        rows.append(_row("cached_fraction_vs_logged", pool.cached_fraction, production.logged_cached_fraction,
+                         abs(pool.cached_fraction - production.logged_cached_fraction), t.cached_fraction_abs, blocking=False,
+                         note="logged by the production engine (bounded cache, eviction)"))
+    gp, gq = interarrival(pool.arrival_s), interarrival(production.arrival_s)
+    rows.append(_row("interarrival_ks", _pct(gp, 50), _pct(gq, 50), _ks(gp, gq), t.interarrival_ks, note="values: median gap s"))
+    bp, bq = burstiness(gp), burstiness(gq)
+    rows.append(_row("burstiness_rel", bp, bq, None if bp is None or not bq else abs(bp - bq) / bq, t.burstiness_rel,
+                     note="values: CV of gaps"))
+    cp, cq = concurrency_samples(pool), concurrency_samples(production)
+    rows.append(_row("concurrency_ks", float(cp.mean()), float(cq.mean()), _ks(cp, cq), t.concurrency_ks,
+                     note="values: mean in flight (nominal service model)"))
+    return FidelityReport(rows)
+
+
+def render_length_plot(pool: TrafficProfile, production: TrafficProfile, path: Path | str, title: str = "") -> Path:
+    """PNG of prompt and output token-length distributions, pool over production (matplotlib Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+    for ax, attr, label in ((axes[0], "prompt_tokens", "prompt tokens"), (axes[1], "output_tokens", "output tokens")):
+        a, b = getattr(production, attr), getattr(pool, attr)
+        hi = max(int(a.max()) if len(a) else 1, int(b.max()) if len(b) else 1)
+        bins = np.linspace(0, hi + 1, 50)
+        ax.hist(a, bins=bins, density=True, alpha=0.45, label=f"production (n={len(a)})", color="tab:blue")
+        ax.hist(b, bins=bins, density=True, histtype="step", linewidth=2, label=f"pool (n={len(b)})", color="tab:orange")
+        ax.set_xlabel(label)
+        ax.set_ylabel("density")
+        ax.legend()
+    fig.suptitle(title or "replay pool vs production: token lengths")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
