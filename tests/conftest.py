@@ -90,7 +90,8 @@ endpoint:
   model: {path: "builtin:tiny-random", served_name: tiny-random, revision: seed-0}
   engine:
     kind: vllm
-    args: ["--max-num-seqs", "1", "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32"]
+    args: ["--max-num-seqs", "1", "--max-model-len", "4096", "--enforce-eager", "--dtype", "float32",
+           "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     env: {VLLM_CPU_KVCACHE_SPACE: "1"}
   sla: {ttft_ms: 1000, itl_ms: 300, max_error_rate: 0.01}
   traffic: {kind: sample, seed: 3, limit: 200}
@@ -136,8 +137,10 @@ def _materialize(defs, instance, names: list[str], partition: str | None = None)
     import dagster as dg
 
     keys = [dg.AssetKey(["quick", n]) for n in names]
-    result = dg.materialize([defs.get_assets_def(k) for k in keys], instance=instance, partition_key=partition,
-                            resources=defs.resources, selection=keys)
+    graph = defs.resolve_asset_graph()
+    upstream = {k for k in graph.get_all_asset_keys() if k.path[0] == "quick" and graph.get(k).is_materializable}
+    result = dg.materialize([defs.get_assets_def(k) for k in sorted(upstream)], instance=instance,
+                            partition_key=partition, resources=defs.resources, selection=keys)
     assert result.success, f"materialising {names} failed"
 
 

@@ -1,0 +1,236 @@
+"""The one experiment harness: every configuration (baseline or candidate) is measured the same way.
+
+Launch the configuration, check correctness against the campaign's reference outputs, run
+``repeats`` capacity sweeps on the same replay pool, schedule and SLA as the baseline, stop
+the engine, and judge: better / same / worse against the baseline's noise floor, or invalid
+(launch failure, crash, errors over the SLA's limit, a client that fell behind, or a failed
+correctness check). Engine failures become an ``invalid`` verdict with the reason and the log
+tail, never an exception: a campaign must survive its worst candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from autoresearch.config import EndpointSpec
+from loadgen.results import Comparison, NoiseFloor, SweepResult, Verdict
+from research.correctness import (
+    CorrectnessReport,
+    CorrectnessThresholds,
+    CorrectnessUnavailable,
+    ReferenceOutputs,
+    capture_reference,
+    check_candidate,
+)
+
+Progress = Callable[[str], None]
+#: (engine, pool, spec) -> one capacity sweep. Default: loadgen's run_sweep.
+SweepFn = Callable[[Any, pl.DataFrame, EndpointSpec], SweepResult]
+
+
+class CandidateResult(BaseModel):
+    """Everything one measured configuration produced, with its verdict."""
+
+    engine_args: list[str]
+    sweeps: list[SweepResult] = Field(default_factory=list)
+    comparison: Comparison | None = None
+    correctness: CorrectnessReport | None = None
+    reference: ReferenceOutputs | None = None  # captured here (baseline measurements only)
+    verdict: Verdict
+    confirmed: bool = False  # better, and every repeat beat the noise floor
+    invalid_reason: str | None = None
+    identity: dict[str, Any] = Field(default_factory=dict)
+    wall_s: float = 0.0
+    log_tail: str | None = None
+
+    @property
+    def capacities(self) -> list[float]:
+        return [s.capacity_rps or 0.0 for s in self.sweeps]
+
+
+def default_sweep_fn(**kwargs) -> SweepFn:
+    """loadgen's capacity sweep, with fixed keyword arguments (e.g. an explicit rate ladder)."""
+    from loadgen.sweep import run_sweep  # imported late: loadgen is optional for unit tests of judging
+
+    def sweep(engine, pool: pl.DataFrame, spec: EndpointSpec) -> SweepResult:
+        return run_sweep(engine, pool, spec, **kwargs)
+
+    return sweep
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def stop_orphan(active_file: Path, progress: Progress = print, wait_s: float = 20.0) -> bool:
+    """Stop an engine a killed campaign left running (recorded in ``active_file``); True if one was stopped.
+
+    The process is only signalled when its command line is still the recorded one (no pid reuse).
+    """
+    from engines.process import group_alive
+
+    if not active_file.exists():
+        return False
+    try:
+        info = json.loads(active_file.read_text())
+        pid, argv = int(info["pid"]), list(info["argv"])
+    except (ValueError, KeyError, TypeError):
+        active_file.unlink(missing_ok=True)
+        return False
+    stopped = False
+    if _cmdline(pid) == argv:
+        progress(f"stopping engine pid {pid} left running by an interrupted run")
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait_s
+            while group_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not group_alive(pid):
+                break
+        stopped = True
+    active_file.unlink(missing_ok=True)
+    return stopped
+
+
+def judge(sweeps: list[SweepResult], noise: NoiseFloor | None, spec: EndpointSpec,
+          compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None
+          ) -> tuple[Verdict, bool, str | None, Comparison | None]:
+    """Verdict of finished sweeps against a noise floor: (verdict, confirmed, invalid_reason, comparison).
+
+    Pure, so the rules are unit-testable on constructed SweepResults.
+    """
+    if not sweeps:
+        return "invalid", False, "no sweep finished", None
+    for i, sweep in enumerate(sweeps):
+        if sweep.validity != "valid":
+            return "invalid", False, f"sweep {i + 1}: {sweep.invalid_reason or 'invalid'}", None
+        bad_steps = [s for s in sweep.steps if s.validity != "valid"]
+        if bad_steps:
+            return "invalid", False, f"sweep {i + 1} step {bad_steps[0].target_rate} req/s: {bad_steps[0].invalid_reason}", None
+        if sweep.steps:
+            first = min(sweep.steps, key=lambda s: s.target_rate)
+            # Timeouts are what overload looks like (an SLA failure, capacity 0); other errors
+            # (HTTP 4xx/5xx, refused connections) mean the configuration itself is broken.
+            broken = [e for e in first.error_examples if not e.lower().startswith("timeout")]
+            if first.error_rate > spec.sla.max_error_rate and (broken or not first.error_examples):
+                return ("invalid", False, f"sweep {i + 1}: error rate {first.error_rate:.1%} at the lowest rate "
+                        f"{first.target_rate} req/s exceeds the SLA's limit {spec.sla.max_error_rate:.1%}", None)
+    if noise is None:
+        return "same", False, None, None
+    if compare_fn is None:
+        from loadgen.compare import compare as compare_fn  # noqa: PLC0415
+    comparison = compare_fn(noise, sweeps)
+    base_max = max(comparison.baseline_capacities or [comparison.baseline_capacity])
+    confirmed = comparison.verdict == "better" and all(
+        c >= comparison.baseline_capacity * (1 + comparison.threshold) and c > base_max
+        for c in comparison.candidate_capacities)
+    reason = comparison.evidence if comparison.verdict == "invalid" else None
+    return comparison.verdict, confirmed, reason, comparison
+
+
+def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame, baseline_noise: NoiseFloor | None,
+                  repeats: int, *, lossy: bool = False, reference: ReferenceOutputs | None = None,
+                  capture: bool = False, thresholds: CorrectnessThresholds | None = None,
+                  workdir: Path | None = None, active_file: Path | None = None, sweep_fn: SweepFn | None = None,
+                  compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
+                  progress: Progress = print) -> CandidateResult:
+    """Measure ``engine_args`` on ``pool`` and judge it against ``baseline_noise``.
+
+    ``reference``: outputs to check correctness against (skipped when None); ``capture``: record
+    this configuration's outputs as the reference instead (the campaign's first baseline).
+    ``active_file``: where the running engine's pid is recorded while it runs, so that a resumed
+    campaign can stop an engine its killed predecessor left behind (see :func:`stop_orphan`).
+    """
+    from engines import EngineError, start_engine
+
+    sweep_fn = sweep_fn or default_sweep_fn()
+    started = time.monotonic()
+    result = CandidateResult(engine_args=list(engine_args), verdict="invalid")
+
+    def done(reason: str | None = None, log_tail: str | None = None) -> CandidateResult:
+        if reason:
+            result.verdict, result.invalid_reason = "invalid", reason
+            progress(f"  invalid: {reason.splitlines()[0]}")
+        result.log_tail = log_tail
+        result.wall_s = time.monotonic() - started
+        return result
+
+    try:
+        engine = start_engine(spec, args_override=list(engine_args), workdir=workdir)
+    except EngineError as exc:
+        return done(f"launch failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
+    except Exception as exc:  # a bad candidate must never end the campaign
+        return done(f"launch failed: {exc!r}", traceback.format_exc()[-4000:])
+    log_tail = None
+    if active_file is not None and engine.pid is not None:
+        active_file.parent.mkdir(parents=True, exist_ok=True)
+        active_file.write_text(json.dumps({"pid": engine.pid, "argv": _cmdline(engine.pid) or []}))
+    try:
+        identity = engine.identity
+        result.identity = {"engine": identity.engine, "engine_version": identity.engine_version,
+                           "model": identity.model, "launch_config_hash": identity.launch_config_hash,
+                           "launch_command": list(identity.launch_command)}
+        try:
+            if capture:
+                progress("  capturing reference outputs")
+                result.reference = capture_reference(engine.base_url, engine.served_model, engine_args,
+                                                     thresholds=thresholds)
+            elif reference is not None:
+                progress("  correctness check (" + ("lossy" if lossy else "lossless") + ")")
+                result.correctness = check_candidate(engine.base_url, engine.served_model, reference, engine_args,
+                                                     lossy=lossy, thresholds=thresholds)
+                progress("  " + result.correctness.summary())
+                if not result.correctness.passed:
+                    return done(f"correctness failed: {result.correctness.reason}")
+        except CorrectnessUnavailable as exc:
+            engine.check_alive()
+            return done(f"correctness check could not run: {exc}")
+        for i in range(repeats):
+            engine.check_alive()
+            sweep = sweep_fn(engine, pool, spec)
+            result.sweeps.append(sweep)
+            progress(f"  sweep {i + 1}/{repeats}: capacity {sweep.capacity_rps} req/s"
+                     + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else ""))
+            if sweep.validity != "valid":
+                break
+        engine.check_alive()
+    except EngineError as exc:  # includes EngineCrashed
+        return done(f"engine failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
+    except Exception as exc:
+        try:
+            log_tail = engine.log_tail()
+        except Exception:  # noqa: BLE001 - best effort
+            log_tail = None
+        return done(f"measurement failed: {exc!r}", (log_tail or "") + "\n" + traceback.format_exc()[-3000:])
+    finally:
+        try:
+            engine.stop()
+        except Exception as exc:  # noqa: BLE001 - the verdict matters more than a stop hiccup
+            progress(f"  warning: stopping the engine failed: {exc!r}")
+        else:
+            if active_file is not None:
+                active_file.unlink(missing_ok=True)
+    verdict, confirmed, reason, comparison = judge(result.sweeps, baseline_noise, spec, compare_fn)
+    result.verdict, result.confirmed, result.comparison = verdict, confirmed, comparison
+    if verdict == "invalid":
+        return done(reason or "invalid")
+    if comparison is not None:
+        progress(f"  verdict {verdict}{' (confirmed)' if confirmed else ''}: {comparison.evidence}")
+    return done()

@@ -1,0 +1,210 @@
+"""The review report of a campaign: what a person reads before approving a configuration.
+
+Markdown plus a PNG of the load curves: config diff (reference -> best), load curves before and
+after, the noise floor, every repeat, correctness evidence, the lossy/lossless label, every
+experiment with its verdict, open questions, and the exact commands that reproduce the result.
+Nothing is deployed: the report says so, and approval is a person's decision.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from autoresearch.config import CampaignSpec, EndpointSpec
+from autoresearch.engine_args import REMOVE, diff_args, parse_args
+from loadgen.results import SweepResult
+from research.state import BaselineRecord, CampaignState, ExperimentRecord
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def load_curves_png(before: list[SweepResult], after: list[SweepResult], endpoint: EndpointSpec, path: Path) -> Path:
+    """TTFT (at the SLA percentile) and throughput against offered rate, reference vs best, every repeat."""
+    try:  # loadgen's plot: every latency percentile, SLA lines, knee and capacity per sweep
+        from loadgen.plots import load_curve_png
+
+        labels = [f"reference #{i + 1}" for i in range(len(before))] + [f"best #{i + 1}" for i in range(len(after))]
+        return Path(load_curve_png(list(before) + list(after), endpoint.sla, path, labels=labels,
+                                   title=f"{endpoint.name}: load curves, reference vs best (every repeat)"))
+    except ImportError:  # fall back to the compact plot below
+        pass
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pct = endpoint.sla.ttft_percentile
+    key = {50: "p50", 90: "p90", 95: "p95", 99: "p99"}.get(int(pct), "p95")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, sweeps, color in (("reference", before, "tab:red"), ("best", after, "tab:green")):
+        for i, sweep in enumerate(sweeps):
+            steps = sorted(sweep.steps, key=lambda s: s.target_rate)
+            rates = [s.target_rate for s in steps]
+            ttft = [getattr(s.ttft_ms, key) for s in steps]
+            thr = [s.throughput_rps for s in steps]
+            kw = {"color": color, "alpha": 0.85, "marker": "o", "label": label if i == 0 else None}
+            ax1.plot(rates, [t if t is not None else float("nan") for t in ttft], **kw)
+            ax2.plot(rates, thr, **kw)
+            if sweep.capacity_rps:
+                ax1.axvline(sweep.capacity_rps, color=color, ls=":", alpha=0.6)
+    ax1.axhline(endpoint.sla.ttft_ms, color="black", ls="--", lw=1, label=f"SLA TTFT {key}")
+    ax1.set(xlabel="offered rate (req/s)", ylabel=f"TTFT {key} (ms)", yscale="log", title="Latency (dotted: capacity)")
+    ax2.plot([0, max([s.target_rate for w in before + after for s in w.steps] or [1])],
+             [0, max([s.target_rate for w in before + after for s in w.steps] or [1])], color="grey", ls=":", lw=1)
+    ax2.set(xlabel="offered rate (req/s)", ylabel="completed req/s", title="Throughput")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{endpoint.name}: load curves, reference vs best (every repeat)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _diff_table(before: list[str], after: list[str]) -> list[str]:
+    diff = diff_args(before, after)
+    if not diff:
+        return ["No change: the reference configuration is still the best one found."]
+    old = parse_args(before)
+    lines = ["| flag | reference | best |", "|---|---|---|"]
+    for flag, value in diff.items():
+        was = "(absent)" if flag not in old else ("(switch)" if old[flag] is None else old[flag])
+        now = "(removed)" if value == REMOVE else ("(switch)" if value is None else value)
+        lines.append(f"| `{flag}` | {was} | {now} |")
+    return lines
+
+
+def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
+    n = b.noise
+    return [f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
+            f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
+            f"threshold to beat {getattr(n, 'threshold', 0):.1%}"]
+
+
+def _experiment_section(e: ExperimentRecord) -> list[str]:
+    label = "LOSSY - flagged for human review" if e.lossy else "lossless"
+    lines = [f"### {e.title} ({e.kind} `{e.experiment_id}`, round {e.round})", "",
+             f"- Label: **{label}**", f"- Change: `{e.diff}`", f"- Verdict: **{e.verdict}**"
+             + (" - confirmed in every repeat" if e.confirmed else "")]
+    if e.comparison:
+        c = e.comparison
+        lines.append(f"- Repeats: capacities {[round(x, 3) for x in c.candidate_capacities]} req/s vs working baseline "
+                     f"{_fmt(c.baseline_capacity)} req/s (needs > +{c.threshold:.1%}); ratio {_fmt(c.capacity_ratio)}")
+        lines.append(f"- Evidence: {c.evidence}")
+    if e.correctness:
+        lines.append(f"- Correctness: {e.correctness.summary()}")
+        diverged = [s for s in e.correctness.sequences if not s.identical]
+        for s in diverged[:3]:
+            lines.append(f"  - prompt {s.prompt_index}: first divergence at token {s.first_divergence}"
+                         f"{' (a near-tie)' if s.divergence_is_tie else ''}: reference {s.reference_text[:80]!r} vs "
+                         f"candidate {s.candidate_text[:80]!r}")
+    for note in e.notes:
+        lines.append(f"- {note}")
+    if e.invalid_reason:
+        lines.append(f"- Invalid: {e.invalid_reason}")
+    return lines + [""]
+
+
+def reproduce_commands(state: CampaignState, endpoint: EndpointSpec, campaign: CampaignSpec) -> list[str]:
+    best = state.working
+    launch = best.identity.get("launch_command") if best else None
+    lines = ["```bash", "# re-run this campaign (resumes from its state file; a fresh state dir starts over)",
+             f"autoresearch campaign run {campaign.name}"]
+    if launch:
+        lines += ["# start the best configuration exactly as it was measured",
+                  " ".join(shlex.quote(a) for a in launch)]
+    lines += ["```"]
+    return lines
+
+
+def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: CampaignSpec, out_dir: Path | str) -> Path:
+    """Write ``review.md`` and ``load_curves.png`` under ``out_dir``; return the markdown path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ref, best = state.reference, state.working
+    md: list[str] = [f"# Review: campaign `{state.campaign}` on endpoint `{endpoint.name}`", "",
+                     "**Nothing has been deployed.** A person reads this report and approves (or not) the "
+                     "configuration below.", ""]
+    if ref is None or best is None:
+        md += [f"The campaign has no measured baseline: {state.end_reason}", ""]
+        failed = state.failed_baseline or {}
+        for i, sweep in enumerate(failed.get("sweeps", [])):
+            examples = sorted({e for st in sweep.get("steps", []) for e in st.get("error_examples", [])})
+            if examples:
+                md += [f"Errors in baseline sweep {i + 1}:", ""] + [f"- `{e[:300]}`" for e in examples[:5]] + [""]
+        if failed.get("log_tail"):
+            md += ["Engine log (tail):", "", "```", failed["log_tail"][-3000:], "```", ""]
+        path = out / "review.md"
+        path.write_text("\n".join(md))
+        return path
+    gain = best.capacity / ref.capacity if ref.capacity > 0 else None
+    adopted = [state.experiments[b.source_experiment] for b in state.baselines
+               if b.source_experiment and b.source_experiment in state.experiments]
+    any_lossy = any(e.lossy for e in adopted)
+    md += ["## Summary", "",
+           "| | |", "|---|---|",
+           f"| campaign id | `{state.campaign_id}` |",
+           f"| model | {endpoint.model.served_name or endpoint.model.path} ({endpoint.model.revision}) |",
+           f"| hardware | {endpoint.hardware.gpu_type} x {endpoint.hardware.gpu_count} |",
+           f"| SLA | TTFT p{endpoint.sla.ttft_percentile:g} <= {endpoint.sla.ttft_ms:g} ms"
+           + (f", ITL p{endpoint.sla.itl_percentile:g} <= {endpoint.sla.itl_ms:g} ms" if endpoint.sla.itl_ms else "")
+           + (f", E2E p{endpoint.sla.e2e_percentile:g} <= {endpoint.sla.e2e_ms:g} ms" if endpoint.sla.e2e_ms else "")
+           + f", errors <= {endpoint.sla.max_error_rate:.0%} |",
+           f"| reference capacity (campaign start) | {_fmt(ref.capacity)} req/s |",
+           f"| best capacity | {_fmt(best.capacity)} req/s |",
+           f"| total gain | **x{_fmt(gain)}** |",
+           f"| label | **{'LOSSY - human review required' if any_lossy else 'lossless (outputs kept, checked)'}** |",
+           f"| ended because | {state.end_reason or 'still running'} |",
+           f"| experiments | {sum(e.verdict != 'skipped' for e in state.experiments.values())} run, "
+           f"{sum(e.verdict == 'skipped' for e in state.experiments.values())} skipped, {len(state.rounds)} round(s) |",
+           f"| budget used | {state.gpu_hours_used:.3f} GPU-h, {state.active_seconds / 60:.1f} min active, "
+           f"{state.resumes} resume(s) |", ""]
+    md += ["## Configuration diff (reference -> best)", ""] + _diff_table(ref.engine_args, best.engine_args) + [""]
+    md += [f"Reference: `{' '.join(ref.engine_args)}`  ", f"Best: `{' '.join(best.engine_args)}`", ""]
+    png = load_curves_png(ref.sweeps, best.sweeps, endpoint, out / "load_curves.png")
+    md += ["## Load curves", "", f"![load curves]({png.name})", ""]
+    md += ["| config | rate (req/s) | TTFT p95 (ms) | ITL p95 (ms) | E2E p95 (ms) | done req/s | errors | within SLA |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name, b in (("reference", ref), ("best", best)):
+        if not b.sweeps:
+            continue
+        for s in sorted(b.sweeps[0].steps, key=lambda s: s.target_rate):
+            md.append(f"| {name} | {s.target_rate:g} | {_fmt(s.ttft_ms.p95)} | {_fmt(s.itl_ms.p95)} | "
+                      f"{_fmt(s.e2e_ms.p95)} | {s.throughput_rps:.2f} | {s.error_rate:.1%} | "
+                      f"{'yes' if s.within_sla else 'no: ' + '; '.join(s.sla_violations)} |")
+    md += ["", "## Noise floor", ""]
+    md += _noise_lines("reference (campaign start)", ref)
+    for i, b in enumerate(state.baselines[1:], start=1):
+        md += _noise_lines(f"working baseline {i} (from `{b.source_experiment}`)", b)
+    md += ["", "A candidate counts only if every repeat beats its working baseline by more than the threshold.", ""]
+    md += ["## Adopted changes (in order)", ""]
+    if not adopted:
+        md += ["None: no candidate beat the noise floor in all its repeats.", ""]
+    for e in adopted:
+        md += _experiment_section(e)
+    others = [e for e in state.experiments.values() if e.experiment_id not in {a.experiment_id for a in adopted}]
+    lossy = [e for e in others if e.lossy and e.verdict != "skipped"]
+    if lossy:
+        md += ["## Lossy changes (flagged for human review, never adopted automatically)", ""]
+        for e in lossy:
+            md += _experiment_section(e)
+    md += ["## All experiments", "", "| id | round | kind | change | verdict | capacities | ratio | label | note |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for e in sorted(state.experiments.values(), key=lambda e: (e.round, e.started_at)):
+        caps = [round(s.capacity_rps or 0, 3) for s in e.sweeps]
+        ratio = e.comparison.capacity_ratio if e.comparison else None
+        note = (e.invalid_reason or e.skip_reason or "").replace("|", "/").splitlines()
+        md.append(f"| `{e.experiment_id}` | {e.round} | {e.kind} | `{e.diff}` | {e.verdict}"
+                  f"{' (confirmed)' if e.confirmed else ''} | {caps} | {_fmt(ratio)} | "
+                  f"{'lossy' if e.lossy else 'lossless'} | {note[0][:160] if note else ''} |")
+    md += ["", "## Open questions", ""]
+    md += [f"- {q}" for q in state.open_questions] or ["- none"]
+    md += ["", "## Reproduce", ""] + reproduce_commands(state, endpoint, campaign) + [""]
+    path = out / "review.md"
+    path.write_text("\n".join(md))
+    return path

@@ -1,0 +1,156 @@
+"""Whole campaigns on real vLLM CPU servers.
+
+- Resume: a campaign process killed with SIGKILL after its first experiment is recorded is
+  started again; it stops the engine its predecessor left running, does not re-run the finished
+  experiment, and ends normally (tiny random model, short steps).
+- The embedded default: support_smollm (SmolLM2, deliberately poor baseline) with the rule-based
+  proposer ends with a confirmed lossless baseline of at least 1.5x the starting capacity, every
+  confirmation beating the noise floor in all its repeats, and a review report that shows it.
+  The most expensive test of the suite: short steps, two sweeps per configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autoresearch.config import DefinitionSet, SweepSpec
+from autoresearch.paths import REPO_ROOT
+from memory_db import MemoryStore
+from research.campaign import run_campaign
+from research.state import StateStore
+
+pytestmark = pytest.mark.engine
+
+# The sample traffic sends tools with tool_choice "auto": vLLM needs a tool parser for that.
+TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+
+RESUME_SCRIPT = textwrap.dedent('''
+    import sys
+    from autoresearch.config import CampaignSpec, SweepSpec, load_definitions
+    from autoresearch.paths import definitions_dir
+    from research.campaign import run_campaign
+
+    spec = load_definitions(definitions_dir()).endpoint("tiny_random")
+    args = ["--max-num-seqs", "2", "--max-model-len", "4096", "--enforce-eager", "--dtype", "float32",
+            "--no-enable-prefix-caching", {tool_args}]
+    spec = spec.with_engine_args(args).model_copy(update={{"sweep": SweepSpec(
+        rates=[2.0, 6.0], step_duration_s=3, warmup_requests=1, repeats=2, max_steps=2)}})
+    campaign = CampaignSpec(name="resume_test", endpoint="tiny_random", deadline_minutes=30, gpu_hours=1,
+                            subagents=2, repeats=1, max_rounds=1, proposer="rules")
+    out = run_campaign(campaign, spec, state_dir=sys.argv[1], progress=lambda m: print(m, flush=True))
+    print("OUTCOME", out.model_dump_json())
+''').format(tool_args=", ".join(repr(a) for a in TOOL_ARGS))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path: Path, engine_slot):
+    engine_slot.release()  # one engine at a time on this machine
+    script = tmp_path / "run.py"
+    script.write_text(RESUME_SCRIPT)
+    state_dir = tmp_path / "state"
+    cmd = [sys.executable, str(script), str(state_dir)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    log1 = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(cmd, stdout=log1, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
+    state_file = state_dir / "resume_test.state.json"
+    active = state_dir / "resume_test.runs" / "active_engine.json"
+    finished_id, orphan_pid = None, None
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.5)
+            if not state_file.exists():
+                continue
+            try:
+                state = json.loads(state_file.read_text())
+            except ValueError:
+                continue
+            done = [e for e in state["experiments"].values() if e["verdict"] != "skipped" and e["sweeps"]]
+            if done and active.exists():  # first experiment recorded and the next engine is running
+                finished_id = done[0]["experiment_id"]
+                orphan_pid = json.loads(active.read_text())["pid"]
+                break
+            if done and finished_id is None:
+                finished_id = done[0]["experiment_id"]
+        assert finished_id is not None, (tmp_path / "first.log").read_text()[-3000:]
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        log1.close()
+    before = StateStore(state_dir, "resume_test").load()
+    recorded = before.experiments[finished_id]
+
+    second = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    out = second.stdout
+    assert "resuming campaign resume_test" in out
+    assert f"experiment {finished_id}" not in out  # the finished experiment was not run again
+    if orphan_pid is not None:
+        assert "left running by an interrupted run" in out
+        assert not _alive(orphan_pid)
+    after = StateStore(state_dir, "resume_test").load()
+    assert after.finished and after.resumes == 1
+    kept = after.experiments[finished_id]
+    assert kept.started_at == recorded.started_at and kept.sweeps == recorded.sweeps
+    assert len(after.experiments) >= 2  # the rest of the round ran after the restart
+    assert after.reference.sweeps == before.reference.sweeps  # the baseline was not re-measured either
+    assert not active.exists()
+
+
+def test_default_campaign_finds_a_lossless_1_5x_gain(tmp_path: Path, engine_slot, definitions: DefinitionSet):
+    """support_smollm from its poor baseline, rule-based proposer, shared memory in a real DuckDB file."""
+    engine_slot.release()
+    endpoint = definitions.endpoint("support_smollm")
+    if not set(TOOL_ARGS) <= set(endpoint.engine.args):
+        endpoint = endpoint.with_engine_args(list(endpoint.engine.args) + TOOL_ARGS)
+    # Automatic ladder (single-request probe, then x2 steps and bisection): it adapts to how fast
+    # this machine is today, so the poor baseline's capacity is not 0 on a busy host.
+    endpoint = endpoint.model_copy(update={"sweep": SweepSpec(
+        rates=None, step_duration_s=7, warmup_requests=2, repeats=2, max_steps=5)})
+    campaign = definitions.campaigns["support_smollm_default"].model_copy(
+        update={"subagents": 2, "repeats": 2, "max_rounds": 2, "proposer": "rules", "deadline_minutes": 25})
+    memory = MemoryStore(tmp_path / "memory.duckdb")
+    lines: list[str] = []
+    outcome = run_campaign(campaign, endpoint, state_dir=tmp_path / "state", memory=memory, proposer="rules",
+                           progress=lambda m: (lines.append(m), print(m, flush=True)))
+    log = "\n".join(lines)
+    assert outcome.finished, log
+    assert outcome.reference_capacity is not None and outcome.best_capacity is not None, log
+    assert outcome.total_gain is not None and outcome.total_gain >= 1.5, log
+    state = StateStore(tmp_path / "state", campaign.name).load()
+    adopted = [state.experiments[b.source_experiment] for b in state.baselines[1:]]
+    assert adopted, log
+    for e in adopted:  # every confirmation beat its working baseline's noise floor in every repeat
+        c = e.comparison
+        assert e.verdict == "better" and e.confirmed and not e.lossy
+        assert len(c.candidate_capacities) == campaign.repeats
+        assert all(x >= c.baseline_capacity * (1 + c.threshold) and x > max(c.baseline_capacities)
+                   for x in c.candidate_capacities)
+        assert e.correctness is not None and e.correctness.passed and e.correctness.lossless_equivalent
+    report = Path(outcome.report_path).read_text()
+    assert "lossless (outputs kept, checked)" in report and "Nothing has been deployed" in report
+    assert (Path(outcome.report_path).parent / "load_curves.png").exists()
+    assert "autoresearch campaign run support_smollm_default" in report
+    assert json.loads(Path(outcome.best_config_path).read_text())["engine_args"] == outcome.best_args
+    # the research memory holds the experiments and the confirmation
+    recorded = memory.experiments(campaign_id=outcome.campaign_id)
+    assert {r.verdict for r in recorded} & {"better"}
+    assert memory.latest_confirmed_engine_args(endpoint.name) == outcome.best_args
