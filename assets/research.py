@@ -77,7 +77,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
               description="One proposal's candidate through the shared harness: same pool, schedule and SLA as the "
               f"baseline, {settings.repeats} repeated sweeps, correctness check; skipped if memory already decided it.")
     def candidate_runs(context: dg.AssetExecutionContext, proposals: dict, noise_floor: dict) -> dict:
-        from autoresearch.workflows import load_pool, run_proposal, working_spec
+        from autoresearch.workflows import load_pool, run_proposal, save_experiment, working_spec
         from loadgen.results import NoiseFloor
         from research.proposals import ProposalBatch
 
@@ -92,6 +92,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
                                dagster_run_id=context.run_id, progress=context.log.info)
         outcome["proposal"] = proposal.model_dump(mode="json")
         outcome["baseline_args"] = list(spec.engine.args)
+        save_experiment(name, "candidate_runs", proposal.proposal_id, outcome)
         context.add_output_metadata({"change": proposal.intervention.describe(),
                                      "skipped": outcome.get("skipped") or "no"})
         return outcome
@@ -100,6 +101,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
               ins={"candidate_runs": dg.AssetIn(key(name, "candidate_runs"))},
               description="better / same / worse / invalid against the noise floor, with the evidence.")
     def verdicts(context: dg.AssetExecutionContext, candidate_runs: dict) -> dict:
+        from autoresearch.workflows import save_experiment
+
         if "skipped" in candidate_runs:
             verdict = {"verdict": "skipped", "reason": candidate_runs["skipped"], "confirmed": False}
         else:
@@ -114,17 +117,19 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
         verdict["baseline_args"] = candidate_runs["baseline_args"]
         verdict["proposal_id"] = context.partition_key
         context.add_output_metadata({k: dg.MetadataValue.text(str(v)) for k, v in verdict.items()})
-        return verdict
+        return save_experiment(name, "verdicts", context.partition_key, verdict)
 
-    @dg.asset(key=key(name, "confirmed_baseline"), group_name=name,
-              ins={"verdicts": dg.AssetIn(key(name, "verdicts"))},
+    @dg.asset(key=key(name, "confirmed_baseline"), group_name=name, deps=[key(name, "verdicts")],
+              ins={"proposals": dg.AssetIn(key(name, "proposals"))},
               description="The best confirmed lossless win becomes the working baseline (recorded in memory); "
               "lossy wins wait for human review.")
-    def confirmed_baseline(context: dg.AssetExecutionContext, verdicts: dict[str, dict]) -> dict:
+    def confirmed_baseline(context: dg.AssetExecutionContext, proposals: dict) -> dict:
+        from autoresearch import paths
+        from autoresearch.workflows import load_experiments
         from memory_db.records import ConfirmationRecord
         from memory_db.store import MemoryStore
 
-        from autoresearch import paths
+        verdicts = load_experiments(name, "verdicts", [p["proposal_id"] for p in proposals["proposals"]])
 
         wins = [v for v in verdicts.values() if v.get("confirmed") and not v.get("lossy")]
         best = max(wins, key=lambda v: v.get("capacity_ratio") or 0.0) if wins else None
@@ -144,17 +149,18 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
         return result
 
     @dg.asset(key=key(name, "review_report"), group_name=name,
+              deps=[key(name, "candidate_runs")],
               ins={"confirmed_baseline": dg.AssetIn(key(name, "confirmed_baseline")),
-                   "candidate_runs": dg.AssetIn(key(name, "candidate_runs")),
                    "baseline_runs": dg.AssetIn(key(name, "baseline_runs")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description="For a person to approve: config diff, load curves before/after, noise floor, repeats, "
               "correctness evidence, lossy/lossless label, the command that reproduces it. Nothing is deployed.")
-    def review_report(context: dg.AssetExecutionContext, confirmed_baseline: dict, candidate_runs: dict[str, dict],
-                      baseline_runs: list[dict], noise_floor: dict) -> str:
+    def review_report(context: dg.AssetExecutionContext, confirmed_baseline: dict, baseline_runs: list[dict],
+                      noise_floor: dict) -> str:
+        from autoresearch.workflows import load_experiments
         from research.interactive_review import interactive_report
 
         best = confirmed_baseline.get("best")
-        run = candidate_runs.get(best["proposal_id"]) if best else None
+        run = load_experiments(name, "candidate_runs", [best["proposal_id"]]).get(best["proposal_id"]) if best else None
         text, plot = interactive_report(endpoint, best, run, baseline_runs, noise_floor)
         metadata = {"report": dg.MetadataValue.md(text)}
         if plot is not None:
