@@ -1,0 +1,374 @@
+"""The built-in, rule-based proposer: bottleneck signatures -> known serving techniques.
+
+Used when no LLM is configured (and as the fallback when an LLM's answers are unusable), so the
+research loop runs anywhere. It returns the same ``Proposal`` objects as the LLM subagents: an
+explanation built from the diagnosis evidence, an exact argument diff for the endpoint's
+engine with ranked alternatives, a prediction and what would falsify it.
+
+To add a rule: write a ``_technique(ctx) -> Intervention | None`` (None = not applicable to
+these arguments) and list it under the bottleneck in ``PLAYBOOK``; see docs/research_loop.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from autoresearch.engine_args import REMOVE, parse_args
+from research.interventions import validate_intervention
+from research.proposals import BOTTLENECKS, Bottleneck, Diagnosis, Intervention, Proposal, ResearchQuestion
+
+NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
+@dataclass
+class Context:
+    """What a technique needs to write an exact diff."""
+
+    diagnosis: Diagnosis
+    kind: str
+    args: dict[str, str | None]
+    gpu_count: int  # 0 = CPU host
+
+    @property
+    def cpu(self) -> bool:
+        return self.gpu_count == 0
+
+    def int_arg(self, flag: str, default: int | None = None) -> int | None:
+        try:
+            return int(self.args[flag]) if self.args.get(flag) is not None else default
+        except ValueError:
+            return default
+
+    def stat(self, key: str, default: float = 0.0) -> float:
+        value = self.diagnosis.engine_stats.get(key, self.diagnosis.request_stats.get(key))
+        return default if value is None else float(value)
+
+
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
+
+
+def _default_seqs(ctx: Context) -> int:
+    return 128 if ctx.cpu else 256
+
+
+def _default_batched(ctx: Context) -> int:
+    return 2048 if ctx.cpu else 8192
+
+
+# ---------------------------------------------------------------- techniques (one exact change each)
+
+def raise_batch_limit(ctx: Context, factor: float = 1.0) -> Intervention | None:
+    if ctx.kind == "transformers":
+        if "--continuous-batching" not in ctx.args:
+            return Intervention(technique="continuous_batching", engine_arg_diff={"--continuous-batching": None})
+        current = ctx.int_arg("--cb-max-batch-tokens", 2048)
+        return Intervention(technique="raise_batch_tokens", engine_arg_diff={"--cb-max-batch-tokens": str(current * 2)})
+    flag = "--max-num-seqs" if ctx.kind == "vllm" else "--max-running-requests"
+    current = ctx.int_arg(flag, _default_seqs(ctx))
+    demand = ctx.stat("over_requests_running_mean") + ctx.stat("over_requests_waiting_mean")
+    target = _pow2_at_least(max(2 * current, demand) * factor)
+    target = min(max(target, current * 2), 1024)
+    if target <= current:
+        return None
+    return Intervention(technique="raise_max_num_seqs", engine_arg_diff={flag: str(target)})
+
+
+def enable_prefix_caching(ctx: Context) -> Intervention | None:
+    if ctx.kind == "vllm":
+        if "--enable-prefix-caching" in ctx.args:
+            return None
+        diff = {"--enable-prefix-caching": None}
+        if "--no-enable-prefix-caching" in ctx.args:
+            diff["--no-enable-prefix-caching"] = REMOVE
+        return Intervention(technique="enable_prefix_caching", engine_arg_diff=diff)
+    if ctx.kind == "sglang" and "--disable-radix-cache" in ctx.args:
+        return Intervention(technique="enable_prefix_caching", engine_arg_diff={"--disable-radix-cache": REMOVE})
+    return None
+
+
+def _chunking_diff(ctx: Context, tokens: int) -> dict[str, str | None]:
+    diff: dict[str, str | None] = {"--max-num-batched-tokens": str(tokens)}
+    if "--no-enable-chunked-prefill" in ctx.args:
+        diff["--no-enable-chunked-prefill"] = REMOVE
+    if "--enable-chunked-prefill" not in ctx.args:
+        diff["--enable-chunked-prefill"] = None
+    return diff
+
+
+def smaller_prefill_chunks(ctx: Context) -> Intervention | None:
+    """Chunked prefill with a smaller token budget: long prompts stop stalling decodes."""
+    if ctx.kind == "sglang":
+        return Intervention(technique="chunked_prefill", engine_arg_diff={"--chunked-prefill-size": "512"})
+    if ctx.kind != "vllm":
+        return None
+    current = ctx.int_arg("--max-num-batched-tokens", _default_batched(ctx))
+    seqs = ctx.int_arg("--max-num-seqs", _default_seqs(ctx))
+    target = max(256, seqs, current // 4)
+    if target >= current:
+        return None
+    return Intervention(technique="chunked_prefill", engine_arg_diff=_chunking_diff(ctx, target))
+
+
+def larger_token_budget(ctx: Context) -> Intervention | None:
+    """More tokens per step: prefills finish in fewer steps and more requests join a batch."""
+    if ctx.kind == "sglang":
+        return Intervention(technique="raise_max_num_batched_tokens", engine_arg_diff={"--chunked-prefill-size": "8192"})
+    if ctx.kind == "transformers":
+        current = ctx.int_arg("--cb-max-batch-tokens", 2048)
+        return Intervention(technique="raise_max_num_batched_tokens", engine_arg_diff={"--cb-max-batch-tokens": str(current * 2)})
+    current = ctx.int_arg("--max-num-batched-tokens", _default_batched(ctx))
+    target = current * 2
+    return Intervention(technique="raise_max_num_batched_tokens", engine_arg_diff={"--max-num-batched-tokens": str(target)})
+
+
+def partial_prefills(ctx: Context) -> Intervention | None:
+    """Let short prompts prefill beside a long one instead of waiting behind it (vLLM)."""
+    if ctx.kind != "vllm":
+        return None
+    return Intervention(technique="partial_prefills", engine_arg_diff={
+        "--max-num-partial-prefills": "2", "--long-prefill-token-threshold": "512"})
+
+
+def ngram_speculation(ctx: Context) -> Intervention | None:
+    if ctx.kind != "vllm" or "--speculative-config" in ctx.args:
+        return None
+    return Intervention(technique="ngram_speculative_decoding",
+                        engine_arg_diff={"--speculative-config": json.dumps(NGRAM_CONFIG, separators=(",", ":"))})
+
+
+def more_kv_memory(ctx: Context) -> Intervention | None:
+    if ctx.kind == "vllm":
+        if ctx.cpu:
+            return Intervention(technique="more_kv_cache_memory", engine_arg_diff={"--kv-cache-memory-bytes": "2G"})
+        current = float(ctx.args.get("--gpu-memory-utilization") or 0.9)
+        if current >= 0.95:
+            return None
+        return Intervention(technique="more_kv_cache_memory", engine_arg_diff={"--gpu-memory-utilization": "0.95"})
+    if ctx.kind == "sglang":
+        current = float(ctx.args.get("--mem-fraction-static") or 0.85)
+        if current >= 0.93:
+            return None
+        return Intervention(technique="more_kv_cache_memory",
+                            engine_arg_diff={"--mem-fraction-static": f"{min(0.93, current + 0.05):.2f}"})
+    return None
+
+
+def fp8_kv_cache(ctx: Context) -> Intervention | None:
+    if ctx.kind not in ("vllm", "sglang") or ctx.args.get("--kv-cache-dtype") not in (None, "auto"):
+        return None
+    value = "fp8" if ctx.kind == "vllm" else "fp8_e5m2"
+    return Intervention(technique="kv_cache_fp8", engine_arg_diff={"--kv-cache-dtype": value}, lossy=True)
+
+
+def fewer_sequences(ctx: Context) -> Intervention | None:
+    flag = "--max-num-seqs" if ctx.kind == "vllm" else "--max-running-requests"
+    current = ctx.int_arg(flag, _default_seqs(ctx))
+    if ctx.kind not in ("vllm", "sglang") or current <= 2:
+        return None
+    return Intervention(technique="lower_max_num_seqs", engine_arg_diff={flag: str(max(1, current // 2))})
+
+
+def weight_quantization(ctx: Context) -> Intervention | None:
+    if ctx.cpu or ctx.kind not in ("vllm", "sglang") or "--quantization" in ctx.args:
+        return None
+    return Intervention(technique="weight_quantization_fp8", engine_arg_diff={"--quantization": "fp8"}, lossy=True)
+
+
+def async_scheduling(ctx: Context) -> Intervention | None:
+    if ctx.kind == "vllm" and "--async-scheduling" not in ctx.args:
+        diff = {"--async-scheduling": None}
+        if "--no-async-scheduling" in ctx.args:
+            diff["--no-async-scheduling"] = REMOVE
+        return Intervention(technique="async_scheduling", engine_arg_diff=diff)
+    return None
+
+
+def graphs(ctx: Context) -> Intervention | None:
+    """Device graphs remove per-kernel launch overhead (not on the CPU build, where eager is as fast)."""
+    if ctx.cpu:
+        return None
+    if ctx.kind == "vllm" and "--enforce-eager" in ctx.args:
+        return Intervention(technique="cuda_graphs", engine_arg_diff={"--enforce-eager": REMOVE})
+    if ctx.kind == "transformers" and "--cb-use-cuda-graph" not in ctx.args:
+        return Intervention(technique="cuda_graphs", engine_arg_diff={"--cb-use-cuda-graph": None})
+    return None
+
+
+def tp_to_dp(ctx: Context) -> Intervention | None:
+    if ctx.kind != "vllm":
+        return None
+    tp = ctx.int_arg("--tensor-parallel-size", 1)
+    if tp <= 1:
+        return None
+    return Intervention(technique="parallelism_tp_to_dp",
+                        engine_arg_diff={"--tensor-parallel-size": "1", "--data-parallel-size": str(tp)})
+
+
+def more_tensor_parallel(ctx: Context) -> Intervention | None:
+    if ctx.kind != "vllm":
+        return None
+    tp = ctx.int_arg("--tensor-parallel-size", 1)
+    if ctx.gpu_count < 2 * tp:
+        return None
+    return Intervention(technique="parallelism_more_tp", engine_arg_diff={"--tensor-parallel-size": str(2 * tp)})
+
+
+def drop_speculation(ctx: Context) -> Intervention | None:
+    if "--speculative-config" not in ctx.args:
+        return None
+    return Intervention(technique="disable_speculative_decoding", engine_arg_diff={"--speculative-config": REMOVE})
+
+
+Technique = Callable[[Context], Intervention | None]
+
+#: bottleneck -> techniques, most promising first. The first applicable one is the proposal's
+#: intervention, the rest its ranked alternatives.
+PLAYBOOK: dict[str, list[Technique]] = {
+    "batch_limit": [raise_batch_limit, lambda c: raise_batch_limit(c, 2.0), larger_token_budget],
+    "prefix_cache_unused": [enable_prefix_caching],
+    "kv_cache_pressure": [more_kv_memory, fp8_kv_cache, fewer_sequences],
+    "prefill_interference": [smaller_prefill_chunks, partial_prefills],
+    "prefill_bound": [larger_token_budget, enable_prefix_caching, more_tensor_parallel],
+    "decode_bound": [ngram_speculation, raise_batch_limit, weight_quantization],
+    "cpu_overhead": [async_scheduling, graphs, raise_batch_limit],
+    "communication": [tp_to_dp],
+    "matmul_bound": [weight_quantization, more_tensor_parallel, raise_batch_limit],
+    "attention_bound": [enable_prefix_caching, fp8_kv_cache],
+    "sampling_overhead": [async_scheduling],
+    "speculation_waste": [drop_speculation],
+}
+
+# What each technique should do to the measurements, and what would prove it wrong.
+_EXPECT: dict[str, tuple[str, str, float | None]] = {
+    "raise_max_num_seqs": ("more requests run per step: the waiting queue stays short at the old capacity, TTFT p95 "
+                           "drops there and capacity rises while ITL grows only modestly",
+                           "capacity within the noise floor of the baseline, or requests still wait while running "
+                           "stays below the new limit (then something else bounds the batch)", 1.5),
+    "raise_batch_tokens": ("larger batches per step, higher throughput at the same ITL",
+                           "no capacity change beyond the noise floor", 1.2),
+    "continuous_batching": ("requests join running batches: throughput rises several fold",
+                            "capacity within the noise floor", 2.0),
+    "enable_prefix_caching": ("the engine's prefix-cache hit rate approaches the pool's prefix reuse, prefill work and "
+                              "TTFT fall, capacity rises",
+                              "hit rate stays near zero (prefixes do not align with KV blocks) or capacity does not "
+                              "leave the noise floor", 1.3),
+    "chunked_prefill": ("ITL p95 falls at the same rate because long prefills are split across steps; capacity rises "
+                        "when ITL was the SLA limit",
+                        "ITL p95 unchanged or TTFT rises enough to lower capacity", 1.1),
+    "partial_prefills": ("short prompts no longer wait behind long ones: TTFT p95 falls for mixed traffic",
+                         "TTFT p95 and capacity unchanged", 1.1),
+    "raise_max_num_batched_tokens": ("prefills complete in fewer steps: TTFT falls, capacity rises for prompt-heavy "
+                                     "traffic", "TTFT unchanged or ITL rises enough to lower capacity", 1.15),
+    "ngram_speculative_decoding": ("outputs that copy prompt text (JSON, tool arguments) are drafted from the prompt: "
+                                   "acceptance rate above 30%, ITL falls, capacity rises",
+                                   "acceptance below 20% or ITL/capacity no better than the noise floor", 1.15),
+    "more_kv_cache_memory": ("fewer preemptions and more concurrent sequences", "preemptions unchanged", 1.1),
+    "kv_cache_fp8": ("KV cache holds about twice the tokens: no preemptions, larger batches (outputs change slightly: "
+                     "needs distribution checks)", "no capacity gain, or token-probability divergence beyond limits",
+                     1.2),
+    "lower_max_num_seqs": ("no preemptions; slightly lower peak concurrency but steadier latency",
+                           "capacity falls beyond the noise floor", 1.0),
+    "weight_quantization_fp8": ("matmuls read half the bytes: decode steps faster (lossy: needs distribution checks)",
+                                "no ITL improvement or quality checks fail", 1.3),
+    "async_scheduling": ("scheduling overlaps execution: idle gaps between steps shrink, ITL falls",
+                         "idle gap fraction and ITL unchanged", 1.1),
+    "cuda_graphs": ("kernel launch overhead disappears for small batches: ITL falls", "ITL unchanged", 1.2),
+    "parallelism_tp_to_dp": ("no all-reduce per layer: per-GPU throughput rises", "capacity per GPU unchanged or lower",
+                             1.2),
+    "parallelism_more_tp": ("matmuls split across more GPUs: lower latency per step", "capacity per GPU falls", 1.0),
+    "disable_speculative_decoding": ("no wasted draft work: ITL and capacity improve", "ITL rises", 1.05),
+}
+
+
+def _known(technique: str) -> tuple[str, str, float | None]:
+    return _EXPECT.get(technique, ("capacity rises beyond the noise floor", "capacity within the noise floor", None))
+
+
+def _signature(intervention: Intervention) -> str:
+    return json.dumps(intervention.engine_arg_diff, sort_keys=True)
+
+
+def interventions_for(bottleneck: str, ctx: Context, skip: set[str] = frozenset()) -> list[Intervention]:
+    """Applicable, valid interventions for one bottleneck, best first, minus ``skip`` (techniques
+    or diff signatures already tried)."""
+    out: list[Intervention] = []
+    seen: set[str] = set()
+    for technique in PLAYBOOK.get(bottleneck, []):
+        intervention = technique(ctx)
+        if intervention is None:
+            continue
+        sig = _signature(intervention)
+        if sig in seen or sig in skip or intervention.technique in skip:
+            continue
+        check = validate_intervention(intervention, ctx.diagnosis.engine_args, ctx.kind, gpu_count=ctx.gpu_count)
+        if not check.ok:
+            continue
+        seen.add(sig)
+        out.append(intervention.model_copy(update={"lossy": check.lossy}))
+    return out
+
+
+def questions_for(diagnosis: Diagnosis, n: int) -> list[ResearchQuestion]:
+    """One research question per suspected bottleneck, worst first (the orchestrator's fallback)."""
+    out = []
+    for i, b in enumerate(diagnosis.bottlenecks[:n]):
+        out.append(ResearchQuestion(
+            question_id=f"q{i + 1}-{b.name}", bottleneck=b.name,
+            question=f"Is {diagnosis.endpoint} limited by {b.name.replace('_', ' ')} "
+                     f"({BOTTLENECKS[b.name]}), and which single change lifts its capacity the most?"))
+    return out
+
+
+def propose(diagnosis: Diagnosis, n: int = 3, *, gpu_count: int = 0, skip: Iterable[str] = (),
+            questions: list[ResearchQuestion] | None = None) -> list[Proposal]:
+    """Up to ``n`` proposals, one distinct change each, for the worst bottlenecks first.
+
+    ``skip``: techniques or diff signatures already tried (from memory or earlier rounds);
+    ``gpu_count`` bounds parallelism changes (0 = CPU host).
+    """
+    ctx = Context(diagnosis=diagnosis, kind=diagnosis.engine_kind, args=parse_args(diagnosis.engine_args),
+                  gpu_count=gpu_count)
+    skip_set = set(skip)
+    by_name = {b.name: b for b in diagnosis.bottlenecks}
+    targets = questions if questions is not None else questions_for(diagnosis, len(diagnosis.bottlenecks))
+    proposals: list[Proposal] = []
+    used: set[str] = set(skip_set)
+    # First pass: one proposal per question; second pass: next-best changes for the same
+    # bottlenecks when there are fewer bottlenecks than subagents.
+    for _ in range(2):
+        for question in targets:
+            if len(proposals) >= n:
+                return proposals
+            bottleneck = by_name.get(question.bottleneck)
+            if bottleneck is None:
+                continue
+            options = interventions_for(bottleneck.name, ctx, used)
+            if not options:
+                continue
+            proposals.append(_proposal(question, bottleneck, options, diagnosis, len(proposals) + 1))
+            used.add(_signature(options[0]))
+            used.add(options[0].technique)
+    return proposals
+
+
+def _proposal(question: ResearchQuestion, b: Bottleneck, options: list[Intervention], diagnosis: Diagnosis,
+              index: int) -> Proposal:
+    main = options[0]
+    prediction, falsification, ratio = _known(main.technique)
+    if main.technique == "raise_max_num_seqs":
+        running = diagnosis.engine_stats.get("over_requests_running_mean") or 1.0
+        waiting = diagnosis.engine_stats.get("over_requests_waiting_mean") or 0.0
+        ratio = round(min(2.5, math.sqrt((running + waiting) / max(running, 1e-9))), 2)
+    if main.technique == "enable_prefix_caching":
+        reuse = diagnosis.request_stats.get("prefix_reuse", 0.0)
+        ratio = round(1.0 + 0.5 * reuse, 2)
+    explanation = (f"{BOTTLENECKS[b.name].capitalize()}. Evidence: " + "; ".join(b.evidence)
+                   + f". {main.describe()} addresses this directly.")
+    return Proposal(proposal_id=f"rules-{index}-{main.technique}", question=question.question, bottleneck=b.name,
+                    explanation=explanation, observations=list(b.evidence), intervention=main,
+                    alternatives=options[1:], prediction=prediction, predicted_capacity_ratio=ratio,
+                    falsification=falsification, source="rules")
