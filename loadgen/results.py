@@ -68,6 +68,14 @@ class StepResult(BaseModel):
     invalid_reason: str | None = None
     engine_metrics: dict[str, float] = Field(default_factory=dict)  # deltas / means over the step
     records_path: str | None = None  # Parquet of RequestRecords, when kept
+    # Added by the measurement engineer (extensions, nothing above renamed):
+    metrics_samples: list[dict[str, float]] = Field(default_factory=list)  # /metrics gauges over the step, t = s from start
+    send_lag_max_ms: float | None = None
+    client_cpu_util: float | None = None  # client CPU seconds / wall seconds of the busiest sender
+    senders: int = 1
+    connections_opened: int = 0
+    error_examples: list[str] = Field(default_factory=list)  # up to 5 distinct error texts
+    started_at: float | None = None  # wall clock of the step's schedule start
 
 
 class SweepResult(BaseModel):
@@ -82,6 +90,22 @@ class SweepResult(BaseModel):
     validity: Validity = "valid"
     invalid_reason: str | None = None
     client_max_rate: float | None = None  # from calibration, when known
+    # Added by the measurement engineer:
+    label: str | None = None  # e.g. "baseline#2" (repeats_label)
+    sla: dict[str, float | None] = Field(default_factory=dict)
+    arrival: str = "poisson"
+    step_duration_s: float | None = None
+    gpu_divisor: int = 1
+    capacity_bounded: bool = True  # False when no tested rate broke the SLA (capacity is a lower bound)
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return self.validity == "valid"
+
+    def rates(self) -> list[float]:
+        """The tested rates, in the order they were run (reuse them for identical repeats)."""
+        return [s.target_rate for s in self.steps]
 
 
 class NoiseFloor(BaseModel):
@@ -93,6 +117,11 @@ class NoiseFloor(BaseModel):
     capacity_std: float
     capacity_rel_spread: float  # (max - min) / mean
     per_rate: dict[str, dict[str, float]] = Field(default_factory=dict)  # rate -> {"ttft_p95_std": ..}
+    # Added by the measurement engineer:
+    threshold: float = 0.05  # relative capacity change needed to leave the noise (see loadgen.noise)
+    validity: Validity = "valid"
+    invalid_reason: str | None = None
+    labels: list[str | None] = Field(default_factory=list)
 
 
 Verdict = Literal["better", "same", "worse", "invalid"]
@@ -105,3 +134,61 @@ class Comparison(BaseModel):
     candidate_capacities: list[float]
     threshold: float  # relative change needed to leave the noise floor
     evidence: str
+    # Added by the measurement engineer:
+    baseline_capacities: list[float] = Field(default_factory=list)
+    candidate_mean: float | None = None
+    invalid_reason: str | None = None
+
+
+class IntervalResult(BaseModel):
+    """One reporting interval of a production-shaped replay."""
+
+    start_s: float
+    end_s: float
+    target_rate: float  # scheduled requests / interval length
+    requests: int
+    errors: int
+    attainment: float | None  # fraction of requests that met every per-request SLA target (None: no requests)
+    ttft_p95_ms: float | None = None
+    itl_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    within_sla: bool = True  # the interval's percentiles and error rate meet the SLA
+
+
+class ProductionReplayResult(BaseModel):
+    endpoint: str
+    engine_args: list[str]
+    launch_config_hash: str
+    started_at: float
+    mode: str  # "shaped" (per-interval counts, randomised times) or "exact" (recorded times)
+    time_scale: float
+    interval_s: float  # reporting interval, replay seconds
+    intervals: list[IntervalResult]
+    overall: StepResult
+    attainment: float | None  # over all requests
+    validity: Validity = "valid"
+    invalid_reason: str | None = None
+
+
+class CalibrationPoint(BaseModel):
+    rate: float
+    achieved_rate: float
+    send_lag_p99_ms: float | None
+    errors: int
+    sustained: bool
+    reason: str | None = None
+
+
+class CalibrationResult(BaseModel):
+    """Highest rate this machine's client sustains on schedule against the null endpoint."""
+
+    max_rate: float  # 0.0 when not even the lowest tried rate was sustained
+    senders: int
+    lag_p99_ms_bound: float
+    rate_ratio_bound: float
+    duration_s: float
+    points: list[CalibrationPoint]
+    host: str
+    cpus: int
+    client_cpus: list[int] | None = None
+    measured_at: float

@@ -1,0 +1,61 @@
+"""Noise floor: how much the untouched baseline's capacity and latencies move between identical sweeps.
+
+The relative threshold a change must exceed to count is
+
+    threshold = max(3 * cv, rel_spread, min_rel)
+
+with cv = sample std / mean of the K capacities, rel_spread = (max - min) / mean, and
+min_rel = 5 % (a floor so that K identical capacities, std 0, do not make any wiggle count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.results import NoiseFloor, SweepResult
+
+MIN_REL = 0.05
+
+
+def rate_key(rate: float) -> str:
+    return f"{rate:g}"
+
+
+def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFloor:
+    """Spread of capacity and of per-rate latency percentiles over K baseline sweeps.
+
+    Invalid sweeps make the noise floor invalid (their reasons are kept); a floor from fewer
+    than two sweeps has no measured spread and uses ``min_rel`` only.
+    """
+    if not sweeps:
+        raise ValueError("noise_floor needs at least one sweep")
+    invalid = [f"{s.label or i}: {s.invalid_reason}" for i, s in enumerate(sweeps) if s.validity != "valid"]
+    caps = np.array([s.capacity_rps or 0.0 for s in sweeps], dtype=np.float64)
+    mean = float(caps.mean())
+    std = float(caps.std(ddof=1)) if caps.size > 1 else 0.0
+    spread = float((caps.max() - caps.min()) / mean) if mean > 0 else 0.0
+    cv = std / mean if mean > 0 else 0.0
+    per_rate: dict[str, dict[str, float]] = {}
+    rates = sorted({step.target_rate for s in sweeps for step in s.steps if step.validity == "valid"})
+    for rate in rates:
+        steps = [step for s in sweeps for step in s.steps if step.target_rate == rate and step.validity == "valid"]
+        row: dict[str, float] = {"n": float(len(steps))}
+        for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+            for level in ("p50", "p95", "p99"):
+                values = np.array([getattr(getattr(st, metric), level) for st in steps
+                                   if getattr(getattr(st, metric), level) is not None], dtype=np.float64)
+                if values.size:
+                    name = f"{metric.removesuffix('_ms')}_{level}"
+                    row[f"{name}_mean"] = float(values.mean())
+                    row[f"{name}_std"] = float(values.std(ddof=1)) if values.size > 1 else 0.0
+                    row[f"{name}_min"] = float(values.min())
+                    row[f"{name}_max"] = float(values.max())
+        tput = np.array([st.throughput_rps for st in steps])
+        row["throughput_mean"] = float(tput.mean())
+        row["throughput_std"] = float(tput.std(ddof=1)) if tput.size > 1 else 0.0
+        row["within_sla_fraction"] = float(np.mean([st.within_sla for st in steps]))
+        per_rate[rate_key(rate)] = row
+    return NoiseFloor(repeats=len(sweeps), capacities=caps.tolist(), capacity_mean=mean, capacity_std=std,
+                      capacity_rel_spread=spread, per_rate=per_rate, threshold=max(3 * cv, spread, min_rel),
+                      validity="invalid" if invalid else "valid",
+                      invalid_reason="; ".join(invalid) if invalid else None, labels=[s.label for s in sweeps])

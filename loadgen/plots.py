@@ -1,0 +1,79 @@
+"""Load-curve plot: p50/p95/p99 of TTFT, ITL and E2E against arrival rate, SLA lines, knee and capacity.
+
+Several sweeps (baseline vs candidate, or repeats) are overlaid, one colour per label.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from autoresearch.config import SLASpec  # noqa: E402
+from loadgen.results import SweepResult  # noqa: E402
+
+_METRICS = [("ttft_ms", "TTFT", "ttft_ms"), ("itl_ms", "Inter-token latency", "itl_ms"), ("e2e_ms", "End-to-end", "e2e_ms")]
+_STYLES = {"p50": ":", "p95": "--", "p99": "-"}
+
+
+def load_curve_png(sweeps: SweepResult | list[SweepResult], sla: SLASpec | None, path: str | Path,
+                   labels: list[str] | None = None, title: str | None = None) -> Path:
+    """Write the load-curve figure to ``path`` (PNG) and return it."""
+    if isinstance(sweeps, SweepResult):
+        sweeps = [sweeps]
+    if not sweeps:
+        raise ValueError("load_curve_png needs at least one sweep")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, sweep in enumerate(sweeps):
+        colour = colours[k % len(colours)]
+        name = (labels[k] if labels and k < len(labels) else None) or sweep.label or f"sweep {k + 1}"
+        steps = sorted((s for s in sweep.steps if s.validity == "valid"), key=lambda s: s.target_rate)
+        bad = [s for s in sweep.steps if s.validity != "valid"]
+        rates = [s.target_rate for s in steps]
+        for ax, (attr, heading, sla_attr) in zip(axes, _METRICS):
+            for level, style in _STYLES.items():
+                values = [getattr(getattr(s, attr), level) for s in steps]
+                pts = [(r, v) for r, v in zip(rates, values) if v is not None]
+                if pts:
+                    ax.plot(*zip(*pts), style, marker="o", ms=3, color=colour, label=f"{name} {level}")
+            for s in bad:
+                ax.axvline(s.target_rate, color=colour, alpha=0.4, lw=4)
+            ax.set_title(heading)
+        axes[3].plot(rates, [s.throughput_rps for s in steps], "-o", ms=3, color=colour, label=f"{name} throughput")
+        axes[3].plot(rates, [s.error_rate * max(rates or [1]) for s in steps], ":x", color=colour,
+                     label=f"{name} error rate (x max rate)")
+        for ax in axes:
+            if sweep.capacity_rps:
+                ax.axvline(sweep.capacity_rps, color=colour, ls="-.", lw=1.2, label=f"{name} capacity {sweep.capacity_rps:g}")
+            if sweep.knee_rate:
+                ax.axvline(sweep.knee_rate, color=colour, ls=(0, (1, 3)), lw=1.2, label=f"{name} knee {sweep.knee_rate:g}")
+    if sla is not None:
+        for ax, (_, _, sla_attr) in zip(axes, _METRICS):
+            limit = getattr(sla, sla_attr)
+            if limit is not None:
+                q = getattr(sla, sla_attr.replace("_ms", "_percentile"))
+                ax.axhline(limit, color="red", lw=1.5, label=f"SLA p{q:g} {limit:g} ms")
+    for ax in axes[:3]:
+        ax.set_xlabel("arrival rate (req/s)")
+        ax.set_ylabel("ms")
+        if all(v > 0 for line in ax.get_lines() for v in line.get_ydata() if line.get_linestyle() != "None"):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[3].set_title("Completed throughput")
+    axes[3].set_xlabel("arrival rate (req/s)")
+    axes[3].set_ylabel("req/s")
+    axes[3].grid(alpha=0.3)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(6, len(names)) or 1, fontsize=7, frameon=False)
+    axes[3].legend(fontsize=7)
+    fig.suptitle(title or " vs ".join(s.endpoint + (f" [{s.label}]" if s.label else "") for s in sweeps))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,114 @@
+"""Production-shaped replay: the pool's own arrival pattern, cache left to evolve, SLA attainment over time.
+
+``mode="shaped"`` (default) keeps the production count of requests per ``shape_interval_s`` and
+draws send times uniformly inside each interval; ``mode="exact"`` sends at the recorded
+offsets. ``time_scale`` compresses time (0.5 = twice as fast). The prefix cache is reset once
+before the replay and then left alone, as in production. Attainment per reporting interval is
+the fraction of requests that met every per-request SLA target (TTFT, mean inter-token gap,
+end-to-end, success); the interval is also judged on its percentiles like a sweep step.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from autoresearch.config import EndpointSpec, SLASpec
+from loadgen import arrivals
+from loadgen.results import IntervalResult, ProductionReplayResult, RequestRecord
+from loadgen.runner import LagBounds
+from loadgen.stats import latency_arrays, percentile_ms, sla_violations
+from loadgen.sweep import _config_hash, _StepRunner, _wait_idle, pool_requests
+from loadgen.watch import Engine
+
+
+def request_meets_sla(record: RequestRecord, sla: SLASpec) -> bool:
+    if not record.ok or record.ttft_s is None:
+        return False
+    if record.ttft_s * 1000 > sla.ttft_ms:
+        return False
+    if sla.itl_ms is not None and record.itl_s and float(np.mean(record.itl_s)) * 1000 > sla.itl_ms:
+        return False
+    if sla.e2e_ms is not None and (record.e2e_s is None or record.e2e_s * 1000 > sla.e2e_ms):
+        return False
+    return True
+
+
+def intervals_of(records: list[RequestRecord], sla: SLASpec, interval_s: float, span_s: float) -> list[IntervalResult]:
+    """Bucket records by scheduled time and judge each bucket."""
+    count = max(1, int(np.ceil(span_s / interval_s - 1e-9)))
+    buckets: list[list[RequestRecord]] = [[] for _ in range(count)]
+    for r in records:
+        buckets[min(int(r.scheduled_s // interval_s), count - 1)].append(r)
+    out = []
+    for k, bucket in enumerate(buckets):
+        arrays = latency_arrays(bucket)
+        errors = sum(1 for r in bucket if not r.ok)
+        err_rate = errors / len(bucket) if bucket else 0.0
+        out.append(IntervalResult(
+            start_s=k * interval_s, end_s=(k + 1) * interval_s, target_rate=len(bucket) / interval_s,
+            requests=len(bucket), errors=errors,
+            attainment=(sum(request_meets_sla(r, sla) for r in bucket) / len(bucket)) if bucket else None,
+            ttft_p95_ms=percentile_ms(arrays["ttft"], 95), itl_p95_ms=percentile_ms(arrays["itl"], 95),
+            e2e_p95_ms=percentile_ms(arrays["e2e"], 95),
+            within_sla=not sla_violations(arrays, err_rate, sla, len(bucket)) if bucket else True))
+    return out
+
+
+def run_production_replay(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, time_scale: float = 1.0, *,
+                          mode: str = "shaped", shape_interval_s: float = 10.0, report_interval_s: float | None = None,
+                          rate_scale: float = 1.0, seed: int = 0, senders: int = 1, lag_bounds: LagBounds | None = None,
+                          timeout_s: float = 120.0, records_dir: Path | None = None,
+                          max_duration_s: float | None = None) -> ProductionReplayResult:
+    """Replay ``pool`` with its production arrival pattern; report SLA attainment per interval.
+
+    ``shape_interval_s`` and ``report_interval_s`` are production seconds (scaled by ``time_scale``);
+    ``max_duration_s`` (replay seconds) cuts a long trace short.
+    """
+    if "arrival_offset_s" not in pool.columns:
+        raise ValueError("replay pool has no 'arrival_offset_s' column; see replay/schema.py")
+    bodies, ids = pool_requests(pool)
+    offsets = np.sort(pool["arrival_offset_s"].cast(pl.Float64).to_numpy())
+    if mode == "exact":
+        schedule = arrivals.recorded(offsets, time_scale)
+    elif mode == "shaped":
+        schedule = arrivals.production_shaped(timestamps=offsets, interval_s=shape_interval_s, time_scale=time_scale,
+                                              rate_scale=rate_scale, seed=seed)
+    else:
+        raise ValueError(f"mode must be 'shaped' or 'exact', got {mode!r}")
+    span = float(offsets[-1] - offsets[0]) * time_scale if offsets.size else 0.0
+    if mode == "shaped":
+        span = max(span, np.ceil((offsets[-1] - offsets[0]) / shape_interval_s + 1e-9) * shape_interval_s * time_scale)
+    if max_duration_s is not None:
+        schedule = schedule[schedule < max_duration_s]
+        span = min(span, max_duration_s)
+    if schedule.size == 0:
+        raise ValueError("the replay schedule is empty (pool without arrivals, or max_duration_s too short)")
+    span = max(span, float(schedule[-1]) + 1e-6)
+    runner = _StepRunner(engine, spec, bodies, ids, senders=senders, lag_bounds=lag_bounds or LagBounds(),
+                         timeout_s=timeout_s, records_dir=records_dir)
+    started = time.time()
+    _wait_idle(engine, 60.0)
+    runner.warmup(spec.sweep.warmup_requests)
+    _wait_idle(engine, 60.0)
+    runner.reset()  # once: from here on the cache evolves as in production
+    # The runner keeps records; re-run summarisation per interval from a records file kept in memory.
+    overall, records = _run_keep_records(runner, schedule, span)
+    interval = (report_interval_s or shape_interval_s) * time_scale
+    intervals = intervals_of(records, spec.sla, interval, span)
+    attained = [request_meets_sla(r, spec.sla) for r in records]
+    return ProductionReplayResult(
+        endpoint=spec.name, engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
+        launch_config_hash=_config_hash(engine, spec), started_at=started, mode=mode, time_scale=time_scale,
+        interval_s=interval, intervals=intervals, overall=overall,
+        attainment=sum(attained) / len(attained) if attained else None, validity=overall.validity,
+        invalid_reason=overall.invalid_reason)
+
+
+def _run_keep_records(runner: _StepRunner, schedule: np.ndarray, span: float):
+    captured: dict = {}
+    step = runner.run(schedule, span, len(schedule) / span, "replay", keep=captured)
+    return step, captured["records"]

@@ -1,0 +1,124 @@
+"""Watching the engine while load runs: /metrics samples and liveness, on a side thread.
+
+The sampler scrapes ``engine.metrics()`` and calls ``engine.check_alive()`` every interval. A
+crash (``EngineCrashed``, or repeated failed scrapes) is remembered as a reason that the runner
+polls through ``stop_check``, so a dead server ends the step at once and invalidates it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+
+class Engine(Protocol):
+    """What loadgen needs from an engine (engines.RunningEngine satisfies it)."""
+
+    base_url: str
+    served_model: str
+
+    def metrics(self) -> Any: ...
+
+    def reset_prefix_cache(self) -> None: ...
+
+    def check_alive(self) -> None: ...
+
+
+GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
+COUNTERS = ("preemptions_total", "prefix_cache_queries_total", "prefix_cache_hits_total", "prompt_tokens_total",
+            "generation_tokens_total", "spec_decode_draft_tokens_total", "spec_decode_accepted_tokens_total")
+
+
+def _crash_types() -> tuple[type, ...]:
+    try:
+        from engines.base import EngineCrashed
+
+        return (EngineCrashed,)
+    except ImportError:  # pragma: no cover
+        return ()
+
+
+class EngineWatch:
+    """Context manager: samples metrics and liveness until exit; ``crash`` holds the reason if it died."""
+
+    def __init__(self, engine: Engine, interval_s: float = 1.0, max_failed_scrapes: int = 3):
+        self.engine = engine
+        self.interval_s = interval_s
+        self.max_failed = max_failed_scrapes
+        self.samples: list[Any] = []
+        self.crash: str | None = None
+        self.t0 = time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="engine-watch", daemon=True)
+
+    def stop_check(self) -> str | None:
+        return self.crash
+
+    def _loop(self) -> None:
+        failed = 0
+        crash_types = _crash_types()
+        while not self._stop.is_set():
+            try:
+                self.engine.check_alive()
+                self.samples.append(self.engine.metrics())
+                failed = 0
+            except crash_types as exc:  # type: ignore[misc]
+                self.crash = f"engine crashed: {str(exc).splitlines()[0]}"
+                return
+            except Exception as exc:  # noqa: BLE001 - a scrape may fail under load; three in a row is a crash
+                failed += 1
+                if failed >= self.max_failed:
+                    self.crash = f"engine not answering: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    return
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> "EngineWatch":
+        self.t0 = time.time()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def final_check(self) -> str | None:
+        """One last liveness check after the load (a crash in the last interval must not slip through)."""
+        if self.crash:
+            return self.crash
+        try:
+            self.engine.check_alive()
+        except _crash_types() as exc:  # type: ignore[misc]
+            self.crash = f"engine crashed: {str(exc).splitlines()[0]}"
+        except Exception:  # noqa: BLE001
+            pass
+        return self.crash
+
+    def summary(self) -> tuple[dict[str, float], list[dict[str, float]]]:
+        """(per-step aggregates, timeline of gauges). Means/max of gauges, deltas of counters, rates."""
+        rows = []
+        for snap in self.samples:
+            row = {"t": round(snap.timestamp - self.t0, 3)}
+            for name in GAUGES + COUNTERS:
+                value = getattr(snap, name, None)
+                if value is not None:
+                    row[name] = float(value)
+            rows.append(row)
+        out: dict[str, float] = {"samples": float(len(rows))}
+        for name in GAUGES:
+            values = [r[name] for r in rows if name in r]
+            if values:
+                out[f"{name}_mean"] = sum(values) / len(values)
+                out[f"{name}_max"] = max(values)
+        for name in COUNTERS:
+            values = [r[name] for r in rows if name in r]
+            if len(values) >= 2:
+                out[name.removesuffix("_total") + "_delta"] = values[-1] - values[0]
+        q, h = out.get("prefix_cache_queries_delta"), out.get("prefix_cache_hits_delta")
+        if q:
+            out["prefix_cache_hit_rate"] = (h or 0.0) / q
+        d, a = out.get("spec_decode_draft_tokens_delta"), out.get("spec_decode_accepted_tokens_delta")
+        if d:
+            out["spec_decode_acceptance_rate"] = (a or 0.0) / d
+        timeline = [{k: v for k, v in r.items() if k == "t" or k in GAUGES} for r in rows]
+        return out, timeline

@@ -1,0 +1,91 @@
+"""Sweep, replay and calibration plumbing against the nginx null endpoint (fast; no model)."""
+
+import json
+import shutil
+
+import polars as pl
+import pytest
+
+from autoresearch.config import EndpointSpec
+from loadgen import calibrate, nullserver
+from loadgen.replay import run_production_replay
+from loadgen.runner import LagBounds
+from loadgen.report import render_text
+from loadgen.sweep import run_sweep
+from replay.schema import POOL_SCHEMA
+
+pytestmark = pytest.mark.skipif(shutil.which("nginx") is None and not __import__("os").path.exists("/usr/sbin/nginx"),
+                                reason="nginx not installed")
+
+
+def pool(offsets):
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16})
+    n = len(offsets)
+    return pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_offset_s": offsets, "body": [body] * n,
+                         "prompt_tokens": [5] * n, "expected_output_tokens": [16] * n, "prefix_group": ["g"] * n,
+                         "logged_cached_tokens": [None] * n, "source": ["t"] * n}, schema=POOL_SCHEMA)
+
+
+# Send-lag detection has its own tests (test_loadgen_runner); here a busy shared machine must not fail plumbing tests.
+LENIENT = LagBounds(p99_ms=500.0, min_rate_ratio=0.8)
+
+
+@pytest.fixture(scope="module")
+def null_engine():
+    from engines import start_engine
+
+    with nullserver.start() as server:
+        spec = EndpointSpec(name="null", model={"path": "none", "served_name": nullserver.NULL_MODEL},
+                            engine={"kind": "external", "url": server.url}, sla={"ttft_ms": 500, "itl_ms": 100},
+                            traffic={"kind": "sample"}, sweep={"step_duration_s": 1.0, "warmup_requests": 2})
+        yield start_engine(spec), spec
+
+
+def test_sweep_on_null_endpoint_reports_steps_progress_and_unbounded_capacity(null_engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    engine, spec = null_engine
+    events = []
+    sweep = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[20, 40], progress=events.append, records_dir=tmp_path,
+                      lag_bounds=LENIENT)
+    assert sweep.validity == "valid", sweep.invalid_reason
+    assert [s.target_rate for s in sweep.steps] == [20, 40] and all(s.within_sla for s in sweep.steps)
+    assert sweep.capacity_rps == 40 and sweep.capacity_bounded is False  # never broke the SLA: a lower bound
+    assert any("prefix cache not reset" in n for n in sweep.notes)  # external servers are not reset, and it says so
+    assert [e.phase for e in events].count("step_done") == 2 and events[-1].phase == "done"
+    frame = pl.read_parquet(sweep.steps[0].records_path)
+    assert frame.height == sweep.steps[0].requests and frame["output_tokens"].min() == 16
+    assert "lower bound" in render_text(sweep)
+
+
+def test_sweep_refuses_rates_beyond_client_calibration(null_engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    engine, spec = null_engine
+    from loadgen.results import CalibrationResult
+
+    calibrate.save_calibration(CalibrationResult(max_rate=30, senders=1, lag_p99_ms_bound=1, rate_ratio_bound=0.98,
+                                                 duration_s=1, points=[], host="h", cpus=2, measured_at=0))
+    assert calibrate.load_calibration(1).max_rate == 30
+    with pytest.raises(ValueError, match="calibrated"):
+        run_sweep(engine, pool([0.0]), spec, rates=[20, 40], senders=1)
+
+
+def test_production_replay_keeps_the_shape_and_reports_attainment(null_engine):
+    engine, spec = null_engine
+    offsets = [0.1 * i for i in range(10)] + [20.0 + 0.05 * i for i in range(40)]  # quiet, then a burst
+    result = run_production_replay(engine, pool(offsets), spec, time_scale=0.1, shape_interval_s=10.0,
+                                   lag_bounds=LENIENT)
+    assert result.validity == "valid", result.invalid_reason
+    assert [iv.requests for iv in result.intervals] == [10, 0, 40]
+    assert result.intervals[2].target_rate == pytest.approx(40.0)  # 40 requests in 1 replay second
+    assert result.attainment == 1.0 and result.overall.requests == 50
+
+
+def test_calibration_finds_a_sustained_rate(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    # A short, lenient calibration: the search and the cache, not this machine's speed.
+    from loadgen.runner import LagBounds
+
+    result = calibrate.calibrate(duration_s=1.0, start_rate=50, max_rate=100, bisect_steps=0,
+                                 bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.5))
+    assert result.max_rate == 100 and [p.rate for p in result.points] == [50, 100]
+    assert calibrate.load_calibration(1).max_rate == 100
