@@ -115,13 +115,30 @@ def production_shaped(*, counts=None, timestamps=None, interval_s: float = 60.0,
     return np.sort(starts + rng.random(starts.size) * width)
 
 
+def conditioned(gaps_fn, rate: float, duration_s: float) -> np.ndarray:
+    """Exactly ``round(rate * duration_s)`` arrivals in ``[0, duration_s)`` with the process's gap shape.
+
+    A sweep step labelled "2 req/s" must offer 2 req/s: an unconditioned Poisson draw over 15 s
+    offers anywhere from 1.6 to 2.4. Conditioning on the count keeps the randomised gaps (for
+    Poisson this is exactly the process given its count: uniform order statistics).
+    """
+    _check_rate(rate)
+    n = max(1, int(round(rate * duration_s)))
+    times = np.cumsum(gaps_fn(n + 1))
+    return times[:n] * (duration_s / times[-1])
+
+
 def schedule(kind: ArrivalKind, rate: float, duration_s: float, *, burstiness: float = 1.0,
              seed: int = 0) -> np.ndarray:
-    """The schedule of one sweep step (kind as in ``SweepSpec.arrival``)."""
+    """The schedule of one sweep step (kind as in ``SweepSpec.arrival``), offering exactly ``rate``."""
+    rng = np.random.default_rng(seed)
     if kind == "poisson":
-        return poisson(rate, duration_s, seed=seed)
+        return conditioned(lambda k: rng.exponential(1.0 / rate, k), rate, duration_s)
     if kind == "gamma":
-        return gamma(rate, burstiness, duration_s, seed=seed)
+        if burstiness <= 0:
+            raise ValueError(f"burstiness must be > 0, got {burstiness}")
+        shape = 1.0 / burstiness
+        return conditioned(lambda k: rng.gamma(shape, 1.0 / (rate * shape), k), rate, duration_s)
     if kind == "constant":
         return constant(rate, duration_s)
     raise ValueError(f"unknown arrival kind {kind!r}; expected poisson, gamma or constant")

@@ -16,7 +16,7 @@ class RequestRecord(BaseModel):
 
     request_id: str
     scheduled_s: float  # offset from run start when it should have been sent
-    sent_s: float | None = None  # offset when it was actually sent
+    sent_s: float | None = None  # offset when it was actually dispatched (connection taken, or opening began)
     ttft_s: float | None = None
     itl_s: list[float] = Field(default_factory=list)  # every inter-token (inter-chunk) gap
     e2e_s: float | None = None
@@ -25,6 +25,7 @@ class RequestRecord(BaseModel):
     cached_tokens: int | None = None
     status: int | None = None  # HTTP status; None = never got one
     error: str | None = None
+    connect_s: float | None = None  # time spent opening a new connection before the send (None: reused one)
 
     @property
     def send_lag_s(self) -> float | None:

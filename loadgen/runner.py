@@ -15,7 +15,9 @@ Why it is built this way (each point is something a slow client would otherwise 
   ``idle_close_s`` are closed before servers time them out (uvicorn's keep-alive is 5 s).
   RLIMIT_NOFILE is raised to its hard limit. A request the client itself could not send (no
   file descriptor, no local port) is a client error and invalidates the run.
-* The runner measures its own send lag (actual - scheduled send time) and achieved rate; when
+* The runner measures its own send lag (dispatch - scheduled time; dispatch is when it takes an
+  idle connection or starts opening one, so a server slow to accept connections counts against
+  the server's latency, not the client's lag; ``connect_s`` records that wait) and achieved rate; when
   the p99 lag or the achieved/target rate is outside :class:`LagBounds`, the run is invalid with
   the reason: a slow client must never look like a slow server.
 * Rates beyond one core: ``senders=N`` runs N processes, each owning every N-th request of the
@@ -83,7 +85,7 @@ class RunOutcome:
 
 
 class _Req:
-    __slots__ = ("i", "sched", "sent", "status", "pieces", "t_end", "error")
+    __slots__ = ("i", "sched", "sent", "status", "pieces", "t_end", "error", "connect")
 
     def __init__(self, i: int, sched: float):
         self.i = i
@@ -93,6 +95,7 @@ class _Req:
         self.pieces = []
         self.t_end = None
         self.error = None
+        self.connect = None
 
 
 class _Conn(asyncio.Protocol):
@@ -334,6 +337,7 @@ class _Client:
         req = _Req(i, float(self.offsets[k]))
         self.reqs.append(req)
         payload = self.payloads[i % len(self.payloads)]
+        req.sent = _now()  # dispatch: from here on, waiting (for a new connection too) is the server's time
         conn = self._take_idle()
         if conn is not None:
             self._write(conn, req, payload)
@@ -348,12 +352,13 @@ class _Client:
         conn.state = 0
         conn.buf = b""
         self.busy.add(conn)
-        req.sent = _now()
         conn.transport.write(payload)
 
     async def _open_and_send(self, req: _Req, payload: bytes):
+        began = _now()
         try:
             conn = await self._open()
+            req.connect = _now() - began
         except OSError as exc:
             self.pending_sends -= 1
             if exc.errno in CLIENT_ERRNOS:
@@ -367,6 +372,7 @@ class _Client:
         self.pending_sends -= 1
         if self.aborted is not None:
             req.error = f"not sent: run aborted ({self.aborted})"
+            req.sent = None
             conn.transport.close()
             self._maybe_complete()
             return
@@ -479,7 +485,7 @@ def _compact(req: _Req, t0: float) -> tuple:
             None if req.t_end is None else req.t_end - t0,
             [t - t0 for t in parsed.token_times] if parsed else [],
             parsed.output_tokens if parsed else 0, parsed.prompt_tokens if parsed else None,
-            parsed.cached_tokens if parsed else None, error)
+            parsed.cached_tokens if parsed else None, error, req.connect)
 
 
 @dataclass
@@ -731,14 +737,14 @@ def _outcome(results: list[dict], n: int, duration_s: float, rate: float, sender
              wall_start: float, request_ids: Sequence[str] | None) -> RunOutcome:
     rows = sorted((row for r in results for row in r["rows"]), key=lambda row: row[0])
     records = []
-    for (i, sched, sent, status, t_end, token_times, out_tokens, prompt_tokens, cached, error) in rows:
+    for (i, sched, sent, status, t_end, token_times, out_tokens, prompt_tokens, cached, error, connect) in rows:
         rid = request_ids[i % len(request_ids)] if request_ids else str(i)
         ttft = token_times[0] - sent if token_times and sent is not None else None
         itl = np.diff(token_times).tolist() if len(token_times) > 1 else []
         records.append(RequestRecord(
             request_id=f"{rid}#{i}", scheduled_s=sched, sent_s=sent, ttft_s=ttft, itl_s=itl,
             e2e_s=None if (t_end is None or sent is None) else t_end - sent, output_tokens=out_tokens,
-            prompt_tokens=prompt_tokens, cached_tokens=cached, status=status, error=error))
+            prompt_tokens=prompt_tokens, cached_tokens=cached, status=status, error=error, connect_s=connect))
     sent_rows = [(row[1], row[2]) for row in rows if row[2] is not None]
     lags = np.array([s - sc for sc, s in sent_rows]) if sent_rows else np.zeros(0)
     last_sent = max((s for _, s in sent_rows), default=0.0)
