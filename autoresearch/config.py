@@ -132,6 +132,9 @@ class SweepSpec(Strict):
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = 0
     repeats: int = Field(default=3, ge=1)  # baseline sweeps for the noise floor
+    # Client send-lag bounds (None = derived from the SLA, see loadgen.sweep.sweep_lag_bounds).
+    max_send_lag_ms: float | None = Field(default=None, gt=0)
+    min_rate_ratio: float = Field(default=0.98, gt=0, le=1)
 
 
 class BudgetSpec(Strict):

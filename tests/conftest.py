@@ -92,10 +92,11 @@ endpoint:
     kind: vllm
     args: ["--max-num-seqs", "1", "--max-model-len", "4096", "--enforce-eager", "--dtype", "float32",
            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    env: {VLLM_CPU_KVCACHE_SPACE: "1"}
+    env: {VLLM_CPU_KVCACHE_SPACE: "1", VLLM_CPU_OMP_THREADS_BIND: "0"}
   sla: {ttft_ms: 1000, itl_ms: 300, max_error_rate: 0.01}
   traffic: {kind: sample, seed: 3, limit: 200}
-  sweep: {rates: [2, 6, 16], step_duration_s: 4, warmup_requests: 2, repeats: 2}
+  sweep: {rates: [1, 2, 4, 8], step_duration_s: 4, warmup_requests: 2, repeats: 2, max_send_lag_ms: 1000,
+          min_rate_ratio: 0.9}
 campaign:
   name: quick_campaign
   endpoint: quick
