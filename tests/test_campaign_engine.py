@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import DefinitionSet, SweepSpec
+from autoresearch.config import DefinitionSet
 from autoresearch.paths import REPO_ROOT
 from memory_db import MemoryStore
 from research.campaign import run_campaign
@@ -35,15 +35,15 @@ TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 
 RESUME_SCRIPT = textwrap.dedent('''
     import sys
-    from autoresearch.config import CampaignSpec, SweepSpec, load_definitions
+    from autoresearch.config import CampaignSpec, load_definitions
     from autoresearch.paths import definitions_dir
     from research.campaign import run_campaign
 
     spec = load_definitions(definitions_dir()).endpoint("tiny_random")
     args = ["--max-num-seqs", "2", "--max-model-len", "4096", "--enforce-eager", "--dtype", "float32",
             "--no-enable-prefix-caching", {tool_args}]
-    spec = spec.with_engine_args(args).model_copy(update={{"sweep": SweepSpec(
-        rates=[2.0, 6.0], step_duration_s=3, warmup_requests=1, repeats=2, max_steps=2)}})
+    spec = spec.with_engine_args(args).model_copy(update={{"sweep": spec.sweep.model_copy(update=dict(
+        rates=[2.0, 6.0], step_duration_s=3, warmup_requests=1, repeats=2, max_steps=2))}})
     campaign = CampaignSpec(name="resume_test", endpoint="tiny_random", deadline_minutes=30, gpu_hours=1,
                             subagents=2, repeats=1, max_rounds=1, proposer="rules")
     out = run_campaign(campaign, spec, state_dir=sys.argv[1], progress=lambda m: print(m, flush=True))
@@ -123,8 +123,8 @@ def test_default_campaign_finds_a_lossless_1_5x_gain(tmp_path: Path, engine_slot
         endpoint = endpoint.with_engine_args(list(endpoint.engine.args) + TOOL_ARGS)
     # Automatic ladder (single-request probe, then x2 steps and bisection): it adapts to how fast
     # this machine is today, so the poor baseline's capacity is not 0 on a busy host.
-    endpoint = endpoint.model_copy(update={"sweep": SweepSpec(
-        rates=None, step_duration_s=7, warmup_requests=2, repeats=2, max_steps=5)})
+    endpoint = endpoint.model_copy(update={"sweep": endpoint.sweep.model_copy(update=dict(
+        rates=None, step_duration_s=7, warmup_requests=2, repeats=2, max_steps=5))})
     campaign = definitions.campaigns["support_smollm_default"].model_copy(
         update={"subagents": 2, "repeats": 2, "max_rounds": 2, "proposer": "rules", "deadline_minutes": 25})
     memory = MemoryStore(tmp_path / "memory.duckdb")
