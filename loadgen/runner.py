@@ -390,10 +390,15 @@ class _Client:
         offsets, t0, n = self.offsets, self.t0, len(self.indices)
         k = self.next
         now = _now()
+        burst = 0
         while k < n and t0 + offsets[k] <= now:
             self.next = k + 1  # before _send: a failure inside must not resend
             self._send(k)
             k += 1
+            burst += 1
+            if burst >= 16:  # behind schedule: let responses in (they free connections) before sending more
+                self.loop.call_soon(self.tick)
+                return
             now = _now()
         if k >= n or self.aborted is not None:
             self._maybe_complete()
