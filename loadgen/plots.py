@@ -28,7 +28,8 @@ def load_curve_png(sweeps: SweepResult | list[SweepResult], sla: SLASpec | None,
         raise ValueError("load_curve_png needs at least one sweep")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
+    fig, grid = plt.subplots(2, 2, figsize=(12, 7.5))  # 1200x750 px: fits a laptop screen and the UI's dialog
+    axes = grid.ravel()
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, sweep in enumerate(sweeps):
         colour = colours[k % len(colours)]
@@ -73,7 +74,7 @@ def load_curve_png(sweeps: SweepResult | list[SweepResult], sla: SLASpec | None,
     fig.legend(handles, names, loc="lower center", ncol=min(6, len(names)) or 1, fontsize=7, frameon=False)
     axes[3].legend(fontsize=7)
     fig.suptitle(title or " vs ".join(s.endpoint + (f" [{s.label}]" if s.label else "") for s in sweeps))
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=110)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

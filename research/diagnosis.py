@@ -231,7 +231,11 @@ def _batch_limit(e: dict, args: dict, kind: str) -> Bottleneck | None:
         if limit is None and running_max is not None:  # default limit: look for a plateau instead
             at_cap_max = e.get("at_cap_requests_running_max")
             saturated = at_cap_max is not None and running_max <= at_cap_max and waiting > running
-        if not (saturated and waiting >= 0.5):
+        # The running gauge is sampled between scheduler steps and can read 0 on a busy engine;
+        # a queue several times longer than a small batch limit points at the limit all the same.
+        waiting_max = e.get("over_requests_waiting_max") or 0.0
+        queue_past_small_limit = limit is not None and limit <= 4 and waiting_max >= 2 * limit
+        if not ((saturated or queue_past_small_limit) and waiting >= 0.5):
             return None
         evidence.append(f"at {_f(e.get('over_rate'))} req/s the queue builds: {_f(waiting, 1)} requests waiting on "
                         f"average (max {_f(e.get('over_requests_waiting_max'), 0)}) while {_f(running, 1)} run "

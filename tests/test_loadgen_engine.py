@@ -38,10 +38,10 @@ def small_pool(n: int = 24) -> pl.DataFrame:
     rows = []
     for i in range(n):
         prompt = " ".join(words[(i + k) % len(words)] for k in range(30))
-        body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 32,
+        body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 128,
                 "ignore_eos": True, "temperature": 0.0}
         rows.append({"request_id": f"q{i}", "arrival_offset_s": i * 0.5, "body": json.dumps(body), "prompt_tokens": 40,
-                     "expected_output_tokens": 32, "prefix_group": "g", "logged_cached_tokens": None, "source": "test"})
+                     "expected_output_tokens": 128, "prefix_group": "g", "logged_cached_tokens": None, "source": "test"})
     return pl.DataFrame(rows, schema=POOL_SCHEMA)
 
 
