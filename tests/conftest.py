@@ -164,4 +164,4 @@ def research_graph(tmp_path_factory, engine_slot: EngineSlot) -> Iterator[Resear
             for partition in instance.get_dynamic_partitions("quick__candidates"):
                 _materialize(defs, instance, ["candidate_runs", "verdicts"], partition=partition)
             _materialize(defs, instance, ["confirmed_baseline", "review_report"])
-        yield graph
+    yield graph  # the environment is restored: later tests see their own state root
