@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import long_measurement
 
 from autoresearch.config import DefinitionSet
 from autoresearch.paths import REPO_ROOT
@@ -115,6 +116,8 @@ def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path
     assert not active.exists()
 
 
+@long_measurement
+@pytest.mark.timeout(2700)
 def test_default_campaign_finds_a_lossless_1_5x_gain(tmp_path: Path, engine_slot, definitions: DefinitionSet):
     """support_smollm from its poor baseline, rule-based proposer, shared memory in a real DuckDB file."""
     engine_slot.release()
