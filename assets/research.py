@@ -34,7 +34,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
 
         spec = working_spec(endpoint)
         found = diagnose_endpoint(spec, load_pool(spec), [SweepResult.model_validate(s) for s in baseline_runs],
-                                  recipes, progress=context.log.info)
+                                  recipes, profile_seconds=settings.profile_seconds, progress=context.log.info)
         metadata = {
             "bottlenecks": md_table([{"bottleneck": b.name, "severity": b.severity, "evidence": "; ".join(b.evidence)}
                                      for b in found.bottlenecks]),

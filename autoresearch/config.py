@@ -176,6 +176,9 @@ class CampaignSpec(Strict):
     max_rounds: int = Field(default=4, ge=1)
     proposer: Literal["auto", "rules", "llm"] = "auto"
     recipes: list[str] = Field(default_factory=list)
+    # Diagnosis: seconds of torch profiling under steady load (0 disables it, e.g. where the
+    # engine's profiler is unreliable or too heavy for the host).
+    profile_seconds: float = Field(default=6.0, ge=0)
 
 
 class RecipeStep(Strict):

@@ -165,11 +165,16 @@ def diagnose_endpoint(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, reci
     profile, workloads, notes = None, [], []
     if spec.engine.kind in ("vllm", "sglang"):
         try:
-            with start_engine(spec, profile=True, workdir=paths.runs_dir() / "diagnosis" / spec.name) as engine:
-                progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
-                engine.start_profile()
-                run_sweep(engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds, check_client=False)
-                profile = _parse_newest_profile(engine.stop_profile().parent, notes)
+            with start_engine(spec, profile=profile_seconds > 0,
+                              workdir=paths.runs_dir() / "diagnosis" / spec.name) as engine:
+                if profile_seconds > 0:
+                    progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
+                    engine.start_profile()
+                    run_sweep(engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds,
+                              check_client=False)
+                    profile = _parse_newest_profile(engine.stop_profile().parent, notes)
+                else:
+                    notes.append("profiling disabled (campaign profile_seconds: 0)")
                 tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
                 for recipe in chosen:
                     progress(f"{spec.name}: diagnostic workload {recipe.name}")

@@ -109,6 +109,8 @@ campaign:
   endpoint: quick
   subagents: 1
   repeats: 1
+  profile_seconds: 0  # the profiler is covered by tests/test_profile.py on a real trace; here it once hung
+                      # vLLM's worker (stop failed on a decode error, then the worker grew until OOM)
 """
 QUICK_STAGES = ["replay_pool", "baseline_runs", "noise_floor", "load_curve", "diagnosis", "proposals"]
 
