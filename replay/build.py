@@ -306,14 +306,22 @@ def transform_trace(frame: pl.DataFrame, traffic: TrafficSpec, has_blocks: bool,
                               pl.Series("block_ids", blocks, dtype=pl.List(pl.Int64))), block
 
 
-def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path) -> PoolBuild:
-    """Synthesise a pool for an Azure or Mooncake token-count trace."""
-    t_start = time.perf_counter()
+def read_transformed_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer):
+    """Read an Azure or Mooncake trace and apply the documented transform (with the chat template's
+    floor): one place, so the pool build and the drift profile see the same production."""
     kind = spec.traffic.kind
     res = (ingest.read_azure if kind == "azure" else ingest.read_mooncake)(source, limit=spec.traffic.limit)
     tf = template_frame(tok)
     frame, block = transform_trace(res.frame, spec.traffic, has_blocks=(kind == "mooncake"),
                                    min_prompt_tokens=tf.prefix_tokens + tf.suffix_tokens + 1)
+    return res, frame, block
+
+
+def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path) -> PoolBuild:
+    """Synthesise a pool for an Azure or Mooncake token-count trace."""
+    t_start = time.perf_counter()
+    kind = spec.traffic.kind
+    res, frame, block = read_transformed_trace(spec, source, tok)
     targets = frame["prompt_target"].to_numpy()
     block_ids = frame["block_ids"].to_list()
     texts, counts, ids = synthesise(tok, targets, block_ids, block, seed=spec.traffic.seed)
@@ -396,10 +404,7 @@ def profile_from_source(spec: EndpointSpec, tok: ChatTokenizer) -> TrafficProfil
     if spec.traffic.kind in ("request_log", "sample"):
         return profile_from_request_log(source, tok, engine_block_size(spec), limit=spec.traffic.limit)
     kind = spec.traffic.kind
-    res = (ingest.read_azure if kind == "azure" else ingest.read_mooncake)(source, limit=spec.traffic.limit)
-    tf = template_frame(tok)
-    frame, block = transform_trace(res.frame, spec.traffic, has_blocks=(kind == "mooncake"),
-                                   min_prompt_tokens=tf.prefix_tokens + tf.suffix_tokens + 1)
+    _, frame, block = read_transformed_trace(spec, source, tok)
     targets = frame["prompt_target"].to_numpy()
     ts = frame["timestamp_s"].to_numpy()
     cached = trace_block_reuse(frame["block_ids"].to_list(), targets, block) if kind == "mooncake" else None
