@@ -107,6 +107,9 @@ class TrafficSpec(Strict):
     def _path_needed(self) -> "TrafficSpec":
         if self.kind != "sample" and not self.path:
             raise ValueError(f"traffic.kind '{self.kind}' needs traffic.path")
+        if self.kind in ("request_log", "sample") and (self.length_scale != 1.0 or self.max_prompt_tokens):
+            raise ValueError(f"traffic.length_scale and traffic.max_prompt_tokens apply to token-count traces only "
+                             f"(azure, mooncake); a {self.kind} replays the logged prompts as they are")
         return self
 
 

@@ -208,8 +208,9 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
                 if lc is not None:
                     logged_cached += lc
                     logged_prompt_for_cached += batch.logged_prompt_tokens[i] or prod_prompt[-1]
-            outs = [c if c is not None else int(b.get("max_completion_tokens") or b.get("max_tokens") or 0)
+            outs = [_output_tokens(c, b, spec.traffic.max_output_tokens)
                     for c, b in zip(batch.completion_tokens, red_bodies)]
+            red_bodies = [cap_output(b, spec.traffic.max_output_tokens) for b in red_bodies]
             tick = _lap(timers, "prefix_sim_s", tick)
             ts_all.extend(batch.timestamps)
             out_all.extend(outs)
@@ -381,7 +382,26 @@ def profile_from_pool(pool: pl.DataFrame, tok: ChatTokenizer, block: int) -> Tra
                           pool["expected_output_tokens"].to_numpy(), sim.fraction, block)
 
 
-def profile_from_request_log(path: Path | str, tok: ChatTokenizer, block: int, limit: int | None = None) -> TrafficProfile:
+def cap_output(body: dict, max_output_tokens: int | None) -> dict:
+    """``body`` with its output limit clipped at ``max_output_tokens`` (traffic.max_output_tokens:
+    a CPU replay of a GPU workload keeps prompts and prefixes but shortens decode)."""
+    if not max_output_tokens:
+        return body
+    out = dict(body)
+    keys = [k for k in ("max_completion_tokens", "max_tokens") if out.get(k)] or ["max_tokens"]
+    for key in keys:
+        out[key] = min(int(out.get(key) or max_output_tokens), max_output_tokens)
+    return out
+
+
+def _output_tokens(recorded: int | None, body: dict, max_output_tokens: int | None) -> int:
+    """Output length of a logged request: the recorded completion, else its limit; clipped alike in pool and production."""
+    n = recorded if recorded is not None else int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+    return min(n, max_output_tokens) if max_output_tokens else n
+
+
+def profile_from_request_log(path: Path | str, tok: ChatTokenizer, block: int, limit: int | None = None,
+                             max_output_tokens: int | None = None) -> TrafficProfile:
     """Production profile of a request log (original text; nothing is written anywhere)."""
     malformed: list[tuple[int, str]] = []
     sim = PrefixCacheSim(block)
@@ -390,7 +410,7 @@ def profile_from_request_log(path: Path | str, tok: ChatTokenizer, block: int, l
         for ids, b, c in zip(tok.encode_bodies(batch.bodies), batch.bodies, batch.completion_tokens):
             sim.add(block_prefix_hashes(ids, block), len(ids))
             prompt.append(len(ids))
-            out.append(c if c is not None else int(b.get("max_completion_tokens") or b.get("max_tokens") or 0))
+            out.append(_output_tokens(c, b, max_output_tokens))
         ts.extend(batch.timestamps)
     arr = np.asarray(ts, dtype=np.float64)
     return TrafficProfile(arr - (arr.min() if len(arr) else 0.0), np.asarray(prompt), np.asarray(out), sim.fraction, block)
@@ -402,7 +422,8 @@ def profile_from_source(spec: EndpointSpec, tok: ChatTokenizer) -> TrafficProfil
     the saved production profile. Reads the source; writes nothing."""
     source = traffic_source(spec.traffic)
     if spec.traffic.kind in ("request_log", "sample"):
-        return profile_from_request_log(source, tok, engine_block_size(spec), limit=spec.traffic.limit)
+        return profile_from_request_log(source, tok, engine_block_size(spec), limit=spec.traffic.limit,
+                                        max_output_tokens=spec.traffic.max_output_tokens)
     kind = spec.traffic.kind
     _, frame, block = read_transformed_trace(spec, source, tok)
     targets = frame["prompt_target"].to_numpy()

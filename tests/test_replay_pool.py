@@ -211,3 +211,24 @@ def test_profile_from_source_matches_the_builds_production_profile(support: Endp
     assert np.array_equal(again.prompt_tokens, b.production_profile.prompt_tokens)
     assert again.cached_fraction == b.production_profile.cached_fraction
     assert fidelity_report(b.production_profile, again, spec.fidelity).passed
+
+
+def test_request_log_output_cap_applies_to_pool_bodies_and_production_alike(support: EndpointSpec, tok_dir: Path,
+                                                                           tok: ChatTokenizer, tmp_path: Path) -> None:
+    from replay.build import profile_from_source
+
+    spec = _with_traffic(support, kind="sample", limit=200, max_output_tokens=32)
+    b = build_pool(spec, tok_dir, tmp_path)
+    assert b.fidelity.passed, b.table()
+    bodies = [orjson.loads(x) for x in b.pool["body"]]
+    assert all(0 < body["max_tokens"] <= 32 for body in bodies)
+    assert b.pool["expected_output_tokens"].max() <= 32
+    assert np.array_equal(b.production_profile.output_tokens, b.pool_profile.output_tokens)
+    assert np.array_equal(profile_from_source(spec, tok).output_tokens, b.production_profile.output_tokens)
+    uncapped = build_pool(_with_traffic(support, kind="sample", limit=200), tok_dir, tmp_path / "uncapped")
+    assert np.array_equal(uncapped.pool["prompt_tokens"].to_numpy(), b.pool["prompt_tokens"].to_numpy())
+
+
+def test_prompt_transforms_are_refused_for_request_logs(support: EndpointSpec) -> None:
+    with pytest.raises(ValueError, match="token-count traces only"):
+        _with_traffic(support, kind="sample", max_prompt_tokens=100)
