@@ -131,6 +131,9 @@ class SweepSpec(Strict):
     step_duration_s: float = Field(default=15.0, gt=0)
     warmup_requests: int = Field(default=4, ge=0)
     max_steps: int = Field(default=8, ge=1)
+    # Explicit ladders only: after the first SLA failure, this many geometric bisection steps
+    # between the last passing and the first failing rate (finer capacity, less quantisation noise).
+    refine_steps: int = Field(default=0, ge=0, le=4)
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = 0

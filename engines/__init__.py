@@ -12,6 +12,7 @@ Public API::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -201,7 +202,18 @@ class RunningEngine:
         url = self._require(self.adapter.stop_profile_path, "profiler")
         if self._profile_started is None or self.profile_dir is None:
             raise EngineError("stop_profile without start_profile")
-        self._post(url, timeout_s, "stop_profile")
+        with self._rss_guard() as guard:
+            try:
+                self._post(url, timeout_s, "stop_profile")
+            except EngineError:
+                if not guard.tripped:
+                    raise
+            if guard.tripped:
+                self._profile_started = None
+                raise self.process.crashed(
+                    f"stopped the engine: its memory grew to {guard.peak_bytes / 2**30:.1f} GiB (limit "
+                    f"{guard.limit_bytes / 2**30:.1f} GiB) while the torch profiler wrote its trace; profile a "
+                    "shorter window (campaign profile_seconds) or set profile_seconds: 0")
         started, self._profile_started = self._profile_started, None
         deadline = time.monotonic() + wait_file_s
         while True:
@@ -212,6 +224,16 @@ class RunningEngine:
             if time.monotonic() > deadline:
                 raise EngineError(f"no trace file appeared under {self.profile_dir} after stop_profile")
             time.sleep(0.5)
+
+    def _rss_guard(self):
+        """An RssGuard on this engine's process group: its memory now plus half of what the host has
+        free (a trace export needs some; the vLLM CPU profiler once grew a worker to 21 GiB)."""
+        from engines.process import RssGuard, available_memory_bytes, group_rss_bytes
+
+        if self.process is None or self.pid is None:
+            return contextlib.nullcontext(_NoGuard())
+        free = available_memory_bytes() or 8 * 2**30
+        return RssGuard(self.pid, group_rss_bytes(self.pid) + free // 2)
 
     def stop(self) -> int | None:
         """Stop the whole process tree (SIGTERM, then SIGKILL); no-op for external engines. Idempotent."""
@@ -229,6 +251,12 @@ class RunningEngine:
 
     def __repr__(self) -> str:
         return f"RunningEngine({self.adapter.kind} {self.served_model!r} at {self.base_url}, pid={self.pid})"
+
+
+class _NoGuard:
+    """Stands in for an RssGuard where there is no process of ours to watch."""
+
+    tripped, peak_bytes, limit_bytes = False, 0, 0
 
 
 def _default_workdir(spec: EndpointSpec, port: int) -> Path:

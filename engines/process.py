@@ -86,6 +86,64 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def group_rss_bytes(pgid: int) -> int:
+    """Resident memory of every live process in group ``pgid`` together (0 when /proc is absent)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in group_members(pgid):
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class RssGuard:
+    """Kill process group ``pgid`` if its resident memory passes ``limit_bytes`` (checked every
+    ``interval_s`` on a daemon thread) so that a runaway engine (a torch profile that never stops
+    growing) ends as a recorded failure instead of taking the host down with the OOM killer."""
+
+    def __init__(self, pgid: int, limit_bytes: int, interval_s: float = 0.5):
+        import threading
+
+        self.pgid, self.limit_bytes, self.interval_s = pgid, limit_bytes, interval_s
+        self.peak_bytes, self.tripped = 0, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"rss-guard-{pgid}", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            rss = group_rss_bytes(self.pgid)
+            self.peak_bytes = max(self.peak_bytes, rss)
+            if rss > self.limit_bytes:
+                self.tripped = True
+                try:
+                    os.killpg(self.pgid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> "RssGuard":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 _LIVE: set["ManagedProcess"] = set()
 
 

@@ -6,7 +6,8 @@ open-loop schedule (Poisson by default) for ``step_duration_s`` while a side thr
 the rate one request at a time would sustain, then geometric steps (x2) up to the first SLA
 failure, then geometric bisection between the last pass and the first failure until they are
 within ``resolution`` of each other. An explicit ladder stops once the SLA is clearly broken
-(a target at least twice its limit, or two failing steps in a row).
+(a target at least twice its limit, or two failing steps in a row), then bisects the bracket
+around capacity ``sweep.refine_steps`` times.
 
 Capacity is the highest tested rate within the SLA below the first failing rate; the knee is the
 last rate before latency takes off (see :func:`knee_rate`). A crashed engine or a client that
@@ -149,6 +150,18 @@ def _next_auto_rate(history: list[tuple[float, bool]], factor: float, resolution
     rate = _nice(math.sqrt(lo * hi))
     tried = {r for r, _ in history}
     return rate if lo < rate < hi and rate not in tried else None
+
+
+def refine_rate(history: list[tuple[float, bool]], min_ratio: float = 1.05) -> float | None:
+    """Geometric midpoint between the capacity so far (highest pass below the lowest failure) and
+    that failure, or None when there is no such bracket or it is already narrower than ``min_ratio``."""
+    fails = [r for r, ok in history if not ok]
+    hi = min(fails, default=None)
+    lo = max((r for r, ok in history if ok and (hi is None or r < hi)), default=None)
+    if lo is None or hi is None or hi / lo <= min_ratio:
+        return None
+    rate = _nice(math.sqrt(lo * hi))
+    return rate if lo < rate < hi and rate not in {r for r, _ in history} else None
 
 
 def _wait_idle(engine: Engine, timeout_s: float) -> None:
@@ -304,7 +317,7 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
     else:
         next_rate = ladder[0]
     history: list[tuple[float, bool]] = []
-    fails_in_row = 0
+    fails_in_row = refined = 0
     while next_rate is not None and len(steps) < steps_cap:
         rate = next_rate
         if check_client and cal is not None and rate > cal.max_rate * senders:
@@ -344,11 +357,14 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
             next_rate = _next_auto_rate(history, 2.0, resolution, 0.05)
         else:
             fails_in_row = 0 if step.within_sla else fails_in_row + 1
-            if not step.within_sla and (sla_excess(step, sla) >= 2.0 or fails_in_row >= 2):
-                if len(steps) < len(ladder):
+            broken = not step.within_sla and (sla_excess(step, sla) >= 2.0 or fails_in_row >= 2)
+            if refined or broken or len(steps) >= len(ladder):  # the ladder is done: refine, or stop
+                if broken and not refined and len(steps) < len(ladder):
                     notes.append(f"stopped after {rate:g} req/s: SLA clearly broken ({'; '.join(step.sla_violations)})")
-                break
-            next_rate = ladder[len(steps)] if len(steps) < len(ladder) else None
+                next_rate = refine_rate(history) if refined < cfg.refine_steps else None
+                refined += next_rate is not None
+            else:
+                next_rate = ladder[len(steps)]
     cap, bounded = capacity(steps)
     divisor = spec.hardware.capacity_divisor
     result = SweepResult(

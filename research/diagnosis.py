@@ -178,6 +178,10 @@ def engine_stats(sweeps: Sequence[SweepResult]) -> dict[str, float]:
             rows[f"{label}_itl_p95_ms"].append(step.itl_ms.p95)
             rows[f"{label}_e2e_p95_ms"].append(step.e2e_ms.p95)
             rows[f"{label}_error_rate"].append(step.error_rate)
+            # Little's law on the client side: requests in flight (queued or running) at this rate.
+            # Independent of engine gauges, which vLLM's CPU build often reads as 0 between steps.
+            e2e_s = (step.e2e_ms.mean or step.e2e_ms.p50 or 0.0) / 1000
+            rows[f"{label}_in_flight_mean"].append(step.achieved_rate * e2e_s if e2e_s else None)
             for key in ("requests_running_mean", "requests_running_max", "requests_waiting_mean",
                         "requests_waiting_max", "kv_cache_usage_mean", "kv_cache_usage_max"):
                 rows[f"{label}_{key}"].append(m.get(key))
@@ -252,6 +256,10 @@ def _batch_limit(e: dict, args: dict, kind: str) -> Bottleneck | None:
         severity = 0.5
     else:
         return None
+    in_flight = e.get("over_in_flight_mean")
+    if in_flight is not None and limit is not None and in_flight > limit:
+        evidence.append(f"{in_flight:.1f} requests in flight on average at {_f(e.get('over_rate'))} req/s (rate x mean "
+                        f"end-to-end latency) against a limit of {limit}")
     ttft = e.get("over_ttft_p95_ms")
     if ttft is not None:
         evidence.append(f"TTFT p95 {ttft:.0f} ms at the overloaded step (ITL p95 {_f(e.get('over_itl_p95_ms'), 0)} ms)")

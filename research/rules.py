@@ -69,7 +69,8 @@ def raise_batch_limit(ctx: Context, factor: float = 1.0) -> Intervention | None:
         return Intervention(technique="raise_batch_tokens", engine_arg_diff={"--cb-max-batch-tokens": str(current * 2)})
     flag = "--max-num-seqs" if ctx.kind == "vllm" else "--max-running-requests"
     current = ctx.int_arg(flag, _default_seqs(ctx))
-    demand = ctx.stat("over_requests_running_mean") + ctx.stat("over_requests_waiting_mean")
+    demand = max(ctx.stat("over_requests_running_mean") + ctx.stat("over_requests_waiting_mean"),
+                 ctx.stat("over_in_flight_mean"))
     target = _pow2_at_least(max(2 * current, demand) * factor)
     target = min(max(target, current * 2), 1024)
     if target <= current:
@@ -360,9 +361,10 @@ def _proposal(question: ResearchQuestion, b: Bottleneck, options: list[Intervent
     main = options[0]
     prediction, falsification, ratio = _known(main.technique)
     if main.technique == "raise_max_num_seqs":
-        running = diagnosis.engine_stats.get("over_requests_running_mean") or 1.0
-        waiting = diagnosis.engine_stats.get("over_requests_waiting_mean") or 0.0
-        ratio = round(min(2.5, math.sqrt((running + waiting) / max(running, 1e-9))), 2)
+        stats = diagnosis.engine_stats
+        running = stats.get("over_requests_running_mean") or 1.0
+        demand = max(running + (stats.get("over_requests_waiting_mean") or 0.0), stats.get("over_in_flight_mean") or 0.0)
+        ratio = round(min(2.5, math.sqrt(demand / max(running, 1e-9))), 2)
     if main.technique == "enable_prefix_caching":
         reuse = diagnosis.request_stats.get("prefix_reuse", 0.0)
         ratio = round(1.0 + 0.5 * reuse, 2)

@@ -82,6 +82,8 @@ def test_engine_stats_pick_the_steps_around_capacity():
     stats = engine_stats([smollm_sweep(), smollm_sweep()])
     assert stats["at_cap_rate"] == 0.5 and stats["over_rate"] == 1.0
     assert stats["over_requests_waiting_mean"] == 7.5
+    # Little's law on the client side: 1 req/s x mean e2e (0.8 x (6400 + 48 x 60) ms)
+    assert stats["over_in_flight_mean"] == pytest.approx(1.0 * 0.8 * (6400 + 48 * 60) / 1000)
     assert stats["prefix_cache_hit_rate"] == 0.0 and stats["prefix_cache_queries_delta"] == 40000
     assert stats["sla_violations_ttft"] == 4 and stats["sweeps"] == 2
 
@@ -93,6 +95,7 @@ def test_embedded_default_diagnosis_names_batch_limit_and_unused_prefix_cache():
     batch = diagnosis.bottleneck("batch_limit")
     assert any("--max-num-seqs 2" in e for e in batch.evidence)
     assert any("waiting" in e for e in batch.evidence)
+    assert any("in flight" in e and "limit of 2" in e for e in batch.evidence)
     prefix = diagnosis.bottleneck("prefix_cache_unused")
     assert any("hit rate 0%" in e for e in prefix.evidence) and any("off" in e for e in prefix.evidence)
     assert diagnosis.traits["prefix_reuse"] > 0.6 and diagnosis.traits["capacity_rps"] == 0.5

@@ -5,7 +5,7 @@ from loadgen.noise import noise_floor
 from loadgen.plots import load_curve_png
 from loadgen.report import render_text, step_table, step_table_markdown
 from loadgen.results import LatencySummary, StepResult, SweepResult
-from loadgen.sweep import _next_auto_rate, capacity, knee_rate
+from loadgen.sweep import _next_auto_rate, capacity, knee_rate, refine_rate
 from autoresearch.config import SLASpec
 
 SLA = SLASpec(ttft_ms=500, itl_ms=100)
@@ -50,6 +50,16 @@ def test_auto_ladder_doubles_then_bisects():
     assert _next_auto_rate([(10, True), (20, False)], 2.0, 0.15, 0.05) == 14
     assert _next_auto_rate([(10, False)], 2.0, 0.15, 0.05) == 5
     assert _next_auto_rate([(10, True), (11, False)], 2.0, 0.15, 0.05) is None
+
+
+def test_explicit_ladder_refinement_bisects_the_bracket_around_capacity():
+    assert refine_rate([(1.0, True), (1.4, True), (2.0, False), (2.8, False)]) == 1.7
+    assert refine_rate([(1.0, True), (1.4, True), (2.0, False), (1.7, False)]) == 1.5
+    # the bracket is the highest pass *below* the lowest failure, as in capacity()
+    assert refine_rate([(1.0, True), (1.4, False), (2.0, True)]) == 1.2
+    assert refine_rate([(1.0, True), (2.0, True)]) is None  # never failed: nothing to refine
+    assert refine_rate([(1.0, False)]) is None  # failed at the bottom of the ladder
+    assert refine_rate([(1.0, True), (1.04, False)]) is None  # already finer than 5%
 
 
 def test_noise_floor_and_verdicts():

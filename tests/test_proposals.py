@@ -97,6 +97,15 @@ def test_rules_propose_the_capacity_changes_for_the_embedded_default():
         assert validate_intervention(p.intervention, BASE, "vllm", gpu_count=0).ok, args
 
 
+def test_batch_limit_target_follows_client_side_concurrency_when_engine_gauges_read_zero():
+    """vLLM's CPU build often samples running/waiting as 0; rate x latency still shows the demand."""
+    diagnosis = _smollm_diagnosis(over_requests_running_mean=0.0, over_requests_waiting_mean=0.0,
+                                  over_in_flight_mean=6.3)
+    first = rules.propose(diagnosis, 1)[0]
+    assert first.intervention.engine_arg_diff == {"--max-num-seqs": "8"}
+    assert first.predicted_capacity_ratio and first.predicted_capacity_ratio > 1
+
+
 def test_rules_skip_what_was_already_tried():
     proposals = rules.propose(_smollm_diagnosis(), 3, skip=["raise_max_num_seqs", "enable_prefix_caching"])
     techniques = [p.intervention.technique for p in proposals]
