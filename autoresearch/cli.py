@@ -135,7 +135,7 @@ def cmd_campaign(args) -> int:
         campaign, endpoint = resolve_campaign(_definitions(args), args.name)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    outcome = run_campaign(campaign, endpoint, proposer=args.proposer)
+    outcome = run_campaign(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared)
     print(format_outcome(outcome))
     return 0
 
@@ -226,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["run"])
     p.add_argument("name", help="campaign name, or an endpoint name (runs its default campaign)")
     p.add_argument("--proposer", choices=["auto", "rules", "llm"], default=None)
+    p.add_argument("--from-declared", action="store_true",
+                   help="start a new campaign from the YAML engine configuration, not from the last one the "
+                        "research memory confirmed")
     p.set_defaults(func=cmd_campaign)
 
     p = sub.add_parser("memory", help="query or export the shared research memory")

@@ -105,12 +105,32 @@ def campaign_dir(campaign: CampaignSpec, partition: str | None = None) -> Path:
 
 
 def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: str | None = None,
-                 partition: str | None = None, progress: Callable[[str], None] = print):
-    """Run (or resume) a campaign with the shared research memory; return its outcome."""
+                 partition: str | None = None, from_declared: bool = False, progress: Callable[[str], None] = print):
+    """Resume the campaign's unfinished run, or start a new one; return its outcome.
+
+    A finished run is kept (its folder renamed after its campaign id) and a new one starts from
+    the endpoint's working baseline: the latest configuration the research memory confirmed, so
+    that a second run looks for the next gain instead of re-deriving the last one
+    (``from_declared`` starts from the YAML configuration instead)."""
     from memory_db.store import MemoryStore
     from research.campaign import run_campaign as run
+    from research.state import StateStore
 
-    return run(campaign, endpoint, state_dir=campaign_dir(campaign, partition), memory=MemoryStore(paths.memory_db_path()),
+    folder = campaign_dir(campaign, partition)
+    state = StateStore(folder, campaign.name).load()
+    if state is not None and state.finished:
+        archive = folder.with_name(f"{folder.name}.{state.campaign_id}")
+        folder.rename(archive)
+        folder.mkdir()
+        progress(f"campaign {state.campaign_id} finished earlier ({state.end_reason}); kept in {archive}")
+        state = None
+    if state is None and not from_declared:
+        working = working_spec(endpoint)
+        if working.engine.args != endpoint.engine.args:
+            progress("starting from the configuration the research memory confirmed last: "
+                     f"{' '.join(working.engine.args)} (--from-declared starts from the YAML one)")
+        endpoint = working
+    return run(campaign, endpoint, state_dir=folder, memory=MemoryStore(paths.memory_db_path()),
                proposer=proposer or campaign.proposer, pool=load_pool(endpoint), progress=progress)
 
 

@@ -257,11 +257,11 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
               step_duration_s: float | None = None, max_steps: int | None = None, senders: int | None = None,
               lag_bounds: LagBounds | None = None, timeout_s: float | None = None, resolution: float = 0.15,
               records_dir: Path | None = None, check_client: bool = True, idle_timeout_s: float = 60.0,
-              min_requests: int = 12, client_retries: int = 1) -> SweepResult:
+              min_requests: int | None = None, client_retries: int = 1) -> SweepResult:
     """Sweep ``engine`` with requests from ``pool`` (cycled) at a ladder of rates; see the module doc.
 
     ``rates`` overrides the endpoint's ladder (``spec.sweep.rates``; None there = automatic).
-    A step lasts ``step_duration_s`` or long enough for ``min_requests`` requests, whichever is
+    A step lasts ``step_duration_s`` or long enough for ``min_requests`` (default ``sweep.min_requests``) requests, whichever is
     longer, up to 4x ``step_duration_s`` (percentiles of a handful of requests mean nothing).
     A step the client could not keep on schedule (a busy host, not the engine) is repeated up to
     ``client_retries`` times before it invalidates the sweep; the repeat is noted. ``senders`` defaults to what the client calibration says the highest rate needs (1 when
@@ -270,6 +270,7 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
     """
     cfg = spec.sweep
     duration = step_duration_s or cfg.step_duration_s
+    min_requests = min_requests or cfg.min_requests
     steps_cap = max_steps or cfg.max_steps
     ladder = list(rates) if rates is not None else (list(cfg.rates) if cfg.rates else None)
     if ladder is not None and (not ladder or any((not math.isfinite(r)) or r <= 0 for r in ladder)):

@@ -79,6 +79,21 @@ def _ratio_text(ratio: float | None, noise: float | None) -> str:
     return text + (f", noise threshold ±{noise:.1%}" if noise is not None else "")
 
 
+#: A noise floor wider than this cannot rule out a gain worth having: its 'same' decides nothing.
+MAX_RESOLVING_THRESHOLD = 0.25
+
+
+def conclusive(verdict: str, capacity_ratio: float | None, noise_threshold: float | None) -> bool:
+    """Whether a decided verdict settles the question. 'better' and 'worse' do; 'same' only when the
+    noise floor could have resolved a worthwhile gain (threshold <= 25 %) and the candidate's mean
+    stayed inside it. A 'same' at +50 % under a +-61 % threshold is an open question, not a dead end."""
+    if verdict != "same":
+        return True
+    if noise_threshold is None or noise_threshold > MAX_RESOLVING_THRESHOLD:
+        return False
+    return capacity_ratio is None or capacity_ratio - 1 <= noise_threshold
+
+
 def prior_decision(con: duckdb.DuckDBPyConnection, endpoint: str, change: str | dict[str, str | None],
                    conditions: Conditions, *, same_endpoint_only: bool = False) -> PriorResult | None:
     """Has this exact change already been decided (better/same/worse) under the same conditions?
@@ -88,7 +103,8 @@ def prior_decision(con: duckdb.DuckDBPyConnection, endpoint: str, change: str | 
     is already in the working baseline, an unconfirmed better one lost its confirmation (ablation or
     correctness) under these very conditions. ``should_skip`` is therefore True; a loop that wants to
     re-test unconfirmed gains checks ``verdict == "better" and not confirmed``. An 'invalid' run
-    decided nothing and is never returned, so the candidate runs again.
+    decided nothing and is never returned, so the candidate runs again; neither is an inconclusive
+    'same' (see :func:`conclusive`).
     """
     signature = change if isinstance(change, str) else change_signature(change)
     where = f"change_signature = ? AND {_CONDITION_SQL} AND verdict IN ({', '.join('?' for _ in DECIDED_VERDICTS)})"
@@ -99,6 +115,7 @@ def prior_decision(con: duckdb.DuckDBPyConnection, endpoint: str, change: str | 
     rows = _rows(con, f"SELECT experiment_id, endpoint, campaign_id, technique, verdict, capacity_ratio, "
                       f"noise_threshold, confirmed, created_at FROM v_experiments WHERE {where} "
                       f"ORDER BY endpoint = ? DESC, created_at DESC, experiment_id", [*params, endpoint])
+    rows = [row for row in rows if conclusive(row["verdict"], row["capacity_ratio"], row["noise_threshold"])]
     if not rows:
         return None
     top = rows[0]

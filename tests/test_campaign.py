@@ -228,3 +228,36 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
     assert "autoresearch campaign run support_smollm_default" in text
     assert "vllm.entrypoints.openai.api_server --max-num-seqs 16" in text
     assert "- why?" in text
+
+
+def test_a_finished_campaign_is_kept_and_the_next_starts_from_the_confirmed_configuration(tmp_path: Path, monkeypatch):
+    """`autoresearch campaign run` twice: the first run's folder is kept, the second starts from memory's
+    last confirmed configuration (the deadline here is too short for a baseline: nothing launches)."""
+    from autoresearch import paths, workflows
+    from memory_db import Conditions, ConfirmationRecord, ExperimentRecord, MemoryStore
+    from research.state import CampaignState, StateStore
+
+    monkeypatch.setenv("AUTORESEARCH_MODELS", str(paths.models_dir()))  # the real model cache
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    endpoint = load_definitions(definitions_dir()).endpoint("tiny_random")
+    campaign = CampaignSpec(name="again", endpoint="tiny_random", deadline_minutes=0.01, proposer="rules")
+    folder = workflows.campaign_dir(campaign)
+    StateStore(folder, "again").save(CampaignState(campaign="again", endpoint="tiny_random", campaign_id="again-1",
+                                                   finished=True, end_reason="max rounds: 1 rounds done"))
+    confirmed = [*endpoint.engine.args, "--max-num-batched-tokens", "4096"]
+    store = MemoryStore(paths.memory_db_path())
+    win = ExperimentRecord(endpoint="tiny_random", campaign_id="again-1", conditions=Conditions(model="tiny", engine="vllm", engine_version="0.32.0",
+                                                                   workload_signature="wl"),
+                           bottleneck="batch_limit", technique="raise_max_num_batched_tokens",
+                           change={"--max-num-batched-tokens": "4096"}, verdict="better", capacity_ratio=1.6,
+                           noise_threshold=0.1)
+    store.record(win)
+    store.record(ConfirmationRecord(experiment_id=win.experiment_id, endpoint="tiny_random", campaign_id="again-1",
+                                    engine_args=confirmed, new_config_hash="cfg"))
+    lines: list[str] = []
+    out = workflows.run_campaign(campaign, endpoint, progress=lines.append)
+    assert (tmp_path / "campaigns" / "again.again-1" / "again.state.json").exists()
+    assert out.campaign_id != "again-1" and out.end_reason.startswith("deadline"), out
+    assert any("research memory confirmed last" in line and "--max-num-batched-tokens 4096" in line for line in lines)
+    again = StateStore(folder, "again").load()
+    assert again is not None and again.campaign_id == out.campaign_id and again.finished

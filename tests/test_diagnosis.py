@@ -177,3 +177,19 @@ def test_launch_bound_gpu_profile_leads_to_graphs_or_async_scheduling():
     assert any("host-side" in e for e in diagnosis.bottlenecks[0].evidence)
     [proposal] = rules.propose(diagnosis, 1, gpu_count=1)
     assert proposal.intervention.engine_arg_diff == {"--cb-use-cuda-graph": None}
+
+
+def test_batch_limit_found_from_client_side_concurrency_when_gauges_read_zero():
+    """vLLM's CPU build can sample running = waiting = 0 under load; rate x latency still shows the queue."""
+    quiet = SweepResult(endpoint="support_smollm", engine_args=SMOLLM_ARGS, launch_config_hash="h", started_at=0.0,
+                        capacity_rps=1.0, steps=[
+                            step(1.0, True, 0.0, 0.0, ttft=900, e2e=1500),
+                            step(1.4, False, 0.0, 0.0, ttft=4000, e2e=5000, violations=["ttft p95 4000ms > 2000ms"]),
+                        ])
+    diagnosis = diagnose(make_pool(), [quiet], SMOLLM_ARGS, endpoint="support_smollm")
+    batch = diagnosis.bottleneck("batch_limit")
+    assert batch is not None, diagnosis.bottlenecks
+    assert any("in flight" in e and "--max-num-seqs 2" in e for e in batch.evidence)
+    first = rules.propose(diagnosis, 3)
+    seqs = [p for p in first if p.intervention.technique == "raise_max_num_seqs"]
+    assert seqs and int(seqs[0].intervention.engine_arg_diff["--max-num-seqs"]) == 8  # 1.4 x 4.0 s = 5.6 in flight

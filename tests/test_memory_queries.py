@@ -35,7 +35,8 @@ def exp(store: MemoryStore, *, endpoint="chat", campaign_id="chat-c1", condition
     record = ExperimentRecord(endpoint=endpoint, campaign_id=campaign_id, conditions=conditions,
                               bottleneck=extra.pop("bottleneck", "queueing"), technique=technique,
                               change=change or {"--max-num-seqs": "64"}, verdict=verdict, capacity_ratio=ratio,
-                              noise_threshold=0.05, created_at=T0 + timedelta(minutes=minutes), **extra)
+                              noise_threshold=extra.pop("noise_threshold", 0.05),
+                              created_at=T0 + timedelta(minutes=minutes), **extra)
     store.record(record)
     return record
 
@@ -103,6 +104,18 @@ def test_prior_decision_needs_the_same_conditions(store: MemoryStore):
     for differing in ({"engine_version": "0.33.0"}, {"gpu_count": 2}, {"workload_signature": "wl-rag"},
                       {"model": "other"}, {"model_revision": "v2"}, {"hardware": "H200"}):
         assert store.prior_decision("chat", change, CHAT.model_copy(update=differing)) is None, differing
+
+
+def test_an_inconclusive_same_is_not_a_dead_end(store: MemoryStore):
+    change = {"--enable-prefix-caching": None}
+    exp(store, technique="prefix_caching", change=change, verdict="same", ratio=1.5, noise_threshold=0.61)
+    assert store.prior_decision("chat", change, CHAT) is None  # +50 % under a +-61 % floor: run it again
+    exp(store, technique="prefix_caching", change=change, verdict="same", ratio=1.12, noise_threshold=0.08, minutes=1)
+    assert store.prior_decision("chat", change, CHAT) is None  # mean above the floor, repeats disagreed
+    settled = exp(store, technique="prefix_caching", change=change, verdict="same", ratio=1.03, noise_threshold=0.08,
+                  minutes=2)
+    prior = store.prior_decision("chat", change, CHAT)
+    assert prior.experiment_id == settled.experiment_id and prior.should_skip and prior.matching_experiments == 1
 
 
 def test_prior_from_another_endpoint_counts_but_the_own_endpoint_comes_first(store: MemoryStore):
