@@ -125,8 +125,7 @@ def test_default_campaign_finds_a_lossless_1_5x_gain(tmp_path: Path, engine_slot
     if not set(TOOL_ARGS) <= set(endpoint.engine.args):
         endpoint = endpoint.with_engine_args(list(endpoint.engine.args) + TOOL_ARGS)
     # The endpoint's own sweep (fixed x1.4 ladder from 0.5 req/s, one refinement step), as the main job runs it.
-    campaign = definitions.campaigns["support_smollm_default"].model_copy(
-        update={"subagents": 2, "repeats": 2, "max_rounds": 2, "proposer": "rules", "deadline_minutes": 25})
+    campaign = definitions.campaigns["support_smollm_default"].model_copy(update={"proposer": "rules"})
     memory = MemoryStore(tmp_path / "memory.duckdb")
     lines: list[str] = []
     outcome = run_campaign(campaign, endpoint, state_dir=tmp_path / "state", memory=memory, proposer="rules",
