@@ -49,7 +49,8 @@ def _with_traffic(spec: EndpointSpec, **traffic) -> EndpointSpec:
     return spec.model_copy(update={"traffic": TrafficSpec(**traffic)})
 
 
-def test_sample_pool_passes_fidelity_and_keeps_requests_intact(sample_build: PoolBuild, tok: ChatTokenizer) -> None:
+def test_sample_pool_passes_fidelity_and_keeps_requests_intact(sample_build: PoolBuild, tok: ChatTokenizer,
+                                                                support: EndpointSpec) -> None:
     b = sample_build
     assert b.fidelity.passed, b.table()
     pool = b.pool
@@ -58,9 +59,12 @@ def test_sample_pool_passes_fidelity_and_keeps_requests_intact(sample_build: Poo
     assert pool["prefix_group"].n_unique() == len(sample_logs.TENANTS)
     originals = [json.loads(line)["request"] for line in sample_logs.bundled_sample().read_text().splitlines()[:600]]
     bodies = [orjson.loads(x) for x in pool["body"].to_list()]
+    cap = support.traffic.max_output_tokens
     for orig, body in zip(originals, bodies):
-        for key in ("tools", "response_format", "max_tokens", "temperature", "top_p", "tool_choice"):
+        for key in ("tools", "response_format", "temperature", "top_p", "tool_choice"):
             assert body[key] == orig[key]
+        # the endpoint's traffic.max_output_tokens clips the output limit, nothing else
+        assert body["max_tokens"] == (min(orig["max_tokens"], cap) if cap else orig["max_tokens"])
         assert [m["role"] for m in body["messages"]] == [m["role"] for m in orig["messages"]]
     assert pool["prompt_tokens"].to_list()[:50] == tok.count_bodies(bodies[:50]).tolist()
     lineage = json.loads(pq.read_schema(b.pool_path).metadata[b"autoresearch.lineage"])
