@@ -12,7 +12,6 @@ Public API::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -230,8 +229,6 @@ class RunningEngine:
         free (a trace export needs some; the vLLM CPU profiler once grew a worker to 21 GiB)."""
         from engines.process import RssGuard, available_memory_bytes, group_rss_bytes
 
-        if self.process is None or self.pid is None:
-            return contextlib.nullcontext(_NoGuard())
         free = available_memory_bytes() or 8 * 2**30
         return RssGuard(self.pid, group_rss_bytes(self.pid) + free // 2)
 
@@ -251,12 +248,6 @@ class RunningEngine:
 
     def __repr__(self) -> str:
         return f"RunningEngine({self.adapter.kind} {self.served_model!r} at {self.base_url}, pid={self.pid})"
-
-
-class _NoGuard:
-    """Stands in for an RssGuard where there is no process of ours to watch."""
-
-    tripped, peak_bytes, limit_bytes = False, 0, 0
 
 
 def _default_workdir(spec: EndpointSpec, port: int) -> Path:

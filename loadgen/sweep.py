@@ -302,7 +302,8 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
 
     def emit(phase: str, rate: float | None, message: str, step: StepResult | None = None) -> None:
         if progress:
-            progress(SweepProgress(phase, len(steps), steps_cap if ladder is None else min(steps_cap, len(ladder)),
+            progress(SweepProgress(phase, len(steps), steps_cap if ladder is None
+                                   else min(steps_cap, len(ladder) + cfg.refine_steps),
                                    rate, message, step))
 
     next_rate: float | None

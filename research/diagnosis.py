@@ -233,8 +233,9 @@ def _batch_limit(e: dict, args: dict, kind: str) -> Bottleneck | None:
     # (queueing) breaks the SLA. Holds whatever the engine's gauges happened to sample.
     in_flight = e.get("over_in_flight_mean")
     queued_client_side = (limit is not None and in_flight is not None and in_flight >= 1.5 * limit
-                          and bool(e.get("sla_violations_ttft")))
-    if queued_client_side and not (running is not None and waiting is not None and waiting >= 0.5):
+                          and bool(e.get("sla_violations_ttft"))
+                          and not (running is not None and waiting is not None and waiting >= 0.5))
+    if queued_client_side:
         evidence.append(f"TTFT breaks the SLA while {in_flight:.1f} requests are in flight at "
                         f"{_f(e.get('over_rate'))} req/s (rate x mean end-to-end latency) against {limit_flag} {limit}")
         severity = min(1.0, 0.4 + 0.6 * (in_flight - limit) / in_flight)
@@ -265,7 +266,7 @@ def _batch_limit(e: dict, args: dict, kind: str) -> Bottleneck | None:
         severity = 0.5
     else:
         return None
-    if in_flight is not None and limit is not None and in_flight > limit and not evidence[0].startswith("TTFT breaks"):
+    if in_flight is not None and limit is not None and in_flight > limit and not queued_client_side:
         evidence.append(f"{in_flight:.1f} requests in flight on average at {_f(e.get('over_rate'))} req/s (rate x mean "
                         f"end-to-end latency) against a limit of {limit}")
     ttft = e.get("over_ttft_p95_ms")
