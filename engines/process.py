@@ -2,8 +2,11 @@
 
 An engine is a tree of processes (vLLM's API server spawns an engine-core process, and
 more). We start it in its own session so the whole tree is one process group: stopping
-signals the group, first SIGTERM, then SIGKILL, and waits until no member is left. Output
-goes to a log file whose tail explains crashes. Health is a plain ``GET`` that must answer
+signals the group, first SIGTERM, then SIGKILL, and waits until no member is left: members
+still alive a short grace after the leader ended are killed one by one, by PID, and named in
+the stop report. On a GPU host the report also says, through NVML, whether the GPU memory the
+engine held was given back (``ManagedProcess.stop_report``). Output goes to a log file whose
+tail explains crashes. Health is a plain ``GET`` that must answer
 200; a process that exits while we wait, or a server that stops answering, raises
 :class:`~engines.base.EngineCrashed` with the log tail.
 """
@@ -11,17 +14,23 @@ goes to a log file whose tail explains crashes. Health is a plain ``GET`` that m
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import socket
 import subprocess
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from engines import gpu
 from engines.base import EngineCrashed, EngineError
+
+log = logging.getLogger(__name__)
 
 
 def free_port() -> int:
@@ -144,6 +153,48 @@ class RssGuard:
         self._thread.join(timeout=5)
 
 
+def _pgid_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return int(fields[2]) if len(fields) > 2 else None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode("utf-8", errors="replace").strip()[:300] or "?"
+
+
+@dataclass
+class StopReport:
+    """What stopping an engine found: leftovers killed, and whether its GPU memory came back.
+
+    ``warnings`` is what a caller should record (and what was logged); ``leak`` is True when NVML
+    showed the GPU memory still held after the processes ended."""
+
+    returncode: int | None = None
+    seconds: float = 0.0
+    group_killed: bool = False  # the leader ignored SIGTERM: SIGKILL to the whole group
+    leftover_pids: list[int] = field(default_factory=list)  # alive after the leader ended, killed by PID
+    leftover_commands: list[str] = field(default_factory=list)
+    gpu: gpu.GpuReleaseCheck | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def leak(self) -> bool:
+        return self.gpu is not None and self.gpu.leak
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"returncode": self.returncode, "seconds": round(self.seconds, 3), "group_killed": self.group_killed,
+                "leftover_pids": self.leftover_pids, "leftover_commands": self.leftover_commands,
+                "gpu": self.gpu.as_dict() if self.gpu else None, "leak": self.leak, "warnings": self.warnings}
+
+
 _LIVE: set["ManagedProcess"] = set()
 
 
@@ -165,10 +216,19 @@ class ManagedProcess:
         self.env = env
         self.cwd = cwd
         self._popen: subprocess.Popen | None = None
+        self.gpu_at_start: dict[int, int] | None = None  # NVML memory used per GPU just before the start
+        self.gpu_note: str | None = None  # why there is no GPU reading (no NVML on this host, ...)
+        self.stop_report: StopReport | None = None
+
+    @property
+    def visible_gpus(self) -> str | None:
+        """CUDA_VISIBLE_DEVICES the engine runs with (None: unset, every GPU)."""
+        return gpu.visible_devices(self.env)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> "ManagedProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.gpu_at_start, self.gpu_note = gpu.memory_used(self.visible_gpus)
         with open(self.log_path, "ab") as log:
             try:
                 self._popen = subprocess.Popen(  # noqa: S603 - argument list, never a shell
@@ -238,24 +298,75 @@ class ManagedProcess:
             raise self.crashed(f"engine unhealthy: {health_url} answered {status}")
 
     # -- stop ----------------------------------------------------------------------------
-    def stop(self, term_timeout_s: float = 20.0, kill_timeout_s: float = 10.0) -> int | None:
-        """SIGTERM the process group, wait, then SIGKILL it; return the leader's exit code.
-        Returns only when no member of the group is left (or raises EngineError)."""
+    def stop(self, term_timeout_s: float = 20.0, kill_timeout_s: float = 10.0, leftover_grace_s: float = 5.0,
+             gpu_release_timeout_s: float = 5.0) -> int | None:
+        """SIGTERM the process group and wait for its leader; SIGKILL the group if the leader ignores it.
+        Members still alive ``leftover_grace_s`` after the leader ended are killed by PID (only processes
+        whose group is the one we started). Returns the leader's exit code only when no member of the
+        group is left (or raises EngineError). Then, on a GPU host, waits up to ``gpu_release_timeout_s``
+        for NVML to show the GPU memory back at its pre-start level. ``self.stop_report`` says what
+        happened; leftovers and a leak are logged as warnings."""
         if self._popen is None:
             return None
+        t0 = time.monotonic()
         pgid = self.pgid
+        report = StopReport()
+        before_stop = gpu.memory_used(self.visible_gpus)[0] if self.gpu_at_start is not None else None
         if self._popen.poll() is not None:
             # The leader already died (a crash): orphaned workers have nobody to shut down
             # for, and the one vLLM leaves behind ignores SIGTERM for ~20 s. Do not wait long.
             term_timeout_s = min(term_timeout_s, 2.0)
         self._signal_group(pgid, signal.SIGTERM)
-        if not self._wait_group(pgid, term_timeout_s):
+        deadline = t0 + term_timeout_s
+        self._wait(lambda: self._popen.poll() is not None or not group_alive(pgid), deadline)
+        if self._popen.poll() is None:
+            report.group_killed = True
+            report.warnings.append(f"engine process {pgid} ignored SIGTERM for {term_timeout_s:.0f}s: "
+                                   "SIGKILL to its process group")
             self._signal_group(pgid, signal.SIGKILL)
-            if not self._wait_group(pgid, kill_timeout_s):
-                raise EngineError(f"process group {pgid} still has members after SIGKILL")
+        elif not self._wait_group(pgid, min(leftover_grace_s, max(0.0, deadline - time.monotonic()))):
+            self._kill_leftovers(pgid, report)
+        if not self._wait_group(pgid, kill_timeout_s):
+            raise EngineError(f"process group {pgid} still has members after SIGKILL")
         _LIVE.discard(self)
-        return self._popen.poll()
+        report.returncode = self._popen.poll()
+        report.gpu = self._check_gpu_released(before_stop, gpu_release_timeout_s)
+        if report.gpu.leak:
+            report.warnings.append(f"GPU memory leak after stopping the engine: {report.gpu.note}")
+        report.seconds = time.monotonic() - t0
+        for warning in report.warnings:
+            log.warning("%s (%s)", warning, self.argv[0])
+        self.stop_report = report
+        return report.returncode
 
+    def _kill_leftovers(self, pgid: int, report: StopReport) -> None:
+        """SIGKILL, one by one, the live members of group ``pgid`` (the leader has ended)."""
+        if not Path("/proc/self/stat").exists():  # no /proc to list them: the group as a whole
+            self._signal_group(pgid, signal.SIGKILL)
+            report.warnings.append(f"process group {pgid} outlived its leader: SIGKILL to the group")
+            return
+        for pid in group_members(pgid):
+            command = _cmdline(pid)
+            if _pgid_of(pid) != pgid:  # ended, and its PID reused, since it was listed
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            report.leftover_pids.append(pid)
+            report.leftover_commands.append(command)
+        if report.leftover_pids:
+            report.warnings.append(
+                f"killed {len(report.leftover_pids)} leftover process(es) of group {pgid} still alive after the "
+                f"engine's main process ended: " + "; ".join(f"{p} {c[:120]}" for p, c in
+                                                               zip(report.leftover_pids, report.leftover_commands)))
+
+    def _check_gpu_released(self, before_stop: dict[int, int] | None, timeout_s: float) -> gpu.GpuReleaseCheck:
+        if self.gpu_at_start is None:
+            return gpu.GpuReleaseCheck("no-nvml", self.gpu_note or "no GPU memory reading at the engine's start")
+        visible = self.visible_gpus
+        return gpu.wait_memory_released(self.gpu_at_start, lambda: gpu.memory_used(visible)[0],
+                                        before_stop=before_stop, timeout_s=timeout_s)
     def kill(self) -> None:
         """SIGKILL the whole group now (used by crash tests and as a last resort)."""
         if self._popen is not None:
@@ -268,12 +379,14 @@ class ManagedProcess:
         except ProcessLookupError:
             pass
 
-    def _wait_group(self, pgid: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
+    def _wait(self, done, deadline: float) -> bool:
         while True:
             self._popen.poll()  # reap the leader so it does not linger as a zombie
-            if not group_alive(pgid):
+            if done():
                 return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
+
+    def _wait_group(self, pgid: int, timeout_s: float) -> bool:
+        return self._wait(lambda: not group_alive(pgid), time.monotonic() + timeout_s)

@@ -3,6 +3,10 @@
 The sampler scrapes ``engine.metrics()`` and calls ``engine.check_alive()`` every interval. A
 crash (``EngineCrashed``, or repeated failed scrapes) is remembered as a reason that the runner
 polls through ``stop_check``, so a dead server ends the step at once and invalidates it.
+
+Beside it, an ``engines.gpu.GpuSampler`` samples the engine's GPUs through NVML (utilisation,
+memory, power) for the same interval; ``device_summary()`` is the step's ``device_metrics`` and
+``device_note`` says why there are none (no NVML on this host, an engine on another host).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any, Protocol
+from urllib.parse import urlparse
 
 
 class Engine(Protocol):
@@ -39,11 +44,27 @@ def _crash_types() -> tuple[type, ...]:
         return ()
 
 
+def _gpu_sampler(engine: Engine, interval_s: float) -> tuple[Any | None, str | None]:
+    """A GpuSampler for the GPUs the engine's process sees, or (None, why none): an engine this
+    project did not start and that is not on this host uses no GPU we can read."""
+    process = getattr(engine, "process", None)
+    env = getattr(process, "env", None)
+    if process is None and urlparse(engine.base_url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None, "no GPU telemetry: the engine is not on this host"
+    try:
+        from engines.gpu import GpuSampler, visible_devices
+    except ImportError:  # pragma: no cover
+        return None, "no GPU telemetry: engines.gpu is not importable"
+    return GpuSampler(visible_devices(env), interval_s=interval_s), None
+
+
 class EngineWatch:
     """Context manager: samples metrics and liveness until exit; ``crash`` holds the reason if it died."""
 
-    def __init__(self, engine: Engine, interval_s: float = 1.0, max_failed_scrapes: int = 3):
+    def __init__(self, engine: Engine, interval_s: float = 1.0, max_failed_scrapes: int = 3,
+                 gpu_interval_s: float = 0.25):
         self.engine = engine
+        self.gpu, self.device_note = _gpu_sampler(engine, gpu_interval_s)
         self.interval_s = interval_s
         self.max_failed = max_failed_scrapes
         self.samples: list[Any] = []
@@ -75,12 +96,22 @@ class EngineWatch:
 
     def __enter__(self) -> "EngineWatch":
         self.t0 = time.time()
+        if self.gpu is not None:
+            self.gpu.start()
+            self.device_note = self.gpu.note
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
+        if self.gpu is not None:
+            self.gpu.stop()
+            self.device_note = self.gpu.note
         self._thread.join(timeout=15)
+
+    def device_summary(self) -> dict[str, float]:
+        """The step's GPU telemetry (engines.gpu.summarize_ticks); {} where there is none (see device_note)."""
+        return self.gpu.summary() if self.gpu is not None else {}
 
     def final_check(self) -> str | None:
         """One last liveness check after the load (a crash in the last interval must not slip through)."""

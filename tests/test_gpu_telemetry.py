@@ -1,0 +1,204 @@
+"""GPU telemetry (NVML) and the engine stop that kills leftovers and checks GPU memory release.
+
+The arithmetic is tested on samples fed directly (pure functions, no NVML stand-in); the
+sampler and the stop check are tested for what they say on a host without NVML (this CPU
+machine); the leftover kill on a real process group whose child ignores SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from engines.gpu import (GpuReading, GpuSampler, GpuTick, RELEASE_TOLERANCE_BYTES, memory_used, summarize_ticks,
+                         wait_memory_released)
+from engines.process import ManagedProcess, group_alive
+from loadgen.watch import EngineWatch
+
+GiB = 2**30
+NO_NVML = memory_used()[0] is None
+
+
+# -- the per-step summary ---------------------------------------------------------------------
+
+def _tick(t: float, *readings: GpuReading) -> GpuTick:
+    return GpuTick(t, readings)
+
+
+def test_energy_is_the_integral_of_power_over_time():
+    ticks = [_tick(0.0, GpuReading(0, util_pct=10, memory_used_bytes=40 * GiB, power_w=100.0)),
+             _tick(1.0, GpuReading(0, util_pct=50, memory_used_bytes=60 * GiB, power_w=200.0)),
+             _tick(3.0, GpuReading(0, util_pct=90, memory_used_bytes=50 * GiB, power_w=200.0))]
+    out = summarize_ticks(ticks)
+    # trapezoids: (100+200)/2 * 1 s + (200+200)/2 * 2 s = 150 + 400 J
+    assert out["energy_j"] == pytest.approx(550.0)
+    assert out["power_mean_w"] == pytest.approx(550.0 / 3.0)  # time-weighted, not (100+200+200)/3
+    assert out["duration_s"] == pytest.approx(3.0)
+    assert out["gpu_util_mean"] == pytest.approx(50.0) and out["gpu_util_max"] == 90.0
+    assert out["memory_used_max_bytes"] == 60 * GiB
+    assert out["samples"] == 3 and out["gpus"] == 1
+    assert "energy_counter_j" not in out  # only when the driver's counter was read
+
+
+def test_two_gpus_add_up_and_missing_readings_are_left_out():
+    ticks = [_tick(0.0, GpuReading(0, util_pct=20, memory_used_bytes=10 * GiB, power_w=300.0),
+                   GpuReading(1, util_pct=40, memory_used_bytes=20 * GiB, power_w=None)),
+             _tick(2.0, GpuReading(0, util_pct=60, memory_used_bytes=30 * GiB, power_w=500.0),
+                   GpuReading(1, util_pct=None, memory_used_bytes=25 * GiB, power_w=100.0)),
+             _tick(4.0, GpuReading(0, util_pct=None, memory_used_bytes=None, power_w=500.0),
+                   GpuReading(1, util_pct=80, memory_used_bytes=5 * GiB, power_w=100.0))]
+    out = summarize_ticks(ticks, energy_counter_j=2345.0)
+    # GPU 0: 800 J over 0-2 s + 1000 J over 2-4 s; GPU 1: 100 W over 2-4 s = 200 J
+    assert out["energy_j"] == pytest.approx(2000.0)
+    assert out["power_mean_w"] == pytest.approx(1800.0 / 4.0 + 100.0)  # per GPU over its own span, summed
+    assert out["gpu_util_mean"] == pytest.approx((20 + 40 + 60 + 80) / 4) and out["gpu_util_max"] == 80
+    assert out["memory_used_max_bytes"] == 55 * GiB  # the tick at 4 s lacks GPU 0's memory: not summed
+    assert out["energy_counter_j"] == 2345.0 and out["gpus"] == 2
+
+
+def test_no_numbers_are_made_up():
+    assert summarize_ticks([]) == {"samples": 0.0}
+    one = summarize_ticks([_tick(5.0, GpuReading(0, power_w=250.0))])
+    assert one["power_mean_w"] == 250.0 and "energy_j" not in one  # one reading has no integral
+    assert "gpu_util_mean" not in one and "memory_used_max_bytes" not in one
+
+
+# -- the release check --------------------------------------------------------------------------
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_memory_released_after_the_drivers_delay():
+    clock = _Clock()
+    readings = iter([{0: 129 * GiB}, {0: 129 * GiB}, {0: 1 * GiB + 100 * 2**20}])
+    check = wait_memory_released({0: 1 * GiB}, lambda: next(readings), before_stop={0: 130 * GiB}, timeout_s=5.0,
+                                 poll_s=0.5, clock=clock, sleep=clock.sleep)
+    assert check.status == "released" and not check.leak
+    assert check.waited_s == pytest.approx(1.0)
+    assert check.held_bytes == {0: 129 * GiB}
+
+
+def test_memory_still_held_is_a_leak():
+    clock = _Clock()
+    check = wait_memory_released({0: 0, 1: 0}, lambda: {0: 129 * GiB, 1: RELEASE_TOLERANCE_BYTES}, timeout_s=2.0,
+                                 poll_s=0.5, clock=clock, sleep=clock.sleep)
+    assert check.leak and check.excess_bytes == {0: 129 * GiB}  # GPU 1 is within the tolerance
+    assert check.waited_s >= 2.0 and "GPU 0: 129.00 GiB" in check.note
+    assert json.loads(json.dumps(check.as_dict()))["excess_bytes"] == {"0": 129 * GiB}
+
+
+# -- this host: no NVML -------------------------------------------------------------------------
+
+@pytest.mark.skipif(not NO_NVML, reason="this host has NVML")
+def test_sampler_without_nvml_says_so_and_gives_no_numbers():
+    with GpuSampler(interval_s=0.05) as sampler:
+        time.sleep(0.2)
+    assert not sampler.available and sampler.ticks == []
+    assert sampler.summary() == {}
+    assert "no GPU telemetry" in sampler.note and ("NVML" in sampler.note or "nvidia-ml-py" in sampler.note)
+
+
+class _StubEngine:
+    base_url = "http://127.0.0.1:9"
+    served_model = "m"
+
+    def metrics(self):
+        raise RuntimeError("no metrics")
+
+    def reset_prefix_cache(self):
+        pass
+
+    def check_alive(self):
+        pass
+
+
+@pytest.mark.skipif(not NO_NVML, reason="this host has NVML")
+def test_engine_watch_reports_no_device_metrics_without_nvml():
+    with EngineWatch(_StubEngine(), interval_s=0.05) as watch:
+        time.sleep(0.1)
+    assert watch.device_summary() == {} and "no GPU telemetry" in watch.device_note
+
+
+def test_engine_watch_does_not_read_local_gpus_for_a_remote_engine():
+    engine = _StubEngine()
+    engine.base_url = "http://inference.example.com:8000"
+    with EngineWatch(engine, interval_s=0.05) as watch:
+        pass
+    assert watch.device_summary() == {} and watch.device_note == "no GPU telemetry: the engine is not on this host"
+
+
+# -- stop: leftovers and the GPU check -----------------------------------------------------------
+
+LEADER = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"],
+        stdout=open(sys.argv[2], "w"))
+    open(sys.argv[1], "w").write(str(child.pid))
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))   # the leader ends on SIGTERM, its child does not
+    time.sleep(120)
+""")
+
+
+def _wait_for(path: Path, text: str = "", timeout_s: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text() and path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never had {text!r}")
+
+
+def _alive(pid: int) -> bool:
+    """A live process (an orphan's zombie is dead already; PID 1 reaps it when it gets to it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def test_stop_kills_a_leftover_that_ignores_sigterm_by_pid(tmp_path):
+    pid_file, child_out = tmp_path / "child.pid", tmp_path / "child.out"
+    proc = ManagedProcess([sys.executable, "-c", LEADER, str(pid_file), str(child_out)], tmp_path / "engine.log").start()
+    try:
+        child = int(_wait_for(pid_file))
+        _wait_for(child_out, "ready")  # its SIGTERM handler is in place
+        start = time.monotonic()
+        code = proc.stop(term_timeout_s=10, leftover_grace_s=0.5)
+        took = time.monotonic() - start
+    finally:
+        proc.kill()
+    report = proc.stop_report
+    assert code == 0 and report.returncode == 0 and not report.group_killed
+    assert report.leftover_pids == [child] and "SIG_IGN" in report.leftover_commands[0]
+    assert any("leftover" in w for w in report.warnings)
+    assert not group_alive(proc.pgid) and not _alive(child)
+    assert took < 8  # the grace, not the SIGTERM timeout
+    if NO_NVML:
+        assert report.gpu.status == "no-nvml"
+        assert "NVML" in report.gpu.note or "nvidia-ml-py" in report.gpu.note
+        assert not report.leak and not any("GPU" in w for w in report.warnings)
+    assert json.loads(json.dumps(report.as_dict()))["leftover_pids"] == [child]
+
+
+def test_stop_of_a_clean_group_kills_nothing(tmp_path):
+    proc = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "engine.log",
+                          env={**os.environ}).start()
+    assert proc.stop(leftover_grace_s=0.5) == -15
+    report = proc.stop_report
+    assert report.leftover_pids == [] and not report.group_killed and report.warnings == []
+    assert report.gpu is not None and (report.gpu.status == "no-nvml") == NO_NVML
