@@ -9,25 +9,13 @@ within ``resolution`` of each other. An explicit ladder stops once the SLA is cl
 (a target at least twice its limit, or two failing steps in a row), then bisects the bracket
 around capacity ``sweep.refine_steps`` times.
 
-When even the lowest rate breaks the SLA, the sweep extends downwards (halving) until a rate
-holds or the floor ``sweep.min_rate`` (default: the first rate / 16) fails too; the capacity is
-then "below the floor", never a silent 0.
-
-Capacity is the SLA crossing interpolated between the highest tested rate within the SLA below the
-first failing rate and that failure (see :func:`interpolated_capacity`); the knee is the last rate
-before latency takes off (see :func:`knee_rate`). A crashed engine or a client that fell behind
-makes its step and the sweep invalid; steps already measured are kept.
-
-Steps are short: the warm-up is a burst of ``warmup_requests`` with replies clipped to
-``warmup_max_tokens``, cut after ``warmup_timeout_s``; requests still in flight ``drain_s`` after
-the schedule ends are cut and counted (``StepResult.cut_requests``, judged worst-case, see
-:mod:`loadgen.stats`). Each step records its wall time (``wall_s``, ``warmup_wall_s``).
+Capacity is the highest tested rate within the SLA below the first failing rate; the knee is the
+last rate before latency takes off (see :func:`knee_rate`). A crashed engine or a client that
+fell behind makes its step and the sweep invalid; steps already measured are kept.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import time
 import warnings
@@ -41,8 +29,8 @@ import polars as pl
 from autoresearch.config import SweepSpec, EndpointSpec, SLASpec
 from loadgen import arrivals
 from loadgen.results import RequestRecord, StepResult, SweepResult
-from loadgen.runner import LagBounds, RunOutcome, run_open_loop
-from loadgen.stats import sla_excess, step_sla_ratios, summarize
+from loadgen.runner import LagBounds, run_open_loop
+from loadgen.stats import sla_excess, summarize
 from loadgen.watch import Engine, EngineWatch
 
 
@@ -96,8 +84,6 @@ def knee_rate(steps: list[StepResult], latency_factor: float = 2.0, min_increase
         # drain tail (about one median e2e latency): credit it back before comparing.
         drain_s = (step.e2e_ms.p50 or 0.0) / 1000
         keeping_up = step.throughput_rps * (step.duration_s + drain_s) / max(step.duration_s, 1e-9)
-        # Requests cut at the drain deadline after their first token were being served, not queued.
-        keeping_up += (step.cut_requests - step.cut_before_first_token) / max(step.duration_s, 1e-9)
         return (ttft is None or ttft > limit or step.error_rate > 0.05
                 or keeping_up < throughput_ratio * step.achieved_rate)
 
@@ -117,44 +103,6 @@ def capacity(steps: list[StepResult]) -> tuple[float, bool]:
     first_fail = min(failing, default=math.inf)
     passing = [s.target_rate for s in valid if s.within_sla and s.target_rate < first_fail]
     return (max(passing, default=0.0), bool(failing))
-
-
-def interpolated_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tuple[float, str]:
-    """(capacity, method): the SLA crossing between the highest passing rate ``lo`` below the lowest
-    failing rate ``hi`` (as in :func:`capacity`) and ``hi``. For each target the ``hi`` step
-    violates, linear in judged value / limit vs rate from ``lo`` to ``hi``; the capacity is the
-    lowest such crossing, clipped to [lo, hi]. Latency curves are convex in rate, so the chord
-    crosses the limit no later than the curve does: the estimate errs low. A target unresolved at
-    ``hi`` (cut requests, no successful request) crosses at ``lo``.
-
-    method: "interpolated"; "tested" (no failure above ``lo``: a lower bound, or no ratios to
-    interpolate); "none_held" (no valid rate within the SLA: capacity 0.0, see the sweep's
-    ``capacity_below_rps``)."""
-    tested, bounded = capacity(steps)
-    if not bounded:
-        return tested, "tested"
-    valid = [s for s in steps if s.validity == "valid"]
-    hi = min(s.target_rate for s in valid if not s.within_sla)
-    below = [s for s in valid if s.within_sla and s.target_rate < hi]
-    if not below:
-        return 0.0, "none_held"
-    lo = tested
-    lo_step = [s for s in below if s.target_rate == lo][-1]
-    hi_step = [s for s in valid if not s.within_sla and s.target_rate == hi][-1]
-    r_lo, r_hi = step_sla_ratios(lo_step, sla), step_sla_ratios(hi_step, sla)
-    crossing = hi
-    for name, value in r_hi.items():
-        high = math.inf if value is None else value
-        if high <= 1.0:
-            continue
-        low = r_lo.get(name, 0.0)
-        if low is None or math.isinf(high) or low >= high:
-            crossing = lo
-            break
-        crossing = min(crossing, lo + (1.0 - min(low, 1.0)) / (high - low) * (hi - lo))
-    if crossing >= hi:
-        return lo, "tested"
-    return float(min(max(crossing, lo), hi)), "interpolated"
 
 
 def sweep_lag_bounds(sla: SLASpec, sweep: SweepSpec | None = None) -> LagBounds:
@@ -194,12 +142,9 @@ def _next_auto_rate(history: list[tuple[float, bool]], factor: float, resolution
     hi = min(fails, default=None)
     if hi is None:
         return _nice(lo * factor) if lo is not None else None
-    if lo is None:  # nothing held yet: go down, to the floor at most
+    if lo is None:
         rate = _nice(hi / factor)
-        if rate < min_rate:
-            rate = min_rate
-        tried = {r for r, _ in history}
-        return rate if rate < hi and rate not in tried else None
+        return rate if rate >= min_rate and rate < hi else None
     if hi / lo <= 1 + resolution:
         return None
     rate = _nice(math.sqrt(lo * hi))
