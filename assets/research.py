@@ -125,14 +125,15 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
               "lossy wins wait for human review.")
     def confirmed_baseline(context: dg.AssetExecutionContext, proposals: dict) -> dict:
         from autoresearch import paths
-        from autoresearch.workflows import load_experiments
+        from autoresearch.workflows import load_experiments, verdict_contender
         from memory_db.records import ConfirmationRecord
+        from research.loop import pick_winner
         from memory_db.store import MemoryStore
 
         verdicts = load_experiments(name, "verdicts", [p["proposal_id"] for p in proposals["proposals"]])
 
-        wins = [v for v in verdicts.values() if v.get("confirmed") and not v.get("lossy")]
-        best = max(wins, key=lambda v: v.get("capacity_ratio") or 0.0) if wins else None
+        winner = pick_winner(verdict_contender(k, v) for k, v in verdicts.items())
+        best = verdicts[winner.id] if winner is not None else None
         if best is not None:
             MemoryStore(paths.memory_db_path()).record_confirmation(ConfirmationRecord(
                 experiment_id=best["experiment_id"], endpoint=name, campaign_id=interactive_campaign,

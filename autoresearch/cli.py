@@ -53,7 +53,7 @@ def cmd_engine(args) -> int:
 
     from autoresearch import engine_control as lifecycle
 
-    spec = _endpoint(args, args.endpoint)
+    spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     if args.action == "up":
         try:
             state = lifecycle.up(spec)
@@ -92,8 +92,9 @@ def cmd_replay(args) -> int:
 
 # --- sweep ----------------------------------------------------------------------------------
 
-def _apply_sets(spec, sets: list[str]):
-    from autoresearch.engine_args import apply_diff
+def _apply_sets(spec, sets: list[str] | None, unsets: list[str] | None = None):
+    """``--set engine.ARG=VALUE`` (empty VALUE = a bare switch) and ``--unset engine.ARG`` on the endpoint."""
+    from autoresearch.engine_args import REMOVE, apply_diff
 
     diff: dict[str, str | None] = {}
     for item in sets or []:
@@ -101,6 +102,10 @@ def _apply_sets(spec, sets: list[str]):
             raise UsageError(f"--set {item!r}: expected engine.ARG=VALUE, e.g. --set engine.max-num-seqs=8")
         name, value = item.removeprefix("engine.").split("=", 1)
         diff["--" + name.lstrip("-").replace("_", "-")] = None if value == "" else value
+    for item in unsets or []:
+        if not item.startswith("engine.") or "=" in item:
+            raise UsageError(f"--unset {item!r}: expected engine.ARG, e.g. --unset engine.enforce-eager")
+        diff["--" + item.removeprefix("engine.").lstrip("-").replace("_", "-")] = REMOVE
     return spec.with_engine_args(apply_diff(spec.engine.args, diff)) if diff else spec
 
 
@@ -108,7 +113,7 @@ def cmd_sweep(args) -> int:
     from autoresearch.workflows import sweep_endpoint
     from loadgen.report import render_text
 
-    spec = _apply_sets(_endpoint(args, args.endpoint), args.set)
+    spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     (result,) = sweep_endpoint(spec, progress=not args.json)
     print(result.model_dump_json(indent=2) if args.json else render_text(result))
     return 0 if result.validity == "valid" else 5
@@ -137,18 +142,23 @@ def cmd_campaign(args) -> int:
         raise UsageError(exc.args[0]) from None
     outcome = run_campaign(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared)
     print(format_outcome(outcome))
+    if outcome.failure:
+        print(f"campaign {outcome.campaign} failed: {outcome.failure}", file=sys.stderr)
+        return 4 if outcome.reference_capacity is None else 3
     return 0
 
 
 def format_outcome(outcome) -> str:
     gain = f"{outcome.total_gain:.2f}x" if outcome.total_gain else "none"
     lines = [
-        f"campaign {outcome.campaign} on {outcome.endpoint}: {'finished' if outcome.finished else 'stopped'}"
+        f"campaign {outcome.campaign} on {outcome.endpoint}: "
+        f"{'FAILED' if outcome.failure else 'finished' if outcome.finished else 'stopped'}"
         f" ({outcome.end_reason})",
         f"  reference capacity  {outcome.reference_capacity} req/s with {' '.join(outcome.reference_args)}",
         f"  best capacity       {outcome.best_capacity} req/s with {' '.join(outcome.best_args)}",
         f"  total gain          {gain}",
-        f"  experiments         {outcome.experiments_run} run, {outcome.experiments_skipped} skipped",
+        f"  experiments         {outcome.experiments_run} run ({outcome.experiments_measured} to a verdict), "
+        f"{outcome.experiments_skipped} skipped",
     ]
     if outcome.report_path:
         lines.append(f"  review report       {outcome.report_path}")
@@ -201,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("engine", help="bring an endpoint's engine up or down, or show its status")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("endpoint")
+    p.add_argument("--set", action="append", metavar="engine.ARG=VALUE", help="up: override an engine argument")
+    p.add_argument("--unset", action="append", metavar="engine.ARG", help="up: drop an engine argument")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_engine)
 
@@ -211,7 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="capacity sweep of an endpoint: load curve and capacity within the SLA")
     p.add_argument("endpoint")
-    p.add_argument("--set", action="append", metavar="engine.ARG=VALUE", help="override an engine argument")
+    p.add_argument("--set", action="append", metavar="engine.ARG=VALUE",
+                   help="override an engine argument (empty VALUE: a bare switch)")
+    p.add_argument("--unset", action="append", metavar="engine.ARG", help="drop an engine argument")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 

@@ -67,6 +67,8 @@ class LauncherSpec(Strict):
 class HardwareSpec(Strict):
     gpu_type: str = "cpu"  # "cpu" or a GPU name such as "H200"
     gpu_count: int = Field(default=0, ge=0)
+    # Memory bandwidth for the roofline (GB/s); None = the GPU's data sheet, or measured on a CPU host.
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
 
     @property
     def capacity_divisor(self) -> int:
@@ -144,6 +146,16 @@ class SweepSpec(Strict):
     # Client send-lag bounds (None = derived from the SLA, see loadgen.sweep.sweep_lag_bounds).
     max_send_lag_ms: float | None = Field(default=None, gt=0)
     min_rate_ratio: float = Field(default=0.98, gt=0, le=1)
+    # When the lowest rate already breaks the SLA, the sweep halves the rate until one holds, down
+    # to this floor (req/s; None = the sweep's first rate / 16). Below it: "capacity below the floor".
+    min_rate: float | None = Field(default=None, gt=0)
+    # Requests still in flight this long after a step's schedule ends are cut and counted (None =
+    # the larger of the TTFT and E2E limits, at least 2 s: a request cut then has already missed them).
+    drain_s: float | None = Field(default=None, ge=0)
+    # Warm-up before each step: a short burst of warmup_requests, replies clipped to this many tokens,
+    # cut after warmup_timeout_s (it warms the engine, it measures nothing).
+    warmup_max_tokens: int = Field(default=16, ge=1)
+    warmup_timeout_s: float = Field(default=10.0, gt=0)
 
 
 class BudgetSpec(Strict):

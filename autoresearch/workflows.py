@@ -166,86 +166,21 @@ def baseline_sweeps(spec: EndpointSpec, pool: pl.DataFrame, repeats: int, *, lab
 
 def diagnose_endpoint(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, recipes: dict | None = None, *,
                       profile_seconds: float = 6.0, progress: Callable[[str], None] = print):
-    """Diagnose the working baseline: request stats and sweep metrics, plus (one engine start) a
-    torch-profiler breakdown under steady load and the diagnostic workloads whose recipes apply."""
-    from engines import EngineError, start_engine
-    from loadgen.sweep import run_sweep
-    from replay.build import engine_block_size
-    from replay.tokenize import ChatTokenizer
-    from research.diagnosis import diagnose, request_stats
-    from research.workloads import build_variants, measure_variants, select_recipes
+    """research.loop.diagnose_step on the working baseline, with its engine's files under runs/diagnosis."""
+    from research.loop import diagnose_step
 
-    from autoresearch.models import tokenizer_dir
-
-    capacities = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps]
-    steady_rate = max(0.25, 0.5 * min(capacities)) if capacities else 0.5
-    block = engine_block_size(spec)
-    traits = request_stats(pool, block_size=block)
-    chosen = select_recipes(recipes or {}, traits)
-    profile, workloads, notes = None, [], []
-    if spec.engine.kind in ("vllm", "sglang"):
-        try:
-            with start_engine(spec, profile=profile_seconds > 0,
-                              workdir=paths.runs_dir() / "diagnosis" / spec.name) as engine:
-                if profile_seconds > 0:
-                    progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
-                    engine.start_profile()
-                    run_sweep(engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds,
-                              check_client=False)
-                    profile = _parse_newest_profile(engine.stop_profile().parent, notes)
-                else:
-                    notes.append("profiling disabled (campaign profile_seconds: 0)")
-                tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
-                for recipe in chosen:
-                    progress(f"{spec.name}: diagnostic workload {recipe.name}")
-                    variants = build_variants(recipe, tok, base_rate=steady_rate, model=engine.served_model)
-                    workloads += measure_variants(variants, lambda v: run_sweep(
-                        engine, v.pool, spec, rates=[v.rate], step_duration_s=v.duration_s, check_client=False).steps[0])
-        except EngineError as exc:  # a diagnosis without a profile is still a diagnosis
-            notes.append(f"profile/workloads skipped: {str(exc).splitlines()[0]}")
-    diagnosis = diagnose(pool, sweeps, list(spec.engine.args), endpoint=spec.name, engine_kind=spec.engine.kind,
-                         profile=profile, workloads=workloads, block_size=block)
-    if notes:
-        diagnosis = diagnosis.model_copy(update={"notes": diagnosis.notes + notes})
-    return diagnosis
-
-
-def _parse_newest_profile(folder: Path, notes: list[str], wait_s: float = 30.0):
-    """Parse the newest trace in ``folder`` that holds operator events; ranks finish writing at
-    different times, so retry for a while. None (with a note) when none parses."""
-    import time
-
-    from research.profile import TraceError, parse_profile
-
-    deadline, problems = time.monotonic() + wait_s, []
-    while True:
-        traces = sorted(folder.rglob("*.pt.trace.json*"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for trace in traces:
-            try:
-                return parse_profile(trace)
-            except (TraceError, OSError, ValueError, EOFError) as exc:
-                problems.append(f"{trace.name}: {exc}")
-        if time.monotonic() > deadline:
-            notes.append("profile not usable: " + ("; ".join(problems[-3:]) or f"no trace in {folder}"))
-            return None
-        time.sleep(3)
+    return diagnose_step(spec, pool, sweeps, recipes=recipes, profile_seconds=profile_seconds,
+                         workdir=paths.runs_dir() / "diagnosis" / spec.name, progress=progress)
 
 
 def propose_for(spec: EndpointSpec, diagnosis, *, n: int, mode: str, baseline: dict, campaign_id: str):
-    """One proposal round through the orchestrator (LLM subagents when configured, rules otherwise)."""
+    """research.loop.propose_step with the shared research memory."""
     from memory_db.store import MemoryStore
-    from research.llm_agents import Orchestrator, SubagentContext
+    from research.loop import propose_step
 
-    memory = MemoryStore(paths.memory_db_path())
-    context = SubagentContext(campaign_id=campaign_id, experiment_id=f"{campaign_id}-proposals",
-                              replay_pool_id=f"{spec.name}-pool", sla=spec.sla.model_dump(),
-                              engine_kind=spec.engine.kind, engine_args=list(spec.engine.args),
-                              gpu_count=spec.hardware.gpu_count, baseline=baseline)
-
-    def lookup(bottleneck: str) -> list[dict]:
-        return [f.model_dump(mode="json") for f in memory.findings_for_bottleneck(bottleneck, spec.name)]
-
-    return Orchestrator.from_env(mode).propose(diagnosis, context, n, findings_lookup=lookup)
+    return propose_step(spec, diagnosis, n=n, mode=mode, campaign_id=campaign_id,
+                        experiment_id=f"{campaign_id}-proposals", baseline=baseline,
+                        memory=MemoryStore(paths.memory_db_path()))
 
 
 def reference_outputs(spec: EndpointSpec):
@@ -266,12 +201,10 @@ def reference_outputs(spec: EndpointSpec):
 def conditions_for(spec: EndpointSpec, pool: pl.DataFrame):
     """The memory's "same conditions" key for this endpoint and workload."""
     from engines import engine_identity
-    from memory_db.records import Conditions
     from research.campaign import workload_signature
+    from research.loop import conditions
 
-    return Conditions(model=spec.model.served_name or spec.model.path, model_revision=spec.model.revision,
-                      hardware=spec.hardware.gpu_type, gpu_count=spec.hardware.gpu_count, engine=spec.engine.kind,
-                      engine_version=engine_identity(spec).engine_version, workload_signature=workload_signature(pool))
+    return conditions(spec, workload_signature(pool), engine_identity(spec).engine_version)
 
 
 def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, repeats: int, campaign_id: str,
@@ -345,3 +278,14 @@ def load_experiments(endpoint: str, kind: str, proposal_ids: list[str]) -> dict[
         if file.exists():
             out[proposal_id] = json.loads(file.read_text())
     return out
+
+
+def verdict_contender(proposal_id: str, verdict: dict):
+    """A saved verdict as the adoption rule (research.loop.pick_winner) sees it."""
+    from autoresearch.engine_args import diff_args
+    from research.loop import Contender
+
+    capacities = [c for c in verdict.get("capacities") or [] if c is not None]
+    change = diff_args(verdict.get("baseline_args") or [], verdict.get("engine_args") or [])
+    return Contender(id=proposal_id, confirmed=bool(verdict.get("confirmed")), lossy=bool(verdict.get("lossy")),
+                     capacity=sum(capacities) / len(capacities) if capacities else None, change_size=len(change))

@@ -32,19 +32,10 @@ _MODEL_PLACEHOLDER_PORT = "{port}"
 
 
 def adapter_for(spec: EndpointSpec, port: int, workdir: Path) -> EngineAdapter:
-    """The adapter for ``spec.engine.kind``."""
-    kind = spec.engine.kind
-    if kind == "vllm":
-        from engines.vllm import VllmAdapter as cls
-    elif kind == "sglang":
-        from engines.sglang import SglangAdapter as cls
-    elif kind == "transformers":
-        from engines.transformers_serve import TransformersServeAdapter as cls
-    elif kind == "external":
-        from engines.external import ExternalAdapter as cls
-    else:  # pragma: no cover - the config Literal prevents it
-        raise EngineError(f"unknown engine kind {kind!r}")
-    return cls(spec, port, Path(workdir))
+    """The adapter for ``spec.engine.kind`` (from engines.registry)."""
+    from engines.registry import adapter_class
+
+    return adapter_class(spec.engine.kind)(spec, port, Path(workdir))
 
 
 def resolve_model_dir(spec: EndpointSpec) -> Path:
@@ -233,12 +224,27 @@ class RunningEngine:
         return RssGuard(self.pid, group_rss_bytes(self.pid) + free // 2)
 
     def stop(self) -> int | None:
-        """Stop the whole process tree (SIGTERM, then SIGKILL); no-op for external engines. Idempotent."""
+        """Stop the whole process tree (SIGTERM, then SIGKILL; leftovers killed by PID); no-op for
+        external engines. Idempotent. ``stop_report`` then says what was killed and whether NVML saw
+        the GPU memory released (``stop_report.leak``, ``stop_report.warnings``); it is also written
+        to ``workdir/stop_report.json``."""
         if self._stopped or self.process is None:
             self._stopped = True
             return None
         self._stopped = True
-        return self.process.stop()
+        code = self.process.stop()
+        report = self.process.stop_report
+        if report is not None:
+            try:
+                (self.workdir / "stop_report.json").write_text(json.dumps(report.as_dict(), indent=2))
+            except OSError:
+                pass
+        return code
+
+    @property
+    def stop_report(self):
+        """The engines.process.StopReport of the last stop (None before, and for external engines)."""
+        return self.process.stop_report if self.process is not None else None
 
     def __enter__(self) -> "RunningEngine":
         return self

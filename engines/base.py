@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoresearch.config import EndpointSpec
+from autoresearch.engine_args import REMOVE
+
+ArgDiff = dict[str, str | None]  # {flag: value | None (switch) | REMOVE}
+
+#: kinds of evidence an engine can give (``EngineAdapter.evidence``)
+EVIDENCE = ("metrics", "profile", "logprobs", "token_ids", "prefix_cache_reset")
 
 
 class EngineError(RuntimeError):
@@ -49,6 +55,73 @@ class MetricsSnapshot:
 
 
 @dataclass(frozen=True)
+class Knob:
+    """A numeric setting the rules may move: its flag and the engine's default when it is absent."""
+
+    flag: str
+    default_gpu: int
+    default_cpu: int | None = None
+
+    def default(self, cpu: bool) -> int:
+        return self.default_cpu if cpu and self.default_cpu is not None else self.default_gpu
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What an engine calls the things every engine has, so rules and diagnosis need no engine names.
+
+    A ``switch`` is the argument diff that turns a feature on (``REMOVE`` drops a flag, e.g. vLLM's
+    ``--enforce-eager`` to get CUDA graphs back); None = the engine has no such feature (or it is
+    always on). ``lossy_flags`` change outputs (quantisation, precision): their changes are lossy.
+    """
+
+    batch_limit: Knob | None = None  # concurrent sequences per step
+    token_budget: Knob | None = None  # tokens per scheduler step (prefill chunk budget)
+    prefill_chunk: Knob | None = None  # smaller = long prefills split across steps
+    kv_blocks: Knob | None = None  # KV cache size in blocks
+    kv_memory_fraction: tuple[str, float, float] | None = None  # flag, default, highest sensible (GPU)
+    kv_memory_cpu: ArgDiff | None = None  # a larger KV cache on a CPU host
+    cache_block_size_gpu: int = 16
+    cache_block_size_cpu: int = 16
+    block_size_flag: str | None = None
+    continuous_batching: ArgDiff | None = None
+    prefix_cache: ArgDiff | None = None
+    prefix_cache_off_flag: str | None = None  # present in args = the cache is off
+    prefix_cache_default_on: bool = False
+    cuda_graphs: ArgDiff | None = None  # GPU only
+    compile: ArgDiff | None = None  # GPU only
+    async_scheduling: ArgDiff | None = None
+    partial_prefills: ArgDiff | None = None
+    chunked_prefill: ArgDiff | None = None  # turns chunking on where it can be off
+    speculation_flag: str | None = None  # takes a JSON config (n-gram, draft model, EAGLE)
+    attention_flag: str | None = None
+    attention_choices: tuple[str, ...] = ()  # fastest first
+    kv_cache_dtype: tuple[str, str] | None = None  # flag, lossy low-precision value
+    weight_quantization: tuple[str, str] | None = None  # flag, lossy value (GPU only)
+    dtype_flag: str | None = None
+    tensor_parallel_flag: str | None = None
+    data_parallel_flag: str | None = None
+    lossy_flags: frozenset[str] = frozenset()
+
+    def block_size(self, args: dict[str, str | None], cpu: bool) -> int:
+        """The KV-cache block size these arguments give (the flag if set, else the engine default)."""
+        if self.block_size_flag and args.get(self.block_size_flag):
+            try:
+                return int(args[self.block_size_flag])
+            except ValueError:
+                pass
+        return self.cache_block_size_cpu if cpu else self.cache_block_size_gpu
+
+    def prefix_cache_on(self, args: dict[str, str | None]) -> bool:
+        if self.prefix_cache is None:
+            return False
+        if self.prefix_cache_off_flag and self.prefix_cache_off_flag in args:
+            return False
+        return self.prefix_cache_default_on or all(
+            (f in args) if v != REMOVE else (f not in args) for f, v in self.prefix_cache.items())
+
+
+@dataclass(frozen=True)
 class EngineIdentity:
     """What exactly is being measured: recorded with every run."""
 
@@ -66,6 +139,14 @@ class EngineAdapter(ABC):
     kind: str = ""
     #: flags the engine accepts (for validating proposals before anything runs)
     known_flags: frozenset[str] = frozenset()
+    #: the engine's names for what every engine has (read by research.rules and research.diagnosis)
+    vocabulary: Vocabulary = Vocabulary()
+    #: what the engine can tell beyond its streamed text (subset of EVIDENCE)
+    evidence: frozenset[str] = frozenset()
+    #: request fields the OpenAI routes reject (HTTP 422); the load generator leaves them out
+    rejected_request_fields: frozenset[str] = frozenset()
+    #: the engine honours ``ignore_eos`` (replayed outputs then keep their recorded lengths)
+    honours_ignore_eos: bool = False
 
     def __init__(self, spec: EndpointSpec, port: int, workdir: Path):
         self.spec = spec
@@ -122,6 +203,18 @@ class EngineAdapter(ABC):
         if not self.version_distributions:
             return "unknown"
         return installed_version(self.engine_python(), self.version_distributions)
+
+    @classmethod
+    def can_give(cls, what: str) -> bool:
+        """Whether the engine gives this kind of evidence (one of EVIDENCE)."""
+        if what not in EVIDENCE:
+            raise ValueError(f"unknown evidence {what!r}; one of {', '.join(EVIDENCE)}")
+        return what in cls.evidence
+
+    @classmethod
+    def launch_problems(cls, args: dict[str, str | None], gpu_count: int | None) -> list[str]:
+        """Whole-configuration checks the engine itself would fail on at start (parsed arguments)."""
+        return []
 
     def validate_flags(self, args: list[str]) -> list[str]:
         """Reasons why ``args`` would not launch; empty when every flag is known."""

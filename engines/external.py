@@ -19,6 +19,7 @@ from engines.vllm import VLLM_FIELDS
 class ExternalAdapter(EngineAdapter):
     kind = "external"
     manages_process = False
+    evidence = frozenset({"metrics"})  # scraped when the server exports vLLM or SGLang names
     health_path = "/v1/models"  # every OpenAI-compatible server has it; /health is not universal
     metrics_path = "/metrics"
 

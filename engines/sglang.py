@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.base import EngineAdapter, MetricsSnapshot
+from autoresearch.engine_args import REMOVE
+from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.metrics import snapshot_from_text
 from engines.vllm import validate_against
 
@@ -35,9 +36,27 @@ SGLANG_FIELDS: dict[str, str | tuple[str, ...]] = {
 RESERVED_FLAGS = frozenset({"--model-path", "--model", "--served-model-name", "--host", "--port"})
 
 
+SGLANG_VOCABULARY = Vocabulary(
+    batch_limit=Knob("--max-running-requests", 256, 128),
+    token_budget=Knob("--chunked-prefill-size", 4096),
+    prefill_chunk=Knob("--chunked-prefill-size", 2048),
+    kv_memory_fraction=("--mem-fraction-static", 0.85, 0.93),
+    cache_block_size_gpu=1, cache_block_size_cpu=1, block_size_flag="--page-size",  # radix cache: token granular
+    prefix_cache={"--disable-radix-cache": REMOVE}, prefix_cache_off_flag="--disable-radix-cache",
+    prefix_cache_default_on=True,
+    cuda_graphs={"--disable-cuda-graph": REMOVE}, compile={"--enable-torch-compile": None},
+    kv_cache_dtype=("--kv-cache-dtype", "fp8_e5m2"), weight_quantization=("--quantization", "fp8"), dtype_flag="--dtype",
+    tensor_parallel_flag="--tp-size", data_parallel_flag="--dp-size",
+    lossy_flags=frozenset({"--quantization", "--kv-cache-dtype"}),
+)
+
+
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
     known_flags: frozenset[str] = frozenset()
+    vocabulary = SGLANG_VOCABULARY
+    honours_ignore_eos = True
+    evidence = frozenset({"metrics", "profile", "logprobs", "prefix_cache_reset"})
     version_distributions = ("sglang",)
     health_path = "/health"
     metrics_path = "/metrics"
@@ -64,3 +83,13 @@ class SglangAdapter(EngineAdapter):
 
     def validate_flags(self, args: list[str]) -> list[str]:
         return validate_against(args, self.known_flags, self.kind, RESERVED_FLAGS)
+
+    @classmethod
+    def launch_problems(cls, parsed: dict[str, str | None], gpu_count: int | None) -> list[str]:
+        try:
+            tp = int(parsed.get("--tp-size") or 1)
+        except ValueError:
+            return []
+        if gpu_count is not None and tp > max(gpu_count, 1):
+            return [f"--tp-size {tp} exceeds the {max(gpu_count, 1)} GPU(s) available"]
+        return []

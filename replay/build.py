@@ -79,19 +79,12 @@ def fidelity_table(build: PoolBuild) -> str:
 
 
 def engine_block_size(spec: EndpointSpec) -> int:
-    """KV-cache block size the endpoint's engine uses (``--block-size`` / ``--page-size`` if set)."""
-    args = spec.engine.args
-    for flag in ("--block-size", "--page-size", "--cb-block-size"):
-        for i, a in enumerate(args):
-            if a == flag and i + 1 < len(args):
-                return int(args[i + 1])
-            if a.startswith(flag + "="):
-                return int(a.split("=", 1)[1])
-    if spec.engine.kind == "vllm":
-        return 128 if spec.hardware.gpu_type == "cpu" else 16
-    if spec.engine.kind == "sglang":
-        return 1  # radix cache, token granular
-    return 16
+    """KV-cache block size the endpoint's engine uses (its block-size flag if set, else its default)."""
+    from autoresearch.engine_args import parse_args
+    from engines.registry import adapter_class
+
+    vocab = adapter_class(spec.engine.kind).vocabulary
+    return vocab.block_size(parse_args(list(spec.engine.args)), cpu=spec.hardware.gpu_type == "cpu")
 
 
 def traffic_source(traffic: TrafficSpec, out_dir: Path | None = None) -> Path:
@@ -330,7 +323,9 @@ def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, token
     ts = frame["timestamp_s"].to_numpy()
     t0 = float(ts.min()) if len(ts) else 0.0
     model = spec.model.served_name or "default"
-    ignore_eos = spec.engine.kind in ("vllm", "sglang")
+    from engines.registry import adapter_class
+
+    ignore_eos = adapter_class(spec.engine.kind).honours_ignore_eos
     bodies = [orjson.dumps({"model": model, "messages": [{"role": "user", "content": t}], "max_tokens": int(o),
                             "temperature": 0.0, **({"ignore_eos": True} if ignore_eos else {})}).decode()
               for t, o in zip(texts, outs)]

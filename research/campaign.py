@@ -32,6 +32,7 @@ from autoresearch.engine_args import REMOVE, apply_diff, diff_args
 from loadgen.results import Comparison, NoiseFloor, SweepResult
 from research.correctness import CorrectnessThresholds
 from research.harness import CandidateResult, Progress, SweepFn, run_candidate, stop_orphan
+from research.loop import Contender, pick_winner
 from research.state import (
     BaselineRecord,
     CampaignState,
@@ -53,6 +54,18 @@ ProposeFn = Callable[[EndpointSpec, dict[str, Any], CampaignState, int, list[str
 class CampaignOutcome(BaseModel):
     """What a campaign run ended with (also written as ``<campaign>.outcome.json``)."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why this outcome is a failure for the caller (non-zero exit), or None.
+
+        A campaign fails when it has no valid baseline (invalid, or refused by its deadline or
+        budget) or when no experiment could be measured to a verdict."""
+        if self.reference_capacity is None:
+            return f"no valid baseline: {self.end_reason}"
+        if self.finished and self.experiments_measured == 0:
+            return f"no experiment could run: {self.end_reason}"
+        return None
+
     campaign: str
     campaign_id: str
     endpoint: str
@@ -65,6 +78,7 @@ class CampaignOutcome(BaseModel):
     total_gain: float | None = None  # best / reference capacity
     adopted_experiments: list[str] = Field(default_factory=list)
     experiments_run: int = 0
+    experiments_measured: int = 0  # run to a verdict of better / same / worse (not invalid)
     experiments_skipped: int = 0
     resumed: int = 0
     gpu_hours_used: float = 0.0
@@ -90,19 +104,26 @@ class Limits:
                    units=endpoint.hardware.capacity_divisor)
 
 
-def estimate_seconds(state: CampaignState, endpoint: EndpointSpec, sweeps: int) -> float:
-    """Expected wall time of an experiment of ``sweeps`` sweeps, from what earlier ones took.
+#: before this campaign has measured anything: a launch, and per step its duration plus warm-up and
+#: drain (a GPU step took ~77 s for 15 s of load before drains were capped: be pessimistic)
+PRIOR_STARTUP_S = 60.0
+PRIOR_STEP_OVERHEAD = 1.6
+PRIOR_STEP_EXTRA_S = 10.0
 
-    Before anything ran: one launch plus the sweep spec's steps. A launch counts as half a sweep.
-    """
-    samples = [(b.wall_s, len(b.sweeps)) for b in state.baselines if b.wall_s > 0 and b.sweeps]
-    samples += [(e.wall_s, len(e.sweeps)) for e in state.experiments.values() if e.wall_s > 0 and e.sweeps]
-    if samples:
-        per_sweep = sum(w / (n + 0.5) for w, n in samples) / len(samples)
+
+def estimate_seconds(state: CampaignState, endpoint: EndpointSpec, sweeps: int, launches: int = 1) -> float:
+    """Expected wall time of ``launches`` engine starts and ``sweeps`` sweeps.
+
+    Uses this campaign's own measurements (engine start, whole sweeps with their warm-ups and
+    drains) as soon as it has any; before that, a pessimistic prior from the sweep spec."""
+    startup = (sum(state.startup_s) / len(state.startup_s)) if state.startup_s else PRIOR_STARTUP_S
+    if state.sweep_s:
+        per_sweep = max(state.sweep_s[-6:])  # recent sweeps; the slowest, since ladders differ in length
     else:
-        steps = len(endpoint.sweep.rates) if endpoint.sweep.rates else endpoint.sweep.max_steps
-        per_sweep = steps * (endpoint.sweep.step_duration_s + 5.0)
-    return per_sweep * (sweeps + 0.5)
+        steps = (len(endpoint.sweep.rates) + endpoint.sweep.refine_steps) if endpoint.sweep.rates \
+            else endpoint.sweep.max_steps
+        per_sweep = steps * (endpoint.sweep.step_duration_s * PRIOR_STEP_OVERHEAD + PRIOR_STEP_EXTRA_S)
+    return launches * startup + sweeps * per_sweep
 
 
 def budget_problem(state: CampaignState, store: StateStore, limits: Limits, estimate_s: float) -> str | None:
@@ -116,6 +137,12 @@ def budget_problem(state: CampaignState, store: StateStore, limits: Limits, esti
         return (f"budget: the next experiment (about {cost:.3f} GPU-h) would exceed the {limits.gpu_hours} GPU-h "
                 f"budget ({state.gpu_hours_used:.3f} used)")
     return None
+
+
+def contender(record: ExperimentRecord) -> Contender:
+    """An experiment record as the adoption rule (research.loop.pick_winner) sees it."""
+    return Contender(id=record.experiment_id, confirmed=record.confirmed, lossy=record.lossy,
+                     capacity=record.capacity_mean, change_size=len(record.diff))
 
 
 def workload_signature(pool: pl.DataFrame) -> str:
@@ -147,15 +174,19 @@ def _default_compare(noise: NoiseFloor, sweeps: list[SweepResult]) -> Comparison
     return compare(noise, sweeps)
 
 
-def _default_diagnose(endpoint: EndpointSpec, baseline: BaselineRecord, pool: pl.DataFrame,
-                      state: CampaignState) -> dict[str, Any]:
-    """research.diagnosis on the working baseline's own sweeps (their /metrics samples) and the pool."""
-    from replay.build import engine_block_size
-    from research.diagnosis import diagnose
+def _default_diagnose(campaign: CampaignSpec, workdir: Path, progress: Progress) -> DiagnoseFn:
+    """research.loop.diagnose_step on the working baseline's own sweeps and the pool."""
 
-    diagnosis = diagnose(pool, baseline.sweeps, baseline.engine_args, endpoint=endpoint.name,
-                         engine_kind=endpoint.engine.kind, block_size=engine_block_size(endpoint))
-    return diagnosis.model_dump(mode="json")
+    def diagnose(endpoint: EndpointSpec, baseline: BaselineRecord, pool: pl.DataFrame,
+                 state: CampaignState) -> dict[str, Any]:
+        from research.loop import diagnose_step
+
+        spec = endpoint.with_engine_args(list(baseline.engine_args))
+        found = diagnose_step(spec, pool, baseline.sweeps, profile_seconds=campaign.profile_seconds,
+                              workdir=workdir / f"diagnosis-{len(state.rounds) + 1}", progress=progress)
+        return found.model_dump(mode="json")
+
+    return diagnose
 
 
 def proposal_record(proposal: Any) -> ProposalRecord:
@@ -169,27 +200,19 @@ def proposal_record(proposal: Any) -> ProposalRecord:
 
 
 def _default_propose(mode: str, memory=None) -> ProposeFn:
-    """The orchestrator (research.llm_agents): LLM subagents when configured, the rule-based proposer otherwise."""
+    """The orchestrator (research.loop.propose_step): LLM subagents when configured, rules otherwise."""
 
     def propose(endpoint: EndpointSpec, diagnosis: dict[str, Any], state: CampaignState, n: int,
                 skip: list[str]) -> list[ProposalRecord]:
-        from research.llm_agents import Orchestrator, SubagentContext
+        from research.loop import propose_step
         from research.proposals import Diagnosis
 
         working = state.working
-        context = SubagentContext(
-            campaign_id=state.campaign_id, experiment_id=f"round-{len(state.rounds) + 1}",
-            replay_pool_id=f"{endpoint.name}-{endpoint.traffic.kind}-{endpoint.traffic.seed}",
-            sla=endpoint.sla.model_dump(), engine_kind=endpoint.engine.kind, engine_args=list(working.engine_args),
-            gpu_count=endpoint.hardware.gpu_count,
-            baseline={"capacity_rps": working.capacity, "noise_threshold": working.noise.threshold,
-                      "capacities": working.noise.capacities})
-        lookup = None
-        if memory is not None:
-            def lookup(bottleneck: str) -> list[dict]:
-                return [f.model_dump(mode="json") for f in memory.findings_for_bottleneck(bottleneck, endpoint.name)]
-        batch = Orchestrator.from_env(mode).propose(Diagnosis.model_validate(diagnosis), context, n,
-                                                    findings_lookup=lookup, skip=skip)
+        batch = propose_step(endpoint.with_engine_args(list(working.engine_args)), Diagnosis.model_validate(diagnosis),
+                             n=n, mode=mode, campaign_id=state.campaign_id,
+                             experiment_id=f"round-{len(state.rounds) + 1}", memory=memory, skip=skip,
+                             baseline={"capacity_rps": working.capacity, "noise_threshold": working.noise.threshold,
+                                       "capacities": working.noise.capacities})
         return [proposal_record(p) for p in batch.proposals]
 
     return propose
@@ -208,7 +231,8 @@ class _Campaign:
         self.sweep_fn, self.thresholds = sweep_fn, thresholds
         self.noise_fn = noise_fn or _default_noise
         self.compare_fn = compare_fn or _default_compare
-        self.diagnose_fn = diagnose_fn or _default_diagnose
+        self.workdir = self.state_dir / f"{campaign.name}.runs"
+        self.diagnose_fn = diagnose_fn or _default_diagnose(campaign, self.workdir, progress)
         kind = proposer if proposer != "auto" else campaign.proposer
         if propose_fn is None and kind == "llm":  # fail before the baseline, not after it
             from research.llm_agents import Orchestrator
@@ -217,7 +241,6 @@ class _Campaign:
         self.propose_fn = propose_fn or _default_propose(kind, memory)
         self.baseline_repeats = max(endpoint.sweep.repeats, 2)
         self.repeats = campaign.repeats
-        self.workdir = self.state_dir / f"{campaign.name}.runs"
         loaded = self.store.load()
         if loaded is not None:
             loaded.resumes += 1
@@ -261,16 +284,17 @@ class _Campaign:
             return None
 
     def _conditions(self):
-        from memory_db.records import Conditions
+        from research.loop import conditions
 
         ident = self.state.reference.identity if self.state.reference else {}
-        return Conditions(model=self.endpoint.model.served_name or self.endpoint.model.path,
-                          model_revision=self.endpoint.model.revision, hardware=self.endpoint.hardware.gpu_type,
-                          gpu_count=self.endpoint.hardware.gpu_count, engine=self.endpoint.engine.kind,
-                          engine_version=ident.get("engine_version", "unknown"), workload_signature=self.signature)
+        return conditions(self.endpoint, self.signature, ident.get("engine_version", "unknown"))
 
-    def _charge(self, wall_s: float) -> None:
-        self.state.gpu_hours_used += wall_s / 3600 * self.limits.units
+    def _charge(self, result: CandidateResult) -> None:
+        """Charge a measurement to the budget and keep its timings for the estimator."""
+        self.state.gpu_hours_used += result.wall_s / 3600 * self.limits.units
+        if result.startup_s is not None:
+            self.state.startup_s.append(round(result.startup_s, 2))
+        self.state.sweep_s.extend(round(t, 2) for t in result.sweep_wall_s)
 
     def _measure(self, args: list[str], repeats: int, *, noise: NoiseFloor | None, lossy: bool = False,
                  capture: bool = False, check: bool = True) -> CandidateResult:
@@ -297,7 +321,7 @@ class _Campaign:
             return problem
         self.progress(f"baseline: {' '.join(args)} ({self.baseline_repeats} sweeps)")
         result = self._measure(args, self.baseline_repeats, noise=None, capture=True)
-        self._charge(result.wall_s)
+        self._charge(result)
         if result.verdict == "invalid" or result.reference is None:
             self.state.failed_baseline = result.model_dump(mode="json", exclude={"reference"})
             self.save()
@@ -356,14 +380,22 @@ class _Campaign:
             diagnosis = self.diagnose_fn(self.endpoint, working, self.pool, self.state)
             for b in diagnosis.get("bottlenecks", [])[:4]:
                 self.progress(f"  bottleneck {b.get('name')} (severity {b.get('severity', 0):.2f})")
-        proposals = self.propose_fn(self.endpoint, diagnosis, self.state, self.campaign.subagents, tried)
-        proposals = [p for p in proposals if not self._already_tried(p, working.engine_args)]
+        offered = self.propose_fn(self.endpoint, diagnosis, self.state, self.campaign.subagents, tried)
+        proposals = [p for p in offered if not self._already_tried(p, working.engine_args)]
         if not proposals and previous is not None and previous.baseline_args == working.engine_args:
             proposals = [p for p in self._alternatives(previous) if not self._already_tried(p, working.engine_args)]
-        if not proposals:
-            return "no supported experiment remains: every proposal for the current baseline was tried or decided"
         record = RoundRecord(round=len(rounds) + 1, baseline_args=list(working.engine_args), diagnosis=diagnosis,
                              proposals=proposals[: self.campaign.subagents])
+        if not proposals:  # the round is kept: the review shows what was diagnosed and why nothing ran
+            named = ", ".join(b.get("name", "?") for b in diagnosis.get("bottlenecks", [])) or "no bottleneck"
+            record.finished = True
+            record.outcome = (f"no experiment to run: diagnosed {named}; " + (
+                f"all {len(offered)} proposal(s) for this baseline were tried already" if offered else
+                f"no technique of the {self.endpoint.engine.kind} engine addresses it (or every one was tried)"))
+            rounds.append(record)
+            self.save()
+            self.progress(f"  {record.outcome}")
+            return "no supported experiment remains: " + record.outcome
         rounds.append(record)
         self.save()
         for p in record.proposals:
@@ -411,11 +443,15 @@ class _Campaign:
             if e.confirmed and e.lossy:
                 self._question(f"Lossy change {e.title} beat the noise floor ({self._ratio(e)}); a person must "
                                f"review its correctness evidence before it is used.", e)
-        if candidates:
-            best = max(candidates, key=lambda e: (e.capacity_mean or 0, -len(e.diff)))
-            reason = self._adopt(rnd, best)
+        winner = pick_winner(contender(e) for e in candidates)
+        if winner is not None:
+            reason = self._adopt(rnd, self.state.experiments[winner.id])
             if reason:
                 return reason
+        else:
+            verdicts = [self.state.experiments[e].verdict for e in rnd.experiment_ids]
+            rnd.outcome = ("no lossless change beat the noise floor in every repeat (verdicts: "
+                           + (", ".join(verdicts) or "none") + ")")
         rnd.finished = True
         self.save()
         return None
@@ -495,7 +531,7 @@ class _Campaign:
         ref = self.state.reference.capacity if self.state.reference else 0
         if ref > 0 and record.capacity_mean is not None:
             record.capacity_ratio_vs_reference = record.capacity_mean / ref
-        self._charge(result.wall_s)
+        self._charge(result)
 
     def _finish(self, rnd: RoundRecord, record: ExperimentRecord, proposal: ProposalRecord | None,
                 memory: bool = True) -> None:
@@ -614,7 +650,7 @@ class _Campaign:
                 return problem
             self.progress(f"re-measuring the new baseline: {more} more sweep(s)")
             extra = self._measure(best.engine_args, more, noise=None, check=False)
-            self._charge(extra.wall_s)
+            self._charge(extra)
             if extra.verdict == "invalid":
                 self._question(f"{best.title} won its repeats but failed its extra baseline sweeps "
                                f"({extra.invalid_reason}); not adopted.", best)
@@ -680,6 +716,7 @@ class _Campaign:
             adopted_experiments=[b.source_experiment for b in s.baselines if b.source_experiment],
             experiments_run=sum(e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail)
                                 for e in experiments),
+            experiments_measured=sum(e.verdict in ("better", "same", "worse") for e in experiments),
             experiments_skipped=sum(e.verdict == "skipped" for e in experiments), resumed=s.resumes,
             gpu_hours_used=s.gpu_hours_used, active_minutes=s.active_seconds / 60,
             open_questions=list(s.open_questions), state_path=str(self.store.path),

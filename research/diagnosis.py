@@ -23,12 +23,14 @@ import numpy as np
 import polars as pl
 
 from autoresearch.engine_args import parse_args
+from engines.base import Vocabulary
+from engines.registry import ADAPTERS
 from loadgen.results import StepResult, SweepResult
 from research.proposals import Bottleneck, Diagnosis, ProfileBreakdown, WorkloadResult
+from research.roofline import Roofline
 
-# Flags that bound the running batch, per engine.
-BATCH_LIMIT_FLAGS = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests"}
-PREFIX_OFF_FLAGS = {"vllm": "--no-enable-prefix-caching", "sglang": "--disable-radix-cache"}
+#: a decode step this many times slower than the bandwidth bound is overhead, not memory or compute
+ROOFLINE_OVERHEAD_RATIO = 5.0
 SAMPLE_ROWS = 5000  # pool rows read for body statistics (enough for stable fractions)
 TOKENIZED_ROWS = 1000  # rows tokenized for the exact prefix-reuse simulation (tokenizing is slow)
 
@@ -168,6 +170,12 @@ def engine_stats(sweeps: Sequence[SweepResult]) -> dict[str, float]:
             continue
         at_cap, over = _pick(steps, sweep.capacity_rps)
         rows["capacity_rps"].append(sweep.capacity_rps)
+        low = steps[0]  # the lowest load: closest to batch 1, where the roofline applies
+        rows["low_rate"].append(low.target_rate)
+        rows["low_itl_p50_ms"].append(low.itl_ms.p50)
+        rows["low_ttft_p50_ms"].append(low.ttft_ms.p50)
+        for key, value in (getattr(low, "device_metrics", None) or {}).items():
+            rows[f"low_{key}"].append(value)
         for label, step in (("at_cap", at_cap), ("over", over)):
             if step is None:
                 continue
@@ -222,8 +230,8 @@ def _f(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def _batch_limit(e: dict, args: dict, kind: str) -> Bottleneck | None:
-    limit_flag = BATCH_LIMIT_FLAGS.get(kind)
+def _batch_limit(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
+    limit_flag = vocab.batch_limit.flag if vocab.batch_limit else None
     limit = _flag_int(args, limit_flag)
     running = e.get("over_requests_running_mean")
     running_max = e.get("over_requests_running_max")
@@ -275,12 +283,14 @@ def _batch_limit(e: dict, args: dict, kind: str) -> Bottleneck | None:
     return Bottleneck(name="batch_limit", severity=round(severity, 3), evidence=evidence)
 
 
-def _prefix_cache(r: dict, e: dict, args: dict, kind: str) -> Bottleneck | None:
+def _prefix_cache(r: dict, e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
     reuse = r.get("prefix_reuse", 0.0)
     if reuse < 0.2:
         return None
-    off_flag = PREFIX_OFF_FLAGS.get(kind)
-    disabled = off_flag in args if off_flag else False
+    off_flag = vocab.prefix_cache_off_flag
+    disabled = (off_flag in args) if off_flag else (vocab.prefix_cache is None or not vocab.prefix_cache_on(args))
+    if vocab.prefix_cache is None:
+        off_flag = "the engine has no prefix cache"
     hit = e.get("prefix_cache_hit_rate")
     how = "simulated per KV block" if r.get("prefix_reuse_method", 0) > 0 else "estimated from prompt text"
     evidence = [f"{reuse:.0%} of prompt tokens repeat an earlier prompt's prefix ({how}); "
@@ -293,7 +303,11 @@ def _prefix_cache(r: dict, e: dict, args: dict, kind: str) -> Bottleneck | None:
     if not disabled and (hit is None or hit >= 0.6 * reuse):
         return None
     gap = reuse - (hit or 0.0)
-    return Bottleneck(name="prefix_cache_unused", severity=round(min(0.85, 0.2 + 0.7 * gap), 3), evidence=evidence)
+    severity = min(0.85, 0.2 + 0.7 * gap)
+    if vocab.prefix_cache is None:  # no setting of this engine can fix it: below what one can
+        evidence.append("no setting of this engine enables a prefix cache (another engine would)")
+        severity = min(severity, 0.25)
+    return Bottleneck(name="prefix_cache_unused", severity=round(severity, 3), evidence=evidence)
 
 
 def _kv_pressure(e: dict) -> Bottleneck | None:
@@ -387,9 +401,32 @@ def _profile_rules(profile: ProfileBreakdown | None) -> list[Bottleneck]:
     return out
 
 
-def _speculation(e: dict, args: dict) -> Bottleneck | None:
+def _roofline(e: dict, roofline: Roofline | None) -> Bottleneck | None:
+    """Decode at the lowest load against the bandwidth bound: far above it = launch or CPU overhead."""
+    itl, rate = e.get("low_itl_p50_ms"), e.get("low_rate")
+    if roofline is None or not itl:
+        return None
+    bound = roofline.decode_step_ms
+    ratio = itl / bound
+    e["roofline_decode_ms"], e["roofline_ratio"] = bound, ratio
+    if ratio < ROOFLINE_OVERHEAD_RATIO:
+        return None
+    evidence = [f"ITL p50 at the lowest load ({_f(rate)} req/s) is {itl:.1f} ms, {ratio:.0f}x the roofline "
+                f"({roofline.describe()})",
+                "a decode step this far above the bandwidth bound at a small batch is launch or CPU overhead"
+                if ratio >= 20 else "the decode step is well above the bandwidth bound at a small batch"]
+    util = e.get("low_gpu_util_mean")
+    if util is not None:
+        evidence.append(f"NVML: the GPU is busy {util:.0f}% of the time at that load")
+    severity = min(0.95, 0.35 + 0.15 * np.log2(ratio / ROOFLINE_OVERHEAD_RATIO))
+    if util is not None and util >= 80:  # busy device: the gap is kernels, not idle time
+        severity *= 0.5
+    return Bottleneck(name="cpu_overhead", severity=round(float(severity), 3), evidence=evidence)
+
+
+def _speculation(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
     rate = e.get("spec_decode_acceptance_rate")
-    if rate is None or "--speculative-config" not in args or rate >= 0.3:
+    if rate is None or vocab.speculation_flag not in args or rate >= 0.3:
         return None
     return Bottleneck(name="speculation_waste", severity=round(0.6 - rate, 3),
                       evidence=[f"only {rate:.0%} of {e.get('spec_decode_draft_tokens_delta', 0):.0f} draft tokens accepted"])
@@ -397,9 +434,16 @@ def _speculation(e: dict, args: dict) -> Bottleneck | None:
 
 def diagnose(pool: pl.DataFrame, sweeps: Sequence[SweepResult], engine_args: list[str], *, endpoint: str | None = None,
              engine_kind: str = "vllm", profile: ProfileBreakdown | None = None,
-             workloads: Sequence[WorkloadResult] = (), tokenizer=None, block_size: int = 16) -> Diagnosis:
-    """Name the suspected bottlenecks of one endpoint, worst first, with their evidence."""
+             workloads: Sequence[WorkloadResult] = (), tokenizer=None, block_size: int = 16,
+             roofline: Roofline | None = None) -> Diagnosis:
+    """Name the suspected bottlenecks of one endpoint, worst first, with their evidence.
+
+    What the engine cannot give (metrics, a profile) is replaced by what every engine gives:
+    client-side latencies against load and, with ``roofline``, the low-load decode step against
+    the bandwidth bound."""
     args = parse_args(list(engine_args))
+    cls = ADAPTERS.get(engine_kind)
+    vocab = cls.vocabulary if cls is not None else Vocabulary()
     r = request_stats(pool, tokenizer=tokenizer, block_size=block_size)
     e = engine_stats(sweeps)
     notes = []
@@ -407,10 +451,21 @@ def diagnose(pool: pl.DataFrame, sweeps: Sequence[SweepResult], engine_args: lis
         notes.append("no engine queue metrics in the sweeps: queueing rules used latency only")
     if profile is None:
         notes.append("no profile: time breakdown by operation not available")
-    found = [b for b in (_batch_limit(e, args, engine_kind), _prefix_cache(r, e, args, engine_kind), _kv_pressure(e),
-                         _decode(e, r), _speculation(e, args)) if b is not None]
+    found = [b for b in (_batch_limit(e, args, vocab), _prefix_cache(r, e, args, vocab), _kv_pressure(e),
+                         _decode(e, r), _speculation(e, args, vocab)) if b is not None]
     found += _prefill(e, r, profile, workloads)
-    found += _profile_rules(profile)
+    profiled = _profile_rules(profile)
+    found += profiled
+    overhead = _roofline(e, roofline)
+    if roofline is None:
+        notes.append("no roofline: model weight size or memory bandwidth unknown")
+    if overhead is not None:
+        same = next((b for b in found if b.name == overhead.name), None)
+        if same is None:
+            found.append(overhead)
+        else:  # profile and roofline agree: one bottleneck with both kinds of evidence
+            found[found.index(same)] = same.model_copy(update={"severity": max(same.severity, overhead.severity),
+                                                                "evidence": same.evidence + overhead.evidence})
     found.sort(key=lambda b: -b.severity)
     traits = {k: r[k] for k in ("prompt_tokens_mean", "output_tokens_mean", "decode_share", "prefix_reuse",
                                 "tool_use_fraction", "structured_output_fraction", "multi_turn_fraction",

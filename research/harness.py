@@ -51,6 +51,8 @@ class CandidateResult(BaseModel):
     invalid_reason: str | None = None
     identity: dict[str, Any] = Field(default_factory=dict)
     wall_s: float = 0.0
+    startup_s: float | None = None  # launch to healthy (measured; the budget estimator uses it)
+    sweep_wall_s: list[float] = Field(default_factory=list)  # wall time of each sweep, drains included
     log_tail: str | None = None
 
     @property
@@ -174,6 +176,7 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
 
     try:
         engine = start_engine(spec, args_override=list(engine_args), workdir=workdir)
+        result.startup_s = time.monotonic() - started
     except EngineError as exc:
         return done(f"launch failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
     except Exception as exc:  # a bad candidate must never end the campaign
@@ -204,7 +207,9 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             return done(f"correctness check could not run: {exc}")
         for i in range(repeats):
             engine.check_alive()
+            sweep_started = time.monotonic()
             sweep = sweep_fn(engine, pool, spec)
+            result.sweep_wall_s.append(time.monotonic() - sweep_started)
             result.sweeps.append(sweep)
             progress(f"  sweep {i + 1}/{repeats}: capacity {sweep.capacity_rps} req/s"
                      + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else ""))

@@ -152,13 +152,6 @@ VALUE_CHECKS: dict[str, dict[str, Check]] = {
     },
 }
 
-#: flags whose change alters outputs (quantisation): forces ``lossy``.
-LOSSY_FLAGS: dict[str, frozenset[str]] = {
-    "vllm": frozenset({"--quantization", "--kv-cache-dtype"}),
-    "sglang": frozenset({"--quantization", "--kv-cache-dtype"}),
-    "transformers": frozenset({"--dtype"}),
-}
-
 #: flags that are not performance settings: a proposal must never touch them (security, identity,
 #: paths, logging, the served model itself).
 NOT_TUNABLE = re.compile(r"^--(api-key|ssl-.*|host|port|uds|root-path|served-model-name|model|tokenizer.*|revision"
@@ -172,16 +165,9 @@ _OPPOSITES = re.compile(r"^--no-(.+)$")
 
 def adapter_class(engine_kind: str):
     """The engines package's adapter class for ``engine_kind`` (None when there is none)."""
-    if engine_kind == "vllm":
-        from engines.vllm import VllmAdapter
-        return VllmAdapter
-    if engine_kind == "sglang":
-        from engines.sglang import SglangAdapter
-        return SglangAdapter
-    if engine_kind == "transformers":
-        from engines.transformers_serve import TransformersServeAdapter
-        return TransformersServeAdapter
-    return None
+    from engines.registry import ADAPTERS
+
+    return ADAPTERS.get(engine_kind)
 
 
 def known_flags_for(engine_kind: str) -> frozenset[str]:
@@ -284,35 +270,9 @@ def validate_intervention(
         match = _OPPOSITES.match(flag)
         if match and f"--{match.group(1)}" in parsed:
             reasons.append(f"{flag} and --{match.group(1)} are both set after the change")
-    reasons.extend(_launch_checks(engine_kind, parsed, gpu_count))
-    lossy = intervention.lossy or any(f in LOSSY_FLAGS.get(engine_kind, frozenset()) and v != REMOVE
-                                      for f, v in diff.items())
+    cls = adapter_class(engine_kind)
+    if cls is not None:
+        reasons.extend(cls.launch_problems(parsed, gpu_count))
+    lossy_flags = cls.vocabulary.lossy_flags if cls is not None else frozenset()
+    lossy = intervention.lossy or any(f in lossy_flags and v != REMOVE for f, v in diff.items())
     return ValidationResult(not reasons, reasons, after, lossy, diff)
-
-
-def _launch_checks(engine_kind: str, parsed: dict[str, str | None], gpu_count: int | None) -> list[str]:
-    """Whole-configuration checks that the engine itself would fail on at start."""
-    reasons: list[str] = []
-
-    def as_int(flag: str) -> int | None:
-        try:
-            return int(parsed[flag]) if parsed.get(flag) is not None else None
-        except ValueError:
-            return None
-
-    if engine_kind == "vllm":
-        tp = (as_int("--tensor-parallel-size") or 1) * (as_int("--pipeline-parallel-size") or 1)
-        if gpu_count is not None and tp > max(gpu_count, 1):
-            reasons.append(f"tensor x pipeline parallel size {tp} exceeds the {max(gpu_count, 1)} device(s) available")
-        batched, model_len = as_int("--max-num-batched-tokens"), as_int("--max-model-len")
-        if "--no-enable-chunked-prefill" in parsed and batched and model_len and batched < model_len:
-            reasons.append(f"--max-num-batched-tokens {batched} < --max-model-len {model_len} "
-                           "needs chunked prefill (it is disabled)")
-        seqs = as_int("--max-num-seqs")
-        if batched and seqs and batched < seqs:
-            reasons.append(f"--max-num-batched-tokens {batched} is below --max-num-seqs {seqs}")
-    if engine_kind == "sglang":
-        tp = as_int("--tp-size") or 1
-        if gpu_count is not None and tp > max(gpu_count, 1):
-            reasons.append(f"--tp-size {tp} exceeds the {max(gpu_count, 1)} GPU(s) available")
-    return reasons

@@ -19,7 +19,7 @@ BOTTLENECKS: dict[str, str] = {
     "prefill_interference": "long prefills stall running decodes (inter-token latency spikes)",
     "prefill_bound": "time to first token grows steeply with prompt length; prefill dominates",
     "decode_bound": "generation dominates: each step is small and memory-bound, inter-token latency limits capacity",
-    "cpu_overhead": "the device idles between steps: scheduling / input preparation / Python overhead",
+    "cpu_overhead": "the device idles between steps: kernel launches, scheduling, input preparation, Python overhead",
     "communication": "collective communication (all-reduce, all-gather) takes a large share of step time",
     "matmul_bound": "dense matmuls (or MoE experts) dominate step time",
     "attention_bound": "attention kernels dominate step time",

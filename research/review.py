@@ -110,16 +110,58 @@ def _experiment_section(e: ExperimentRecord) -> list[str]:
     return lines + [""]
 
 
+def cli_overrides(declared: list[str], args: list[str]) -> list[str]:
+    """``--set`` / ``--unset`` options of the autoresearch CLI that turn ``declared`` into ``args``."""
+    out = []
+    for flag, value in diff_args(declared, args).items():
+        name = flag.lstrip("-")
+        if value == REMOVE:
+            out += ["--unset", f"engine.{name}"]
+        else:
+            out += ["--set", f"engine.{name}={'' if value is None else value}"]
+    return out
+
+
 def reproduce_commands(state: CampaignState, endpoint: EndpointSpec, campaign: CampaignSpec) -> list[str]:
+    """Commands that run as printed (on a host set up like this one): re-run the campaign, measure the
+    best configuration with the same harness, or start it and leave it running."""
     best = state.working
-    launch = best.identity.get("launch_command") if best else None
-    lines = ["```bash", "# re-run this campaign (resumes from its state file; a fresh state dir starts over)",
-             f"autoresearch campaign run {campaign.name}"]
-    if launch:
-        lines += ["# start the best configuration exactly as it was measured",
-                  " ".join(shlex.quote(a) for a in launch)]
+    lines = ["```bash", "# re-run this campaign (resumes from its state file; a finished one starts anew)",
+             f"autoresearch campaign run {shlex.quote(campaign.name)}"]
+    if best is not None:
+        options = " ".join(shlex.quote(o) for o in cli_overrides(list(endpoint.engine.args), best.engine_args))
+        target = shlex.quote(endpoint.name) + (f" {options}" if options else "")
+        lines += ["# measure the best configuration with the same harness (one capacity sweep)",
+                  f"autoresearch sweep {target}",
+                  "# start it and leave it running (autoresearch engine down to stop it)",
+                  f"autoresearch engine up {target}"]
     lines += ["```"]
     return lines
+
+
+def _rounds_section(state: CampaignState) -> list[str]:
+    """Every round's diagnosis and what came of it, including rounds that tried nothing."""
+    md = ["## Rounds", ""]
+    if not state.rounds:
+        return md + ["No round was started.", ""]
+    for r in state.rounds:
+        d = r.diagnosis or {}
+        md += [f"### Round {r.round}: `{' '.join(r.baseline_args)}`", ""]
+        for b in d.get("bottlenecks", []):
+            md.append(f"- Bottleneck **{b.get('name')}** (severity {b.get('severity', 0):.2f}): "
+                      + "; ".join(b.get("evidence", [])))
+        if not d.get("bottlenecks"):
+            md.append("- No bottleneck was named.")
+        for note in d.get("notes", []):
+            md.append(f"- Evidence note: {note}")
+        for p in r.proposals:
+            md.append(f"- Proposal `{p.proposal_id}` ({p.source}): {p.title}" + (" [lossy]" if p.lossy else ""))
+        if r.adopted:
+            md.append(f"- Adopted: `{r.adopted}`")
+        if r.outcome:
+            md.append(f"- Outcome: {r.outcome}")
+        md.append("")
+    return md
 
 
 def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: CampaignSpec, out_dir: Path | str) -> Path:
@@ -142,7 +184,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         path = out / "review.md"
         path.write_text("\n".join(md))
         return path
-    gain = best.capacity / ref.capacity if ref.capacity > 0 else None
+    gain = best.capacity / ref.capacity if ref.capacity > 0 else None  # capacity is never 0 when a rate held
     adopted = [state.experiments[b.source_experiment] for b in state.baselines
                if b.source_experiment and b.source_experiment in state.experiments]
     any_lossy = any(e.lossy for e in adopted)
@@ -202,7 +244,8 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         md.append(f"| `{e.experiment_id}` | {e.round} | {e.kind} | `{e.diff}` | {e.verdict}"
                   f"{' (confirmed)' if e.confirmed else ''} | {caps} | {_fmt(ratio)} | "
                   f"{'lossy' if e.lossy else 'lossless'} | {note[0][:160] if note else ''} |")
-    md += ["", "## Open questions", ""]
+    md += [""] + _rounds_section(state)
+    md += ["## Open questions", ""]
     md += [f"- {q}" for q in state.open_questions] or ["- none"]
     md += ["", "## Reproduce", ""] + reproduce_commands(state, endpoint, campaign) + [""]
     path = out / "review.md"

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from autoresearch.engine_args import REMOVE, parse_args
+from engines.base import ArgDiff, Knob, Vocabulary
+from engines.registry import ADAPTERS
 from research.interventions import validate_intervention
 from research.proposals import BOTTLENECKS, Bottleneck, Diagnosis, Intervention, Proposal, ResearchQuestion
 
@@ -25,12 +27,13 @@ NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_m
 
 @dataclass
 class Context:
-    """What a technique needs to write an exact diff."""
+    """What a technique needs to write an exact diff: the diagnosis, the engine's vocabulary, its arguments."""
 
     diagnosis: Diagnosis
     kind: str
     args: dict[str, str | None]
     gpu_count: int  # 0 = CPU host
+    vocab: Vocabulary = Vocabulary()
 
     @property
     def cpu(self) -> bool:
@@ -42,6 +45,17 @@ class Context:
         except ValueError:
             return default
 
+    def knob(self, knob: Knob | None) -> int | None:
+        """The knob's current value (its default when unset); None when the engine has no such knob."""
+        return None if knob is None else self.int_arg(knob.flag, knob.default(self.cpu))
+
+    def changes(self, diff: ArgDiff | None) -> bool:
+        """Whether applying ``diff`` would change the arguments (a switch that is off)."""
+        if not diff:
+            return False
+        return any((flag in self.args) if value == REMOVE else (self.args.get(flag, "\0") != value or flag not in self.args)
+                   for flag, value in diff.items())
+
     def stat(self, key: str, default: float = 0.0) -> float:
         value = self.diagnosis.engine_stats.get(key, self.diagnosis.request_stats.get(key))
         return default if value is None else float(value)
@@ -51,177 +65,201 @@ def _pow2_at_least(x: float) -> int:
     return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
 
 
-def _default_seqs(ctx: Context) -> int:
-    return 128 if ctx.cpu else 256
-
-
-def _default_batched(ctx: Context) -> int:
-    return 2048 if ctx.cpu else 8192
+def _switch(ctx: Context, diff: ArgDiff | None, technique: str, *, gpu_only: bool = False,
+            lossy: bool = False) -> Intervention | None:
+    """Turn a feature on when the engine has it and it is off."""
+    if (gpu_only and ctx.cpu) or not ctx.changes(diff):
+        return None
+    return Intervention(technique=technique, engine_arg_diff=dict(diff), lossy=lossy)
 
 
 # ---------------------------------------------------------------- techniques (one exact change each)
 
+def continuous_batching(ctx: Context) -> Intervention | None:
+    return _switch(ctx, ctx.vocab.continuous_batching, "continuous_batching")
+
+
 def raise_batch_limit(ctx: Context, factor: float = 1.0) -> Intervention | None:
-    if ctx.kind == "transformers":
-        if "--continuous-batching" not in ctx.args:
-            return Intervention(technique="continuous_batching", engine_arg_diff={"--continuous-batching": None})
-        current = ctx.int_arg("--cb-max-batch-tokens", 2048)
-        return Intervention(technique="raise_batch_tokens", engine_arg_diff={"--cb-max-batch-tokens": str(current * 2)})
-    flag = "--max-num-seqs" if ctx.kind == "vllm" else "--max-running-requests"
-    current = ctx.int_arg(flag, _default_seqs(ctx))
+    """More sequences per step; an engine without a sequence limit batches by tokens instead."""
+    if ctx.changes(ctx.vocab.continuous_batching):
+        return continuous_batching(ctx)
+    knob = ctx.vocab.batch_limit
+    if knob is None:
+        return larger_token_budget(ctx, factor, technique="raise_batch_tokens")
+    current = ctx.knob(knob)
     demand = max(ctx.stat("over_requests_running_mean") + ctx.stat("over_requests_waiting_mean"),
                  ctx.stat("over_in_flight_mean"))
     target = _pow2_at_least(max(2 * current, demand) * factor)
     target = min(max(target, current * 2), 1024)
     if target <= current:
         return None
-    return Intervention(technique="raise_max_num_seqs", engine_arg_diff={flag: str(target)})
+    return Intervention(technique="raise_max_num_seqs", engine_arg_diff={knob.flag: str(target)})
 
 
 def enable_prefix_caching(ctx: Context) -> Intervention | None:
-    if ctx.kind == "vllm":
-        if "--enable-prefix-caching" in ctx.args:
-            return None
-        diff = {"--enable-prefix-caching": None}
-        if "--no-enable-prefix-caching" in ctx.args:
-            diff["--no-enable-prefix-caching"] = REMOVE
-        return Intervention(technique="enable_prefix_caching", engine_arg_diff=diff)
-    if ctx.kind == "sglang" and "--disable-radix-cache" in ctx.args:
-        return Intervention(technique="enable_prefix_caching", engine_arg_diff={"--disable-radix-cache": REMOVE})
-    return None
-
-
-def _chunking_diff(ctx: Context, tokens: int) -> dict[str, str | None]:
-    diff: dict[str, str | None] = {"--max-num-batched-tokens": str(tokens)}
-    if "--no-enable-chunked-prefill" in ctx.args:
-        diff["--no-enable-chunked-prefill"] = REMOVE
-    if "--enable-chunked-prefill" not in ctx.args:
-        diff["--enable-chunked-prefill"] = None
-    return diff
+    v = ctx.vocab
+    if v.prefix_cache is None or v.prefix_cache_on(ctx.args):
+        return None
+    diff = dict(v.prefix_cache)
+    if v.prefix_cache_off_flag and v.prefix_cache_off_flag in ctx.args:
+        diff[v.prefix_cache_off_flag] = REMOVE
+    return Intervention(technique="enable_prefix_caching", engine_arg_diff=diff)
 
 
 def smaller_prefill_chunks(ctx: Context) -> Intervention | None:
     """Chunked prefill with a smaller token budget: long prompts stop stalling decodes."""
-    if ctx.kind == "sglang":
-        return Intervention(technique="chunked_prefill", engine_arg_diff={"--chunked-prefill-size": "512"})
-    if ctx.kind != "vllm":
+    knob = ctx.vocab.prefill_chunk
+    if knob is None:
         return None
-    current = ctx.int_arg("--max-num-batched-tokens", _default_batched(ctx))
-    seqs = ctx.int_arg("--max-num-seqs", _default_seqs(ctx))
+    current = ctx.knob(knob)
+    seqs = ctx.knob(ctx.vocab.batch_limit) or 0
     target = max(256, seqs, current // 4)
     if target >= current:
         return None
-    return Intervention(technique="chunked_prefill", engine_arg_diff=_chunking_diff(ctx, target))
+    diff: ArgDiff = {knob.flag: str(target)}
+    chunking = ctx.vocab.chunked_prefill or {}
+    for flag in chunking:  # chunking on, and its --no- twin off
+        if "--no-" + flag[2:] in ctx.args:
+            diff["--no-" + flag[2:]] = REMOVE
+        if flag not in ctx.args:
+            diff[flag] = chunking[flag]
+    return Intervention(technique="chunked_prefill", engine_arg_diff=diff)
 
 
-def larger_token_budget(ctx: Context) -> Intervention | None:
+def larger_token_budget(ctx: Context, factor: float = 1.0, technique: str = "raise_max_num_batched_tokens"
+                        ) -> Intervention | None:
     """More tokens per step: prefills finish in fewer steps and more requests join a batch."""
-    if ctx.kind == "sglang":
-        return Intervention(technique="raise_max_num_batched_tokens", engine_arg_diff={"--chunked-prefill-size": "8192"})
-    if ctx.kind == "transformers":
-        current = ctx.int_arg("--cb-max-batch-tokens", 2048)
-        return Intervention(technique="raise_max_num_batched_tokens", engine_arg_diff={"--cb-max-batch-tokens": str(current * 2)})
-    current = ctx.int_arg("--max-num-batched-tokens", _default_batched(ctx))
-    target = current * 2
-    return Intervention(technique="raise_max_num_batched_tokens", engine_arg_diff={"--max-num-batched-tokens": str(target)})
+    knob = ctx.vocab.token_budget
+    if knob is None:
+        return None
+    current = ctx.knob(knob)
+    target = int(current * 2 * factor)
+    return Intervention(technique=technique, engine_arg_diff={knob.flag: str(target)})
 
 
 def partial_prefills(ctx: Context) -> Intervention | None:
-    """Let short prompts prefill beside a long one instead of waiting behind it (vLLM)."""
-    if ctx.kind != "vllm":
-        return None
-    return Intervention(technique="partial_prefills", engine_arg_diff={
-        "--max-num-partial-prefills": "2", "--long-prefill-token-threshold": "512"})
+    """Let short prompts prefill beside a long one instead of waiting behind it."""
+    return _switch(ctx, ctx.vocab.partial_prefills, "partial_prefills")
 
 
 def ngram_speculation(ctx: Context) -> Intervention | None:
-    if ctx.kind != "vllm" or "--speculative-config" in ctx.args:
+    flag = ctx.vocab.speculation_flag
+    if flag is None or flag in ctx.args:
         return None
     return Intervention(technique="ngram_speculative_decoding",
-                        engine_arg_diff={"--speculative-config": json.dumps(NGRAM_CONFIG, separators=(",", ":"))})
+                        engine_arg_diff={flag: json.dumps(NGRAM_CONFIG, separators=(",", ":"))})
 
 
 def more_kv_memory(ctx: Context) -> Intervention | None:
-    if ctx.kind == "vllm":
-        if ctx.cpu:
-            return Intervention(technique="more_kv_cache_memory", engine_arg_diff={"--kv-cache-memory-bytes": "2G"})
-        current = float(ctx.args.get("--gpu-memory-utilization") or 0.9)
-        if current >= 0.95:
-            return None
-        return Intervention(technique="more_kv_cache_memory", engine_arg_diff={"--gpu-memory-utilization": "0.95"})
-    if ctx.kind == "sglang":
-        current = float(ctx.args.get("--mem-fraction-static") or 0.85)
-        if current >= 0.93:
-            return None
-        return Intervention(technique="more_kv_cache_memory",
-                            engine_arg_diff={"--mem-fraction-static": f"{min(0.93, current + 0.05):.2f}"})
-    return None
+    v = ctx.vocab
+    if ctx.cpu:
+        return _switch(ctx, v.kv_memory_cpu, "more_kv_cache_memory")
+    if v.kv_memory_fraction is None:
+        return None
+    flag, default, highest = v.kv_memory_fraction
+    try:
+        current = float(ctx.args.get(flag) or default)
+    except ValueError:
+        return None
+    if current >= highest:
+        return None
+    return Intervention(technique="more_kv_cache_memory", engine_arg_diff={flag: f"{min(highest, current + 0.05):.2f}"})
+
+
+def more_kv_blocks(ctx: Context) -> Intervention | None:
+    """A larger KV cache in blocks (engines that size it by block count)."""
+    knob = ctx.vocab.kv_blocks
+    if knob is None or knob.flag not in ctx.args:
+        return None  # unset = sized from free memory already
+    return Intervention(technique="more_kv_blocks", engine_arg_diff={knob.flag: str(2 * ctx.knob(knob))})
 
 
 def fp8_kv_cache(ctx: Context) -> Intervention | None:
-    if ctx.kind not in ("vllm", "sglang") or ctx.args.get("--kv-cache-dtype") not in (None, "auto"):
+    if ctx.vocab.kv_cache_dtype is None:
         return None
-    value = "fp8" if ctx.kind == "vllm" else "fp8_e5m2"
-    return Intervention(technique="kv_cache_fp8", engine_arg_diff={"--kv-cache-dtype": value}, lossy=True)
+    flag, value = ctx.vocab.kv_cache_dtype
+    if ctx.args.get(flag) not in (None, "auto"):
+        return None
+    return Intervention(technique="kv_cache_fp8", engine_arg_diff={flag: value}, lossy=True)
 
 
 def fewer_sequences(ctx: Context) -> Intervention | None:
-    flag = "--max-num-seqs" if ctx.kind == "vllm" else "--max-running-requests"
-    current = ctx.int_arg(flag, _default_seqs(ctx))
-    if ctx.kind not in ("vllm", "sglang") or current <= 2:
+    knob = ctx.vocab.batch_limit
+    if knob is None:
         return None
-    return Intervention(technique="lower_max_num_seqs", engine_arg_diff={flag: str(max(1, current // 2))})
+    current = ctx.knob(knob)
+    if current <= 2:
+        return None
+    return Intervention(technique="lower_max_num_seqs", engine_arg_diff={knob.flag: str(max(1, current // 2))})
 
 
 def weight_quantization(ctx: Context) -> Intervention | None:
-    if ctx.cpu or ctx.kind not in ("vllm", "sglang") or "--quantization" in ctx.args:
+    if ctx.cpu or ctx.vocab.weight_quantization is None:
         return None
-    return Intervention(technique="weight_quantization_fp8", engine_arg_diff={"--quantization": "fp8"}, lossy=True)
+    flag, value = ctx.vocab.weight_quantization
+    if flag in ctx.args:
+        return None
+    return Intervention(technique="weight_quantization", engine_arg_diff={flag: value}, lossy=True)
 
 
 def async_scheduling(ctx: Context) -> Intervention | None:
-    if ctx.kind == "vllm" and "--async-scheduling" not in ctx.args:
-        diff = {"--async-scheduling": None}
-        if "--no-async-scheduling" in ctx.args:
-            diff["--no-async-scheduling"] = REMOVE
-        return Intervention(technique="async_scheduling", engine_arg_diff=diff)
-    return None
+    off = ctx.vocab.async_scheduling
+    inter = _switch(ctx, off, "async_scheduling")
+    if inter is not None:
+        for flag in off:
+            if "--no-" + flag[2:] in ctx.args:
+                inter.engine_arg_diff["--no-" + flag[2:]] = REMOVE
+    return inter
 
 
 def graphs(ctx: Context) -> Intervention | None:
-    """Device graphs remove per-kernel launch overhead (not on the CPU build, where eager is as fast)."""
-    if ctx.cpu:
+    """Device graphs remove per-kernel launch overhead (not on a CPU host, where eager is what runs)."""
+    return _switch(ctx, ctx.vocab.cuda_graphs, "cuda_graphs", gpu_only=True)
+
+
+def compile_model(ctx: Context) -> Intervention | None:
+    """Compiled kernels fuse small ops (GPU); start-up gets longer."""
+    return _switch(ctx, ctx.vocab.compile, "torch_compile", gpu_only=True)
+
+
+def faster_attention(ctx: Context) -> Intervention | None:
+    """The fastest attention kernel the engine offers that is not in use yet."""
+    v = ctx.vocab
+    if v.attention_flag is None or ctx.cpu:
         return None
-    if ctx.kind == "vllm" and "--enforce-eager" in ctx.args:
-        return Intervention(technique="cuda_graphs", engine_arg_diff={"--enforce-eager": REMOVE})
-    if ctx.kind == "transformers" and "--cb-use-cuda-graph" not in ctx.args:
-        return Intervention(technique="cuda_graphs", engine_arg_diff={"--cb-use-cuda-graph": None})
+    current = ctx.args.get(v.attention_flag)
+    for choice in v.attention_choices:
+        if choice != current:
+            return Intervention(technique="attention_kernel", engine_arg_diff={v.attention_flag: choice})
     return None
 
 
 def tp_to_dp(ctx: Context) -> Intervention | None:
-    if ctx.kind != "vllm":
+    v = ctx.vocab
+    if v.tensor_parallel_flag is None or v.data_parallel_flag is None:
         return None
-    tp = ctx.int_arg("--tensor-parallel-size", 1)
+    tp = ctx.int_arg(v.tensor_parallel_flag, 1)
     if tp <= 1:
         return None
     return Intervention(technique="parallelism_tp_to_dp",
-                        engine_arg_diff={"--tensor-parallel-size": "1", "--data-parallel-size": str(tp)})
+                        engine_arg_diff={v.tensor_parallel_flag: "1", v.data_parallel_flag: str(tp)})
 
 
 def more_tensor_parallel(ctx: Context) -> Intervention | None:
-    if ctx.kind != "vllm":
+    flag = ctx.vocab.tensor_parallel_flag
+    if flag is None:
         return None
-    tp = ctx.int_arg("--tensor-parallel-size", 1)
+    tp = ctx.int_arg(flag, 1)
     if ctx.gpu_count < 2 * tp:
         return None
-    return Intervention(technique="parallelism_more_tp", engine_arg_diff={"--tensor-parallel-size": str(2 * tp)})
+    return Intervention(technique="parallelism_more_tp", engine_arg_diff={flag: str(2 * tp)})
 
 
 def drop_speculation(ctx: Context) -> Intervention | None:
-    if "--speculative-config" not in ctx.args:
+    flag = ctx.vocab.speculation_flag
+    if flag is None or flag not in ctx.args:
         return None
-    return Intervention(technique="disable_speculative_decoding", engine_arg_diff={"--speculative-config": REMOVE})
+    return Intervention(technique="disable_speculative_decoding", engine_arg_diff={flag: REMOVE})
 
 
 Technique = Callable[[Context], Intervention | None]
@@ -231,11 +269,11 @@ Technique = Callable[[Context], Intervention | None]
 PLAYBOOK: dict[str, list[Technique]] = {
     "batch_limit": [raise_batch_limit, lambda c: raise_batch_limit(c, 2.0), larger_token_budget],
     "prefix_cache_unused": [enable_prefix_caching],
-    "kv_cache_pressure": [more_kv_memory, fp8_kv_cache, fewer_sequences],
-    "prefill_interference": [smaller_prefill_chunks, partial_prefills],
-    "prefill_bound": [larger_token_budget, enable_prefix_caching, more_tensor_parallel],
-    "decode_bound": [ngram_speculation, raise_batch_limit, weight_quantization],
-    "cpu_overhead": [async_scheduling, graphs, raise_batch_limit],
+    "kv_cache_pressure": [more_kv_memory, more_kv_blocks, fp8_kv_cache, fewer_sequences],
+    "prefill_interference": [smaller_prefill_chunks, partial_prefills, graphs],
+    "prefill_bound": [larger_token_budget, enable_prefix_caching, more_tensor_parallel, faster_attention],
+    "decode_bound": [ngram_speculation, raise_batch_limit, weight_quantization, faster_attention],
+    "cpu_overhead": [graphs, async_scheduling, compile_model, raise_batch_limit],
     "communication": [tp_to_dp],
     "matmul_bound": [weight_quantization, more_tensor_parallel, raise_batch_limit],
     "attention_bound": [enable_prefix_caching, fp8_kv_cache],
@@ -273,11 +311,17 @@ _EXPECT: dict[str, tuple[str, str, float | None]] = {
                      1.2),
     "lower_max_num_seqs": ("no preemptions; slightly lower peak concurrency but steadier latency",
                            "capacity falls beyond the noise floor", 1.0),
-    "weight_quantization_fp8": ("matmuls read half the bytes: decode steps faster (lossy: needs distribution checks)",
+    "torch_compile": ("fused kernels: fewer launches per decode step, ITL falls (start-up takes longer)",
+                      "ITL unchanged or worse", 1.1),
+    "attention_kernel": ("a faster attention kernel shortens each step, most for long prompts: TTFT and ITL fall",
+                         "TTFT and ITL unchanged, or the engine fails to start with this kernel", 1.1),
+    "more_kv_blocks": ("more KV blocks: more sequences fit at once, no evictions", "capacity unchanged", 1.1),
+    "weight_quantization": ("matmuls read half the bytes: decode steps faster (lossy: needs distribution checks)",
                                 "no ITL improvement or quality checks fail", 1.3),
     "async_scheduling": ("scheduling overlaps execution: idle gaps between steps shrink, ITL falls",
                          "idle gap fraction and ITL unchanged", 1.1),
-    "cuda_graphs": ("kernel launch overhead disappears for small batches: ITL falls", "ITL unchanged", 1.2),
+    "cuda_graphs": ("kernel launch overhead disappears: the decode step approaches the roofline, ITL falls at every "
+                    "load and capacity rises where ITL was the SLA limit", "ITL at the lowest load unchanged", 1.5),
     "parallelism_tp_to_dp": ("no all-reduce per layer: per-GPU throughput rises", "capacity per GPU unchanged or lower",
                              1.2),
     "parallelism_more_tp": ("matmuls split across more GPUs: lower latency per step", "capacity per GPU falls", 1.0),
@@ -331,8 +375,9 @@ def propose(diagnosis: Diagnosis, n: int = 3, *, gpu_count: int = 0, skip: Itera
     ``skip``: techniques or diff signatures already tried (from memory or earlier rounds);
     ``gpu_count`` bounds parallelism changes (0 = CPU host).
     """
+    cls = ADAPTERS.get(diagnosis.engine_kind)
     ctx = Context(diagnosis=diagnosis, kind=diagnosis.engine_kind, args=parse_args(diagnosis.engine_args),
-                  gpu_count=gpu_count)
+                  gpu_count=gpu_count, vocab=cls.vocabulary if cls is not None else Vocabulary())
     skip_set = set(skip)
     by_name = {b.name: b for b in diagnosis.bottlenecks}
     targets = questions if questions is not None else questions_for(diagnosis, len(diagnosis.bottlenecks))

@@ -101,6 +101,7 @@ class RoundRecord(BaseModel):
     experiment_ids: list[str] = Field(default_factory=list)
     finished: bool = False
     adopted: str | None = None  # experiment id that became the working baseline
+    outcome: str | None = None  # why the round ended without a change (no proposal, nothing won, ...)
 
 
 class CampaignState(BaseModel):
@@ -122,6 +123,10 @@ class CampaignState(BaseModel):
     end_reason: str | None = None
     open_questions: list[str] = Field(default_factory=list)
     resumes: int = 0
+    # Measured on this campaign's host: engine launch-to-healthy and whole-sweep wall times (the
+    # budget estimator's evidence; see research.campaign.estimate_seconds).
+    startup_s: list[float] = Field(default_factory=list)
+    sweep_s: list[float] = Field(default_factory=list)
 
 
 def experiment_id(kind: str, baseline_args: list[str], engine_args: list[str], repeats: int) -> str:

@@ -148,11 +148,11 @@ def test_launch_check_refuses_an_experiment_that_would_overrun(tmp_path: Path, s
     assert "deadline" in budget_problem(state, store, limits, 700)
     state.gpu_hours_used = 0.04
     assert "budget" in budget_problem(state, store, limits, 60)  # 60 s = 0.0167 GPU-h > 0.01 left
-    # history replaces the guess: a 2-sweep experiment that took 250 s
-    noise = noise_floor([sweep(1.0), sweep(1.0)])
-    state.baselines.append(BaselineRecord(engine_args=[], sweeps=[sweep(1.0), sweep(1.0)], noise=noise, wall_s=250))
-    assert estimate_seconds(state, smollm, 2) == pytest.approx(250)
-    assert estimate_seconds(state, smollm, 4) == pytest.approx(450)
+    # this campaign's measurements replace the prior: engine starts of 30 s, sweeps of 100-110 s
+    state.startup_s, state.sweep_s = [28.0, 32.0], [100.0, 110.0]
+    assert estimate_seconds(state, smollm, 2) == pytest.approx(30 + 2 * 110)
+    assert estimate_seconds(state, smollm, 4) == pytest.approx(30 + 4 * 110)
+    assert estimate_seconds(state, smollm, 4, launches=2) == pytest.approx(60 + 4 * 110)
 
 
 def test_a_campaign_that_cannot_afford_its_baseline_ends_cleanly(tmp_path: Path, smollm: EndpointSpec):
@@ -226,7 +226,15 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
     assert "Noise floor" in text and "[1.0, 1.0]" in text and "[3.0, 3.0]" in text
     assert "greedy 8/8 identical" in text
     assert "autoresearch campaign run support_smollm_default" in text
-    assert "vllm.entrypoints.openai.api_server --max-num-seqs 16" in text
+    # the reproduce command parses as printed and gives exactly the best configuration
+    import shlex
+
+    from autoresearch.cli import _apply_sets, build_parser
+
+    line = next(l for l in text.splitlines() if l.startswith("autoresearch sweep "))
+    args = build_parser().parse_args(shlex.split(line)[1:])
+    assert "{port}" not in text
+    assert _apply_sets(smollm, args.set, args.unset).engine.args == best_args
     assert "- why?" in text
 
 

@@ -1,0 +1,162 @@
+"""The steps of the research loop, one implementation each, shared by the headless campaign
+(research.campaign) and the Dagster research graph (assets/research.py via autoresearch.workflows).
+
+    diagnose_step   request statistics, sweep metrics, the roofline, and (where the engine gives them)
+                    a torch profile and diagnostic workloads -> Diagnosis
+    propose_step    the orchestrator: LLM subagents or the rule-based proposer -> ProposalBatch
+    conditions      the memory's "same conditions" key
+    pick_winner     which confirmed change is adopted (the one rule both callers use)
+
+No Dagster imports: the app layer decides where files live and passes folders in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from autoresearch.config import EndpointSpec
+
+Progress = Callable[[str], None]
+
+
+# ------------------------------------------------------------------------------------ diagnose
+def endpoint_roofline(spec: EndpointSpec):
+    """The decode roofline of the endpoint's model on its declared hardware (None when unknown)."""
+    from engines import EngineError, resolve_model_dir
+    from research.roofline import roofline_for
+
+    if spec.engine.kind == "external":
+        return None
+    try:
+        model_dir = resolve_model_dir(spec)
+    except EngineError:
+        return None
+    return roofline_for(model_dir, spec.hardware.gpu_type, spec.hardware.gpu_count,
+                        spec.hardware.memory_bandwidth_gbps)
+
+
+def diagnose_step(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, *, recipes: dict | None = None,
+                  profile_seconds: float = 0.0, workdir: Path | None = None, progress: Progress = print):
+    """Diagnose the configuration ``spec`` declares from its sweeps and the pool.
+
+    Evidence every engine gives (client-side latencies against load, the roofline) always; a torch
+    profile under steady load and the diagnostic workloads only where the adapter can give them
+    (one engine start). The diagnosis notes say which evidence was used."""
+    from engines import EngineError, start_engine
+    from engines.registry import adapter_class
+    from loadgen.sweep import run_sweep
+    from replay.build import engine_block_size
+    from research.diagnosis import diagnose, request_stats
+    from research.workloads import build_variants, measure_variants, select_recipes
+
+    adapter = adapter_class(spec.engine.kind)
+    capacities = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps]
+    steady_rate = max(0.25, 0.5 * min(capacities)) if capacities else 0.5
+    block = engine_block_size(spec)
+    chosen = select_recipes(recipes or {}, request_stats(pool, block_size=block)) if recipes else []
+    profile_seconds = profile_seconds if adapter.can_give("profile") else 0.0
+    profile, workloads, notes = None, [], []
+    if not adapter.can_give("profile"):
+        notes.append(f"the {spec.engine.kind} engine has no profiler: client-side latencies and the roofline used")
+    if not adapter.can_give("metrics"):
+        notes.append(f"the {spec.engine.kind} engine exports no /metrics: queueing judged from client-side latencies")
+    if adapter.manages_process and (profile_seconds > 0 or chosen):
+        try:
+            with start_engine(spec, profile=profile_seconds > 0, workdir=workdir) as engine:
+                if profile_seconds > 0:
+                    progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
+                    engine.start_profile()
+                    run_sweep(engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds,
+                              check_client=False)
+                    profile = _parse_newest_profile(engine.stop_profile().parent, notes)
+                if chosen:
+                    from autoresearch.models import tokenizer_dir
+                    from replay.tokenize import ChatTokenizer
+
+                    tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
+                    for recipe in chosen:
+                        progress(f"{spec.name}: diagnostic workload {recipe.name}")
+                        variants = build_variants(recipe, tok, base_rate=steady_rate, model=engine.served_model)
+                        workloads += measure_variants(variants, lambda v: run_sweep(
+                            engine, v.pool, spec, rates=[v.rate], step_duration_s=v.duration_s,
+                            check_client=False).steps[0])
+        except EngineError as exc:  # a diagnosis without a profile is still a diagnosis
+            notes.append(f"profile/workloads skipped: {str(exc).splitlines()[0]}")
+    elif adapter.can_give("profile") and profile_seconds <= 0:
+        notes.append("profiling disabled (campaign profile_seconds: 0)")
+    diagnosis = diagnose(pool, sweeps, list(spec.engine.args), endpoint=spec.name, engine_kind=spec.engine.kind,
+                         profile=profile, workloads=workloads, block_size=block, roofline=endpoint_roofline(spec))
+    return diagnosis.model_copy(update={"notes": diagnosis.notes + notes}) if notes else diagnosis
+
+
+def _parse_newest_profile(folder: Path, notes: list[str], wait_s: float = 30.0):
+    """Parse the newest trace in ``folder`` that holds operator events; ranks finish writing at
+    different times, so retry for a while. None (with a note) when none parses."""
+    from research.profile import TraceError, parse_profile
+
+    deadline, problems = time.monotonic() + wait_s, []
+    while True:
+        traces = sorted(folder.rglob("*.pt.trace.json*"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for trace in traces:
+            try:
+                return parse_profile(trace)
+            except (TraceError, OSError, ValueError, EOFError) as exc:
+                problems.append(f"{trace.name}: {exc}")
+        if time.monotonic() > deadline:
+            notes.append("profile not usable: " + ("; ".join(problems[-3:]) or f"no trace in {folder}"))
+            return None
+        time.sleep(3)
+
+
+# ------------------------------------------------------------------------------------- propose
+def propose_step(spec: EndpointSpec, diagnosis, *, n: int, mode: str, campaign_id: str, experiment_id: str,
+                 baseline: dict, memory=None, skip: Sequence[str] = ()):
+    """One proposal round through the orchestrator (LLM subagents when configured, rules otherwise).
+
+    ``spec`` carries the working configuration; ``baseline`` its capacity and noise floor;
+    ``memory`` (a memory_db.MemoryStore) gives the subagents findings for the same bottleneck."""
+    from research.llm_agents import Orchestrator, SubagentContext
+
+    context = SubagentContext(campaign_id=campaign_id, experiment_id=experiment_id,
+                              replay_pool_id=f"{spec.name}-{spec.traffic.kind}-{spec.traffic.seed}",
+                              sla=spec.sla.model_dump(), engine_kind=spec.engine.kind,
+                              engine_args=list(spec.engine.args), gpu_count=spec.hardware.gpu_count, baseline=baseline)
+    lookup = None
+    if memory is not None:
+        def lookup(bottleneck: str) -> list[dict]:
+            return [f.model_dump(mode="json") for f in memory.findings_for_bottleneck(bottleneck, spec.name)]
+    return Orchestrator.from_env(mode).propose(diagnosis, context, n, findings_lookup=lookup, skip=list(skip))
+
+
+# ------------------------------------------------------------------------------------- record
+def conditions(spec: EndpointSpec, signature: str, engine_version: str):
+    """The memory's "same conditions" key: model, hardware, engine and version, workload."""
+    from memory_db.records import Conditions
+
+    return Conditions(model=spec.model.served_name or spec.model.path, model_revision=spec.model.revision,
+                      hardware=spec.hardware.gpu_type, gpu_count=spec.hardware.gpu_count, engine=spec.engine.kind,
+                      engine_version=engine_version, workload_signature=signature)
+
+
+# ---------------------------------------------------------------------------------------- adopt
+@dataclass(frozen=True)
+class Contender:
+    """One experiment as the adoption rule sees it."""
+
+    id: str
+    confirmed: bool  # better than the noise floor in every repeat
+    lossy: bool
+    capacity: float | None  # mean capacity over its repeats (req/s)
+    change_size: int  # flags changed against the working baseline
+
+
+def pick_winner(contenders: Iterable[Contender]) -> Contender | None:
+    """The change to adopt: among confirmed lossless ones, the highest mean capacity; a tie goes to
+    the smaller change. Lossy wins are never adopted by themselves (a person reviews them)."""
+    eligible = [c for c in contenders if c.confirmed and not c.lossy and c.capacity is not None]
+    return max(eligible, key=lambda c: (c.capacity, -c.change_size, c.id), default=None)
