@@ -140,8 +140,13 @@ def cmd_campaign(args) -> int:
         campaign, endpoint = resolve_campaign(_definitions(args), args.name)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    outcome = run_campaign(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared)
+    stop_after = args.stop_after * 60 if args.stop_after else None
+    outcome = run_campaign(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared,
+                           stop_after_s=stop_after)
     print(format_outcome(outcome))
+    if not outcome.finished:
+        print(f"campaign {outcome.campaign} {outcome.end_reason}", file=sys.stderr)
+        return 75  # EX_TEMPFAIL: not done, run again to resume
     if outcome.failure:
         print(f"campaign {outcome.campaign} failed: {outcome.failure}", file=sys.stderr)
         return 4 if outcome.reference_capacity is None else 3
@@ -152,7 +157,7 @@ def format_outcome(outcome) -> str:
     gain = f"{outcome.total_gain:.2f}x" if outcome.total_gain else "none"
     lines = [
         f"campaign {outcome.campaign} on {outcome.endpoint}: "
-        f"{'FAILED' if outcome.failure else 'finished' if outcome.finished else 'stopped'}"
+        f"{'FAILED' if outcome.failure else 'finished' if outcome.finished else 'paused'}"
         f" ({outcome.end_reason})",
         f"  reference capacity  {outcome.reference_capacity} req/s with {' '.join(outcome.reference_args)}",
         f"  best capacity       {outcome.best_capacity} req/s with {' '.join(outcome.best_args)}",
@@ -243,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-declared", action="store_true",
                    help="start a new campaign from the YAML engine configuration, not from the last one the "
                         "research memory confirmed")
+    p.add_argument("--stop-after", type=float, metavar="MINUTES",
+                   help="pause (exit 75) before an experiment that would not end within MINUTES; run again to resume")
     p.set_defaults(func=cmd_campaign)
 
     p = sub.add_parser("memory", help="query or export the shared research memory")

@@ -105,7 +105,8 @@ def campaign_dir(campaign: CampaignSpec, partition: str | None = None) -> Path:
 
 
 def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: str | None = None,
-                 partition: str | None = None, from_declared: bool = False, progress: Callable[[str], None] = print):
+                 partition: str | None = None, from_declared: bool = False, stop_after_s: float | None = None,
+                 progress: Callable[[str], None] = print):
     """Resume the campaign's unfinished run, or start a new one; return its outcome.
 
     A finished run is kept (its folder renamed after its campaign id) and a new one starts from
@@ -131,7 +132,8 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: st
                      f"{' '.join(working.engine.args)} (--from-declared starts from the YAML one)")
         endpoint = working
     return run(campaign, endpoint, state_dir=folder, memory=MemoryStore(paths.memory_db_path()),
-               proposer=proposer or campaign.proposer, pool=load_pool(endpoint), progress=progress)
+               proposer=proposer or campaign.proposer, pool=load_pool(endpoint), progress=progress,
+               stop_after_s=stop_after_s)
 
 
 def working_spec(spec: EndpointSpec) -> EndpointSpec:

@@ -6,6 +6,8 @@ adapter class found here; nothing else branches on engine names.
 
 from __future__ import annotations
 
+from autoresearch.config import EndpointSpec
+from autoresearch.engine_args import parse_args
 from engines.base import EngineAdapter, EngineError
 from engines.external import ExternalAdapter
 from engines.sglang import SglangAdapter
@@ -23,3 +25,9 @@ def adapter_class(kind: str) -> type[EngineAdapter]:
         return ADAPTERS[kind]
     except KeyError:
         raise EngineError(f"unknown engine kind {kind!r}; known: {', '.join(sorted(ADAPTERS))}") from None
+
+
+def block_size_for(spec: EndpointSpec) -> int:
+    """KV-cache block size the endpoint's engine uses (its block-size flag if set, else its default)."""
+    vocab = adapter_class(spec.engine.kind).vocabulary
+    return vocab.block_size(parse_args(list(spec.engine.args)), cpu=spec.hardware.gpu_type == "cpu")

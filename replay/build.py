@@ -79,12 +79,10 @@ def fidelity_table(build: PoolBuild) -> str:
 
 
 def engine_block_size(spec: EndpointSpec) -> int:
-    """KV-cache block size the endpoint's engine uses (its block-size flag if set, else its default)."""
-    from autoresearch.engine_args import parse_args
-    from engines.registry import adapter_class
+    """KV-cache block size the endpoint's engine uses (see engines.registry.block_size_for)."""
+    from engines.registry import block_size_for
 
-    vocab = adapter_class(spec.engine.kind).vocabulary
-    return vocab.block_size(parse_args(list(spec.engine.args)), cpu=spec.hardware.gpu_type == "cpu")
+    return block_size_for(spec)
 
 
 def traffic_source(traffic: TrafficSpec, out_dir: Path | None = None) -> Path:

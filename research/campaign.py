@@ -59,10 +59,13 @@ class CampaignOutcome(BaseModel):
         """Why this outcome is a failure for the caller (non-zero exit), or None.
 
         A campaign fails when it has no valid baseline (invalid, or refused by its deadline or
-        budget) or when no experiment could be measured to a verdict."""
+        budget) or when no experiment could be measured to a verdict. A paused one (not finished)
+        has not failed: it resumes when run again."""
+        if not self.finished:
+            return None
         if self.reference_capacity is None:
             return f"no valid baseline: {self.end_reason}"
-        if self.finished and self.experiments_measured == 0:
+        if self.experiments_measured == 0:
             return f"no experiment could run: {self.end_reason}"
         return None
 
@@ -219,12 +222,17 @@ def _default_propose(mode: str, memory=None) -> ProposeFn:
 
 
 # ----------------------------------------------------------------------------------- the loop
+class Paused(Exception):
+    """This call's time window is spent; the campaign resumes from its state file next time."""
+
+
 class _Campaign:
     def __init__(self, campaign: CampaignSpec, endpoint: EndpointSpec, state_dir: Path, memory, proposer: str,
                  progress: Progress, pool: pl.DataFrame | None, sweep_fn: SweepFn | None, noise_fn: NoiseFn | None,
                  compare_fn: CompareFn | None, diagnose_fn: DiagnoseFn | None, propose_fn: ProposeFn | None,
-                 thresholds: CorrectnessThresholds | None):
+                 thresholds: CorrectnessThresholds | None, stop_after_s: float | None = None):
         self.campaign, self.endpoint, self.memory, self.progress = campaign, endpoint, memory, progress
+        self.stop_after_s, self.call_started = stop_after_s, time.monotonic()
         self.state_dir = Path(state_dir)
         self.store = StateStore(self.state_dir, campaign.name)
         self.limits = Limits.of(campaign, endpoint)
@@ -289,6 +297,18 @@ class _Campaign:
         ident = self.state.reference.identity if self.state.reference else {}
         return conditions(self.endpoint, self.signature, ident.get("engine_version", "unknown"))
 
+    def _budget(self, estimate_s: float) -> str | None:
+        """The launch check before an experiment: an end reason when the campaign's deadline or budget
+        cannot fit it; raises Paused when only this call's window (``stop_after_s``) cannot."""
+        problem = budget_problem(self.state, self.store, self.limits, estimate_s)
+        if problem is None and self.stop_after_s is not None:
+            used = time.monotonic() - self.call_started
+            if used + estimate_s > self.stop_after_s:
+                raise Paused(f"paused: the next experiment (about {estimate_s / 60:.1f} min) does not fit the "
+                             f"{self.stop_after_s / 60:.1f} min left to this call ({used / 60:.1f} min used); "
+                             "run the campaign again to resume")
+        return problem
+
     def _charge(self, result: CandidateResult) -> None:
         """Charge a measurement to the budget and keep its timings for the estimator."""
         self.state.gpu_hours_used += result.wall_s / 3600 * self.limits.units
@@ -315,8 +335,7 @@ class _Campaign:
         if self.state.reference is not None:
             return None
         args = list(self.endpoint.engine.args)
-        problem = budget_problem(self.state, self.store, self.limits,
-                                 estimate_seconds(self.state, self.endpoint, self.baseline_repeats))
+        problem = self._budget(estimate_seconds(self.state, self.endpoint, self.baseline_repeats))
         if problem:
             return problem
         self.progress(f"baseline: {' '.join(args)} ({self.baseline_repeats} sweeps)")
@@ -497,8 +516,7 @@ class _Campaign:
                 endpoint=self.endpoint.name, campaign_id=self.state.campaign_id, conditions=self._conditions(),
                 technique=proposal.technique, change=record.diff, prior=prior))
             return self._finish(rnd, record, proposal, memory=False)
-        problem = budget_problem(self.state, self.store, self.limits,
-                                 estimate_seconds(self.state, self.endpoint, self.repeats))
+        problem = self._budget(estimate_seconds(self.state, self.endpoint, self.repeats))
         if problem:
             return problem
         self.progress(f"experiment {eid}: {proposal.title}")
@@ -625,8 +643,7 @@ class _Campaign:
         eid = experiment_id(kind, base, args, self.repeats)
         if eid in self.state.experiments:
             return self.state.experiments[eid]
-        problem = budget_problem(self.state, self.store, self.limits,
-                                 estimate_seconds(self.state, self.endpoint, self.repeats))
+        problem = self._budget(estimate_seconds(self.state, self.endpoint, self.repeats))
         if problem:
             return problem
         lossy = any(self.state.experiments[m].lossy for m in members if m in self.state.experiments)
@@ -644,8 +661,7 @@ class _Campaign:
         wall = best.wall_s
         if len(sweeps) < self.baseline_repeats:
             more = self.baseline_repeats - len(sweeps)
-            problem = budget_problem(self.state, self.store, self.limits,
-                                     estimate_seconds(self.state, self.endpoint, more))
+            problem = self._budget(estimate_seconds(self.state, self.endpoint, more))
             if problem:
                 return problem
             self.progress(f"re-measuring the new baseline: {more} more sweep(s)")
@@ -731,13 +747,19 @@ class _Campaign:
             return self.outcome()
         stop_orphan(self.workdir / "active_engine.json", self.progress)
         self.save()
-        reason = self.baseline()
-        while reason is None:
-            rnd = self.current_round()
-            if isinstance(rnd, str):
-                reason = rnd
-                break
-            reason = self.run_round(rnd)
+        try:
+            reason = self.baseline()
+            while reason is None:
+                rnd = self.current_round()
+                if isinstance(rnd, str):
+                    reason = rnd
+                    break
+                reason = self.run_round(rnd)
+        except Paused as pause:
+            self.state.end_reason = str(pause)
+            self.progress(str(pause))
+            self.save()
+            return self.outcome(write=True)
         return self.finish(reason)
 
 
@@ -746,8 +768,13 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: P
                  pool: pl.DataFrame | None = None, sweep_fn: SweepFn | None = None,
                  noise_fn: NoiseFn | None = None, compare_fn: CompareFn | None = None,
                  diagnose_fn: DiagnoseFn | None = None, propose_fn: ProposeFn | None = None,
-                 thresholds: CorrectnessThresholds | None = None) -> CampaignOutcome:
+                 thresholds: CorrectnessThresholds | None = None,
+                 stop_after_s: float | None = None) -> CampaignOutcome:
     """Run (or resume) ``campaign`` on ``endpoint`` headless until it ends; return its outcome.
+
+    ``stop_after_s``: this call's time window. The campaign pauses (saved, not finished) before an
+    experiment that would not end within it, so a campaign can be split across short calls
+    (a GPU machine lent for 10 minutes at a time) and resumed by calling again.
 
     ``state_dir`` holds the state file, the replay pool, engine logs, the best configuration and
     the review report. ``memory`` is a memory_db.MemoryStore (None = no shared memory).
@@ -757,8 +784,38 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: P
     if campaign.endpoint != endpoint.name:
         raise ValueError(f"campaign {campaign.name!r} targets endpoint {campaign.endpoint!r}, not {endpoint.name!r}")
     return _Campaign(campaign, endpoint, Path(state_dir), memory, proposer, progress, pool, sweep_fn, noise_fn,
-                     compare_fn, diagnose_fn, propose_fn, thresholds).run()
+                     compare_fn, diagnose_fn, propose_fn, thresholds, stop_after_s).run()
 
 
-__all__ = ["CampaignOutcome", "Limits", "REMOVE", "budget_problem", "estimate_seconds", "proposal_record",
+def record_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: Path | str, memory,
+                    pool: pl.DataFrame) -> CampaignOutcome:
+    """Record a campaign measured elsewhere (its state folder brought back from a GPU machine) into
+    this host's research memory: the campaign, baseline runs, every experiment with its proposal,
+    the adopted changes and the open questions, exactly as the campaign would have recorded them."""
+    c = _Campaign(campaign, endpoint, Path(state_dir), memory, "rules", lambda message: None, pool, None, None, None,
+                  None, lambda *a: [], None)
+    s = c.state
+    s.resumes = max(0, s.resumes - 1)  # loading it here is not a resume
+    if s.reference is None:
+        raise ValueError(f"{state_dir}: campaign {campaign.name} has no measured baseline to record")
+    memory.record_campaign(c._campaign_record("running"))
+    for i, sweep in enumerate(s.reference.sweeps):
+        c._record_run(sweep, f"{s.campaign_id}-baseline-{i}", "baseline", None)
+    proposals = {p.proposal_id: p for r in s.rounds for p in r.proposals}
+    for record in s.experiments.values():
+        if record.verdict != "skipped":
+            c._record_experiment(record, proposals.get(record.proposal_ids[0]) if record.kind == "candidate" else None)
+    from memory_db.records import ConfirmationRecord
+
+    for b in s.baselines[1:]:
+        best = s.experiments.get(b.source_experiment or "")
+        if best is not None:
+            memory.record_confirmation(ConfirmationRecord(
+                experiment_id=c._memory_id(best), endpoint=endpoint.name, campaign_id=s.campaign_id,
+                new_config_hash=_config_hash(endpoint, best.engine_args), engine_args=list(best.engine_args),
+                note=f"{best.title}: {c._ratio(best)}"))
+    return c.outcome(write=True)
+
+
+__all__ = ["CampaignOutcome", "record_campaign", "Limits", "REMOVE", "budget_problem", "estimate_seconds", "proposal_record",
            "run_campaign", "workload_signature"]

@@ -50,14 +50,14 @@ def diagnose_step(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, *, recip
     from engines import EngineError, start_engine
     from engines.registry import adapter_class
     from loadgen.sweep import run_sweep
-    from replay.build import engine_block_size
+    from engines.registry import block_size_for
     from research.diagnosis import diagnose, request_stats
     from research.workloads import build_variants, measure_variants, select_recipes
 
     adapter = adapter_class(spec.engine.kind)
     capacities = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps]
     steady_rate = max(0.25, 0.5 * min(capacities)) if capacities else 0.5
-    block = engine_block_size(spec)
+    block = block_size_for(spec)
     chosen = select_recipes(recipes or {}, request_stats(pool, block_size=block)) if recipes else []
     profile_seconds = profile_seconds if adapter.can_give("profile") else 0.0
     profile, workloads, notes = None, [], []
