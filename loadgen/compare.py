@@ -5,13 +5,24 @@ better: the candidates' mean capacity exceeds the baseline mean by more than the
 worse:  symmetric (mean below by more than the threshold AND every repeat below the baseline's min);
 same:   anything else;
 invalid: the noise floor or any candidate sweep is invalid (crash, errors, client fell behind).
+
+A side with a repeat below its sweep's floor (no rate held the SLA) has no capacity, only a bound:
+that repeat counts at its bound, an upper bound. A baseline below its floor can only be beaten
+(``capacity_ratio`` is then a lower bound, ``ratio_bound="lower"``); a candidate below its floor
+can only lose (an upper bound, ``ratio_bound="upper"``); both below: same, no ratio. Every ratio
+and every percentage in the evidence is finite.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from loadgen.noise import upper_capacities
 from loadgen.results import Comparison, NoiseFloor, SweepResult
+
+
+def _pct(ratio: float) -> str:
+    return f"{ratio - 1:+.1%}"
 
 
 def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult]) -> Comparison:
@@ -19,10 +30,15 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult]) -> Com
         raise ValueError("compare needs at least one candidate sweep")
     base = np.array(noise_floor.capacities, dtype=np.float64)
     cand = np.array([s.capacity_rps or 0.0 for s in candidate_sweeps], dtype=np.float64)
+    base_up = np.array(upper_capacities(noise_floor), dtype=np.float64)
+    base_below = [b for b in noise_floor.capacity_below if b is not None]
+    cand_below = [s.capacity_below_rps if not s.capacity_rps and s.capacity_below_rps else None for s in candidate_sweeps]
+    cand_up = np.array([b if b is not None else c for c, b in zip(cand.tolist(), cand_below)], dtype=np.float64)
+    n_cand_below = sum(b is not None for b in cand_below)
     b_mean, c_mean = float(noise_floor.capacity_mean), float(cand.mean())
-    ratio = c_mean / b_mean if b_mean > 0 else None
+    ratio = c_mean / b_mean if b_mean > 0 and not base_below and not n_cand_below else None
     thr = noise_floor.threshold
-    common = dict(capacity_ratio=ratio, baseline_capacity=b_mean, candidate_capacities=cand.tolist(), threshold=thr,
+    common = dict(baseline_capacity=b_mean, candidate_capacities=cand.tolist(), threshold=thr,
                   baseline_capacities=base.tolist(), candidate_mean=c_mean)
     reasons = []
     if noise_floor.validity != "valid":
@@ -32,21 +48,53 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult]) -> Com
             reasons.append(f"candidate sweep {s.label or i} invalid: {s.invalid_reason}")
     if reasons:
         reason = "; ".join(reasons)
-        return Comparison(verdict="invalid", evidence=reason, invalid_reason=reason, **common)
+        return Comparison(verdict="invalid", evidence=reason, invalid_reason=reason, capacity_ratio=ratio, **common)
     b_max, b_min = float(base.max()), float(base.min())
     unbounded = [s.label or str(i) for i, s in enumerate(candidate_sweeps) if not s.capacity_bounded]
     facts = (f"baseline capacity {b_mean:.3g} req/s (K={len(base)}, range {b_min:.3g}-{b_max:.3g}, "
              f"std {noise_floor.capacity_std:.2g}); candidate {c_mean:.3g} req/s over {len(cand)} repeat(s) "
              f"{[round(c, 3) for c in cand.tolist()]}; noise threshold {thr:.1%}")
+    if base_below:
+        facts += (f"; baseline below its floor in {len(base_below)} of {len(base)} repeat(s) "
+                  f"(no rate down to {max(base_below):.3g} req/s held the SLA)")
+    if n_cand_below:
+        facts += (f"; candidate below its floor in {n_cand_below} of {len(cand)} repeat(s) "
+                  f"(no rate down to {max(b for b in cand_below if b is not None):.3g} req/s held the SLA)")
     if unbounded:
         facts += f"; candidate sweeps {unbounded} never broke the SLA (capacity is a lower bound)"
-    if c_mean > b_mean * (1 + thr) and float(cand.min()) > b_max:
+    bound = None
+    if base_below and n_cand_below:
+        verdict, why = "same", "both baseline and candidate fell below their floors in some repeat: no comparison"
+    elif base_below:
+        ref, ref_max = float(base_up.mean()), float(base_up.max())
+        ratio, bound = c_mean / ref, "lower"
+        if c_mean > ref * (1 + thr) and float(cand.min()) > ref_max:
+            verdict = "better"
+            why = (f"baseline at most {ref:.3g} req/s (floor bounds), candidate {c_mean:.3g}: at least "
+                   f"x{ratio:.2f} ({_pct(ratio)}) > {thr:.1%} and every repeat > the baseline's bound")
+        else:
+            verdict = "same"
+            why = (f"baseline below its floor (at most {ref:.3g} req/s); the candidate does not clear that bound "
+                   f"by the noise threshold in every repeat")
+    elif n_cand_below:
+        up = float(cand_up.mean())
+        ratio, bound = (up / b_mean, "upper") if b_mean > 0 else (None, None)
+        if b_mean > 0 and up < b_mean * (1 - thr) and float(cand_up.max()) < b_min:
+            verdict = "worse"
+            why = (f"candidate at most {up:.3g} req/s (floor bounds): at most x{ratio:.2f} ({_pct(ratio)}), "
+                   f"below -{thr:.1%} and every repeat < baseline min")
+        else:
+            verdict = "same"
+            why = "candidate below its floor in some repeat, but its bound does not clear the noise floor"
+    elif b_mean <= 0:
+        verdict, why = "same", "baseline capacity 0 with no floor bound recorded: no ratio"
+    elif c_mean > b_mean * (1 + thr) and float(cand.min()) > b_max:
         verdict = "better"
-        why = f"mean +{(c_mean / b_mean - 1) if b_mean > 0 else float('inf'):.1%} > {thr:.1%} and every repeat > baseline max"
+        why = f"mean {_pct(c_mean / b_mean)} > {thr:.1%} and every repeat > baseline max"
     elif c_mean < b_mean * (1 - thr) and float(cand.max()) < b_min:
         verdict = "worse"
-        why = f"mean {(c_mean / b_mean - 1):.1%} < -{thr:.1%} and every repeat < baseline min"
+        why = f"mean {_pct(c_mean / b_mean)} < -{thr:.1%} and every repeat < baseline min"
     else:
         verdict = "same"
         why = "change within the noise floor or not repeated by every candidate sweep"
-    return Comparison(verdict=verdict, evidence=f"{why}. {facts}", **common)
+    return Comparison(verdict=verdict, evidence=f"{why}. {facts}", capacity_ratio=ratio, ratio_bound=bound, **common)

@@ -10,6 +10,10 @@ Why 2 x cv: a verdict of better also needs every candidate repeat above the base
 the research loop's confirmation needs every repeat beyond the threshold on its own; with K = 3
 (std from 2 degrees of freedom) one repeat clears 2 x cv by chance about 9 % of the time, two
 repeats under 1 %. 3 x cv asked for gains of +60 % on a one-rung-noisy ladder and missed real ones.
+
+A repeat in which no rate held the SLA (down to the sweep's floor) has capacity 0.0 and its bound
+in ``capacity_below`` (the capacity lies below it); :func:`reference_capacity` gives the number to
+take ratios against, and says when it is only an upper bound.
 """
 
 from __future__ import annotations
@@ -62,4 +66,23 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
     return NoiseFloor(repeats=len(sweeps), capacities=caps.tolist(), capacity_mean=mean, capacity_std=std,
                       capacity_rel_spread=spread, per_rate=per_rate, threshold=max(2 * cv, spread, min_rel),
                       validity="invalid" if invalid else "valid",
-                      invalid_reason="; ".join(invalid) if invalid else None, labels=[s.label for s in sweeps])
+                      invalid_reason="; ".join(invalid) if invalid else None, labels=[s.label for s in sweeps],
+                      capacity_below=[_below(s) for s in sweeps])
+
+
+def _below(sweep: SweepResult) -> float | None:
+    return sweep.capacity_below_rps if not sweep.capacity_rps and sweep.capacity_below_rps else None
+
+
+def upper_capacities(floor: NoiseFloor) -> list[float]:
+    """Per repeat: the capacity, or for a repeat below its floor the rate it is below (an upper bound)."""
+    below = list(floor.capacity_below) + [None] * (len(floor.capacities) - len(floor.capacity_below))
+    return [b if b is not None else c for c, b in zip(floor.capacities, below)]
+
+
+def reference_capacity(floor: NoiseFloor) -> tuple[float, bool]:
+    """(capacity, is_upper_bound): the mean capacity to take gains against. When some repeat had no
+    rate within the SLA, its bound stands in and the mean is an upper bound (a gain against it is a
+    lower bound, and finite)."""
+    values = upper_capacities(floor)
+    return (float(np.mean(values)) if values else 0.0, any(b is not None for b in floor.capacity_below))

@@ -26,6 +26,7 @@ class RequestRecord(BaseModel):
     status: int | None = None  # HTTP status; None = never got one
     error: str | None = None
     connect_s: float | None = None  # time spent opening a new connection before the send (None: reused one)
+    cut: bool = False  # still in flight at the step's drain deadline: cut, not an error (see loadgen.stats)
 
     @property
     def send_lag_s(self) -> float | None:
@@ -77,6 +78,14 @@ class StepResult(BaseModel):
     connections_opened: int = 0
     error_examples: list[str] = Field(default_factory=list)  # up to 5 distinct error texts
     started_at: float | None = None  # wall clock of the step's schedule start
+    # Added for short steps (loadgen.sweep): requests cut at the drain deadline (and how many of them
+    # before their first token), judged value / SLA limit per target (None = unresolved: worse than any
+    # limit), and the step's wall seconds from idle wait to the end of its drain (warm-up included).
+    cut_requests: int = 0
+    cut_before_first_token: int = 0
+    sla_ratios: dict[str, float | None] = Field(default_factory=dict)
+    wall_s: float | None = None
+    warmup_wall_s: float | None = None
     device_metrics: dict[str, float] = Field(default_factory=dict)  # NVML GPU telemetry over the step (engines.gpu)
 
 
@@ -100,6 +109,16 @@ class SweepResult(BaseModel):
     gpu_divisor: int = 1
     capacity_bounded: bool = True  # False when no tested rate broke the SLA (capacity is a lower bound)
     notes: list[str] = Field(default_factory=list)
+    # Added for finite, finely resolved capacity (loadgen.sweep): capacity_rps is interpolated between
+    # capacity_tested_rps (highest passing tested rate) and the first failure; capacity_below_rps is set
+    # when no tested rate held (capacity_rps is then 0.0 and the capacity lies below it).
+    capacity_tested_rps: float | None = None
+    capacity_method: str | None = None  # "interpolated" | "tested" (no failure above) | "below_floor" | "none_held"
+    capacity_below_rps: float | None = None
+    min_rate: float | None = None  # the floor of the downward extension
+    drain_s: float | None = None  # the drain cap steps ran under
+    engine_startup_s: float | None = None  # seconds from launch to healthy, when the engine says
+    wall_s: float | None = None  # the whole sweep, seconds
 
     @property
     def valid(self) -> bool:
@@ -124,6 +143,7 @@ class NoiseFloor(BaseModel):
     validity: Validity = "valid"
     invalid_reason: str | None = None
     labels: list[str | None] = Field(default_factory=list)
+    capacity_below: list[float | None] = Field(default_factory=list)  # per repeat: no rate held, capacity < this
 
 
 Verdict = Literal["better", "same", "worse", "invalid"]
@@ -140,6 +160,7 @@ class Comparison(BaseModel):
     baseline_capacities: list[float] = Field(default_factory=list)
     candidate_mean: float | None = None
     invalid_reason: str | None = None
+    ratio_bound: Literal["lower", "upper"] | None = None  # capacity_ratio is a bound (a side was below its floor)
 
 
 class IntervalResult(BaseModel):

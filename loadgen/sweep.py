@@ -9,13 +9,25 @@ within ``resolution`` of each other. An explicit ladder stops once the SLA is cl
 (a target at least twice its limit, or two failing steps in a row), then bisects the bracket
 around capacity ``sweep.refine_steps`` times.
 
-Capacity is the highest tested rate within the SLA below the first failing rate; the knee is the
-last rate before latency takes off (see :func:`knee_rate`). A crashed engine or a client that
-fell behind makes its step and the sweep invalid; steps already measured are kept.
+When even the lowest rate breaks the SLA, the sweep extends downwards (halving) until a rate
+holds or the floor ``sweep.min_rate`` (default: the first rate / 16) fails too; the capacity is
+then "below the floor", never a silent 0.
+
+Capacity is the SLA crossing interpolated between the highest tested rate within the SLA below the
+first failing rate and that failure (see :func:`interpolated_capacity`); the knee is the last rate
+before latency takes off (see :func:`knee_rate`). A crashed engine or a client that fell behind
+makes its step and the sweep invalid; steps already measured are kept.
+
+Steps are short: the warm-up is a burst of ``warmup_requests`` with replies clipped to
+``warmup_max_tokens``, cut after ``warmup_timeout_s``; requests still in flight ``drain_s`` after
+the schedule ends are cut and counted (``StepResult.cut_requests``, judged worst-case, see
+:mod:`loadgen.stats`). Each step records its wall time (``wall_s``, ``warmup_wall_s``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import time
 import warnings
@@ -29,8 +41,8 @@ import polars as pl
 from autoresearch.config import SweepSpec, EndpointSpec, SLASpec
 from loadgen import arrivals
 from loadgen.results import RequestRecord, StepResult, SweepResult
-from loadgen.runner import LagBounds, run_open_loop
-from loadgen.stats import sla_excess, summarize
+from loadgen.runner import LagBounds, RunOutcome, run_open_loop
+from loadgen.stats import sla_excess, step_sla_ratios, summarize
 from loadgen.watch import Engine, EngineWatch
 
 
@@ -84,6 +96,8 @@ def knee_rate(steps: list[StepResult], latency_factor: float = 2.0, min_increase
         # drain tail (about one median e2e latency): credit it back before comparing.
         drain_s = (step.e2e_ms.p50 or 0.0) / 1000
         keeping_up = step.throughput_rps * (step.duration_s + drain_s) / max(step.duration_s, 1e-9)
+        # Requests cut at the drain deadline after their first token were being served, not queued.
+        keeping_up += (step.cut_requests - step.cut_before_first_token) / max(step.duration_s, 1e-9)
         return (ttft is None or ttft > limit or step.error_rate > 0.05
                 or keeping_up < throughput_ratio * step.achieved_rate)
 
@@ -103,6 +117,44 @@ def capacity(steps: list[StepResult]) -> tuple[float, bool]:
     first_fail = min(failing, default=math.inf)
     passing = [s.target_rate for s in valid if s.within_sla and s.target_rate < first_fail]
     return (max(passing, default=0.0), bool(failing))
+
+
+def interpolated_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tuple[float, str]:
+    """(capacity, method): the SLA crossing between the highest passing rate ``lo`` below the lowest
+    failing rate ``hi`` (as in :func:`capacity`) and ``hi``. For each target the ``hi`` step
+    violates, linear in judged value / limit vs rate from ``lo`` to ``hi``; the capacity is the
+    lowest such crossing, clipped to [lo, hi]. Latency curves are convex in rate, so the chord
+    crosses the limit no later than the curve does: the estimate errs low. A target unresolved at
+    ``hi`` (cut requests, no successful request) crosses at ``lo``.
+
+    method: "interpolated"; "tested" (no failure above ``lo``: a lower bound, or no ratios to
+    interpolate); "none_held" (no valid rate within the SLA: capacity 0.0, see the sweep's
+    ``capacity_below_rps``)."""
+    tested, bounded = capacity(steps)
+    if not bounded:
+        return tested, "tested"
+    valid = [s for s in steps if s.validity == "valid"]
+    hi = min(s.target_rate for s in valid if not s.within_sla)
+    below = [s for s in valid if s.within_sla and s.target_rate < hi]
+    if not below:
+        return 0.0, "none_held"
+    lo = tested
+    lo_step = [s for s in below if s.target_rate == lo][-1]
+    hi_step = [s for s in valid if not s.within_sla and s.target_rate == hi][-1]
+    r_lo, r_hi = step_sla_ratios(lo_step, sla), step_sla_ratios(hi_step, sla)
+    crossing = hi
+    for name, value in r_hi.items():
+        high = math.inf if value is None else value
+        if high <= 1.0:
+            continue
+        low = r_lo.get(name, 0.0)
+        if low is None or math.isinf(high) or low >= high:
+            crossing = lo
+            break
+        crossing = min(crossing, lo + (1.0 - min(low, 1.0)) / (high - low) * (hi - lo))
+    if crossing >= hi:
+        return lo, "tested"
+    return float(f"{min(max(crossing, lo), hi):.4g}"), "interpolated"
 
 
 def sweep_lag_bounds(sla: SLASpec, sweep: SweepSpec | None = None) -> LagBounds:
@@ -142,14 +194,27 @@ def _next_auto_rate(history: list[tuple[float, bool]], factor: float, resolution
     hi = min(fails, default=None)
     if hi is None:
         return _nice(lo * factor) if lo is not None else None
-    if lo is None:
+    if lo is None:  # nothing held yet: go down, to the floor at most
         rate = _nice(hi / factor)
-        return rate if rate >= min_rate and rate < hi else None
+        if rate < min_rate:
+            rate = min_rate
+        tried = {r for r, _ in history}
+        return rate if rate < hi and rate not in tried else None
     if hi / lo <= 1 + resolution:
         return None
     rate = _nice(math.sqrt(lo * hi))
     tried = {r for r, _ in history}
     return rate if lo < rate < hi and rate not in tried else None
+
+
+def extend_down(history: list[tuple[float, bool]], floor: float) -> float | None:
+    """Below a ladder whose lowest tested rate failed: half that rate (readably rounded), not below
+    ``floor``; None once the floor itself was tried (or nothing lower is left)."""
+    lowest = min(r for r, _ in history)
+    if lowest <= floor * (1 + 1e-9):
+        return None
+    rate = max(_nice(lowest / 2), floor)
+    return rate if rate < lowest and rate not in {r for r, _ in history} else None
 
 
 def refine_rate(history: list[tuple[float, bool]], min_ratio: float = 1.05) -> float | None:
@@ -181,6 +246,76 @@ def _wait_idle(engine: Engine, timeout_s: float) -> None:
         time.sleep(0.25)
 
 
+DRAIN_CUT = "drain deadline"
+
+
+def _deadline_check(inner: Callable[[], str | None] | None, after_s: float, reason: str) -> Callable[[], str | None]:
+    """A stop_check: ``inner``'s reason if it has one, else ``reason`` once ``after_s`` seconds have
+    passed since its first call (the runner first polls it right before the schedule starts)."""
+    state: dict[str, float] = {}
+
+    def check() -> str | None:
+        found = inner() if inner is not None else None
+        if found:
+            return found
+        now = time.monotonic()
+        return reason if now >= state.setdefault("deadline", now + after_s) else None
+
+    return check
+
+
+def _cut_at_deadline(outcome: RunOutcome, bounds: LagBounds, drain_s: float) -> RunOutcome:
+    """A run stopped at its drain deadline is not an aborted run: requests in flight become cut
+    (counted, judged worst-case in loadgen.stats), and validity is the client checks alone (as in
+    the runner: send lag, achieved rate, client send failures)."""
+    cut_error = f"aborted: {DRAIN_CUT}"
+    records = []
+    for r in outcome.records:
+        if r.error == cut_error:
+            r = r.model_copy(update={"cut": True, "error": f"cut: in flight {drain_s:g}s after the schedule ended"})
+        elif r.error and DRAIN_CUT in r.error and r.sent_s is None:
+            r = r.model_copy(update={"error": "not sent before the step's drain deadline"})
+        records.append(r)
+    reasons = []
+    lag = outcome.send_lag_ms
+    if lag.p99 is not None and lag.p99 > bounds.p99_ms:
+        reasons.append(f"client fell behind its schedule: p99 send lag {lag.p99:.2f} ms > {bounds.p99_ms:g} ms")
+    if outcome.target_rate > 0 and outcome.achieved_rate / outcome.target_rate < bounds.min_rate_ratio:
+        reasons.append(f"client fell behind its schedule: achieved {outcome.achieved_rate:.1f} req/s of "
+                       f"{outcome.target_rate:.1f} scheduled ({outcome.achieved_rate / outcome.target_rate:.1%} "
+                       f"< {bounds.min_rate_ratio:.0%})")
+    if outcome.client_errors > bounds.max_client_errors:
+        reasons.append(f"client could not send {outcome.client_errors} requests (open files / local ports exhausted)")
+    return dataclasses.replace(outcome, records=records, validity="invalid" if reasons else "valid",
+                               reason="; ".join(reasons + outcome.notes) if reasons else None, aborted=None)
+
+
+def _clip_output(body: str | bytes | dict, max_tokens: int) -> str | bytes | dict:
+    """``body`` with its reply limit clipped at ``max_tokens`` (warm-up bursts); unparsable bodies
+    pass unchanged (the runner reports them)."""
+    try:
+        obj = dict(body) if isinstance(body, dict) else json.loads(body)
+    except (TypeError, ValueError):
+        return body
+    if not isinstance(obj, dict):
+        return body
+    keys = [k for k in ("max_completion_tokens", "max_tokens") if obj.get(k)] or ["max_tokens"]
+    for key in keys:
+        obj[key] = min(int(obj.get(key) or max_tokens), max_tokens)
+    if isinstance(obj.get("min_tokens"), int):
+        obj["min_tokens"] = min(obj["min_tokens"], max_tokens)
+    return json.dumps(obj)
+
+
+def drain_cap(sla: SLASpec, sweep: SweepSpec) -> float:
+    """Seconds a step's in-flight requests may drain after its schedule: ``sweep.drain_s``, else the
+    larger of the TTFT and E2E limits (at least 2 s). A request cut then has already missed every
+    target it was judged worst-case on, so cutting changes no pass/fail."""
+    if sweep.drain_s is not None:
+        return sweep.drain_s
+    return max(2.0, (sla.ttft_ms or 0.0) / 1000, (sla.e2e_ms or 0.0) / 1000)
+
+
 def _records_frame(records: list[RequestRecord]) -> pl.DataFrame:
     return pl.DataFrame([r.model_dump() for r in records], schema_overrides={"itl_s": pl.List(pl.Float64)})
 
@@ -197,12 +332,17 @@ class _StepRunner:
         self.notes: list[str] = []
         self._reset_warned = False
 
-    def warmup(self, count: int) -> list[float]:
-        """Send ``count`` requests at once and wait for them; return their e2e latencies (seconds)."""
+    def warmup(self, count: int, *, max_tokens: int | None = None, timeout_s: float | None = None) -> list[float]:
+        """Send ``count`` requests at once and wait for them; return their e2e latencies (seconds).
+        ``max_tokens`` clips their replies, ``timeout_s`` cuts the burst (a warm-up, not a step)."""
         if count <= 0:
             return []
-        outcome = run_open_loop(self.engine.base_url, self.engine.served_model, self.bodies[:count] or self.bodies,
-                                np.zeros(count), timeout_s=self.timeout_s, lag_bounds=LagBounds(1e9, 0.0, 10**9))
+        bodies = self.bodies[:count] or self.bodies
+        if max_tokens is not None:
+            bodies = [_clip_output(b, max_tokens) for b in bodies]
+        stop = _deadline_check(None, timeout_s, "warm-up deadline") if timeout_s is not None else None
+        outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, np.zeros(count),
+                                timeout_s=self.timeout_s, lag_bounds=LagBounds(1e9, 0.0, 10**9), stop_check=stop)
         return [r.e2e_s for r in outcome.records if r.ok and r.e2e_s is not None]
 
     def reset(self) -> None:
@@ -216,16 +356,24 @@ class _StepRunner:
                 self._reset_warned = True
 
     def run(self, schedule: np.ndarray, duration_s: float, target_rate: float, label: str,
-            keep: dict | None = None, offset: int = 0) -> StepResult:
+            keep: dict | None = None, offset: int = 0, drain_s: float | None = None) -> StepResult:
         """One open-loop run; requests are taken from the pool in order starting at ``offset``
-        (steps start at different, seeded places so they do not all replay the pool's beginning)."""
+        (steps start at different, seeded places so they do not all replay the pool's beginning).
+        With ``drain_s``, requests still in flight that long after the schedule ends are cut."""
         offset %= len(self.bodies)
         bodies, ids = self.bodies[offset:] + self.bodies[:offset], self.ids[offset:] + self.ids[:offset]
         with EngineWatch(self.engine) as watch:
+            stop = watch.stop_check
+            if drain_s is not None:
+                # Polled every 0.1 s from about 0.2 s before the schedule starts; the margin keeps
+                # every request's drain at least drain_s.
+                stop = _deadline_check(watch.stop_check, duration_s + drain_s + 0.5, DRAIN_CUT)
             outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, schedule,
                                     timeout_s=self.timeout_s, senders=self.senders, lag_bounds=self.lag_bounds,
-                                    duration_s=duration_s, request_ids=ids, stop_check=watch.stop_check,
+                                    duration_s=duration_s, request_ids=ids, stop_check=stop,
                                     isolate=True, nice=-10)
+        if outcome.aborted == DRAIN_CUT:
+            outcome = _cut_at_deadline(outcome, self.lag_bounds, drain_s or 0.0)
         crash = watch.final_check()
         if keep is not None:
             keep["records"] = outcome.records
@@ -259,7 +407,8 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
               step_duration_s: float | None = None, max_steps: int | None = None, senders: int | None = None,
               lag_bounds: LagBounds | None = None, timeout_s: float | None = None, resolution: float = 0.15,
               records_dir: Path | None = None, check_client: bool = True, idle_timeout_s: float = 60.0,
-              min_requests: int | None = None, client_retries: int = 1) -> SweepResult:
+              min_requests: int | None = None, client_retries: int = 1,
+              engine_startup_s: float | None = None) -> SweepResult:
     """Sweep ``engine`` with requests from ``pool`` (cycled) at a ladder of rates; see the module doc.
 
     ``rates`` overrides the endpoint's ladder (``spec.sweep.rates``; None there = automatic).
@@ -268,7 +417,8 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
     A step the client could not keep on schedule (a busy host, not the engine) is repeated up to
     ``client_retries`` times before it invalidates the sweep; the repeat is noted. ``senders`` defaults to what the client calibration says the highest rate needs (1 when
     uncalibrated). Rates beyond the calibrated client limit are refused (ValueError) when
-    ``check_client`` is set and a calibration exists.
+    ``check_client`` is set and a calibration exists. ``engine_startup_s`` (launch to healthy, when
+    the caller measured it; else the engine's ``startup_s`` attribute, if any) is kept in the result.
     """
     cfg = spec.sweep
     duration = step_duration_s or cfg.step_duration_s
@@ -281,6 +431,7 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
     sla = spec.sla
     timeout = timeout_s or max(60.0, 3 * duration, 3 * (sla.e2e_ms or 0) / 1000)
     bounds = lag_bounds or sweep_lag_bounds(sla, cfg)
+    drain = drain_cap(sla, cfg)
     notes: list[str] = []
 
     from loadgen.calibrate import client_limit, senders_for
@@ -301,6 +452,7 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
     validity, reason = "valid", None
     engine_args = list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args)
     started = time.time()
+    started_mono = time.monotonic()
 
     def emit(phase: str, rate: float | None, message: str, step: StepResult | None = None) -> None:
         if progress:
@@ -320,8 +472,11 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
         next_rate = _nice(max(0.2, 0.5 * len(lat) / float(np.max(lat))))
     else:
         next_rate = ladder[0]
+    floor = cfg.min_rate if cfg.min_rate is not None else next_rate / 16
     history: list[tuple[float, bool]] = []
     fails_in_row = refined = 0
+    used = 1  # ladder rungs taken so far (the first one is next_rate)
+    extended = False  # went below the ladder: the lowest rung failed
     while next_rate is not None and len(steps) < steps_cap:
         rate = next_rate
         if check_client and cal is not None and rate > cal.max_rate * senders:
@@ -329,20 +484,22 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
                          f"({cal.max_rate:g} req/s x {senders} sender(s))")
             break
         emit("warmup", rate, f"step {len(steps) + 1}: warm-up and prefix-cache reset")
+        step_began = time.monotonic()
         _wait_idle(engine, idle_timeout_s)
         try:
-            runner.warmup(cfg.warmup_requests)
+            runner.warmup(cfg.warmup_requests, max_tokens=cfg.warmup_max_tokens, timeout_s=cfg.warmup_timeout_s)
         except Exception as exc:  # noqa: BLE001 - the step's watcher will classify a dead engine
             notes.append(f"warm-up before {rate:g} req/s failed: {exc}")
         _wait_idle(engine, idle_timeout_s)
         runner.reset()
+        warmup_wall = time.monotonic() - step_began
         emit("step", rate, f"step {len(steps) + 1}: {rate:g} req/s for {duration:g}s")
         step_s = max(duration, min(min_requests / rate, 4 * duration))
         schedule = arrivals.schedule(cfg.arrival, rate, step_s, burstiness=cfg.burstiness,
                                      seed=step_seed(cfg.seed, rate))
         label = f"{repeats_label or 'sweep'}-{len(steps):02d}-{rate:g}"
         offset = int(np.random.default_rng(step_seed(cfg.seed, rate)).integers(len(bodies)))  # same in every repeat
-        step = runner.run(schedule, step_s, rate, label, offset=offset)
+        step = runner.run(schedule, step_s, rate, label, offset=offset, drain_s=drain)
         for attempt in range(client_retries):
             if not client_bound(step):
                 break
@@ -350,7 +507,11 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
             emit("step", rate, f"step {len(steps) + 1}: client fell behind, repeating {rate:g} req/s")
             _wait_idle(engine, idle_timeout_s)
             runner.reset()
-            step = runner.run(schedule, step_s, rate, f"{label}-retry{attempt + 1}", offset=offset)
+            step = runner.run(schedule, step_s, rate, f"{label}-retry{attempt + 1}", offset=offset, drain_s=drain)
+        step = step.model_copy(update={"wall_s": time.monotonic() - step_began, "warmup_wall_s": warmup_wall})
+        if step.cut_requests:
+            notes.append(f"{rate:g} req/s: {step.cut_requests} of {step.requests} requests cut {drain:g}s after "
+                         f"the schedule ({step.cut_before_first_token} before their first token)")
         steps.append(step)
         emit("step_done", rate, _step_line(step), step)
         if step.validity != "valid":
@@ -358,18 +519,37 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
             break
         history.append((rate, step.within_sla))
         if ladder is None:
-            next_rate = _next_auto_rate(history, 2.0, resolution, 0.05)
-        else:
-            fails_in_row = 0 if step.within_sla else fails_in_row + 1
-            broken = not step.within_sla and (sla_excess(step, sla) >= 2.0 or fails_in_row >= 2)
-            if refined or broken or len(steps) >= len(ladder):  # the ladder is done: refine, or stop
-                if broken and not refined and len(steps) < len(ladder):
-                    notes.append(f"stopped after {rate:g} req/s: SLA clearly broken ({'; '.join(step.sla_violations)})")
-                next_rate = refine_rate(history) if refined < cfg.refine_steps else None
-                refined += next_rate is not None
+            next_rate = _next_auto_rate(history, 2.0, resolution, floor)
+            continue
+        fails_in_row = 0 if step.within_sla else fails_in_row + 1
+        if not any(ok for _, ok in history):  # nothing held yet: go down
+            lowest = min(r for r, _ in history)
+            if used < len(ladder) and ladder[used] < lowest:  # a ladder that already goes down (a repeat)
+                next_rate, used = ladder[used], used + 1
             else:
-                next_rate = ladder[len(steps)]
-    cap, bounded = capacity(steps)
+                next_rate = extend_down(history, floor)
+                extended = extended or next_rate is not None
+            continue
+        broken = not step.within_sla and (sla_excess(step, sla) >= 2.0 or fails_in_row >= 2)
+        if extended or refined or broken or used >= len(ladder):  # the ladder is done: refine, or stop
+            if broken and not refined and not extended and used < len(ladder):
+                notes.append(f"stopped after {rate:g} req/s: SLA clearly broken ({'; '.join(step.sla_violations)})")
+            next_rate = refine_rate(history) if refined < cfg.refine_steps else None
+            refined += next_rate is not None
+        else:
+            next_rate, used = ladder[used], used + 1
+    tested, bounded = capacity(steps)
+    cap, method = interpolated_capacity(steps, sla)
+    below = None
+    held = [s for s in steps if s.validity == "valid" and s.within_sla]
+    tried = [s.target_rate for s in steps if s.validity == "valid"]
+    if not held and tried and validity == "valid":
+        below = min(tried)
+        at_floor = below <= floor * (1 + 1e-9)
+        method = "below_floor" if at_floor else "none_held"
+        notes.append(f"no tested rate held the SLA: capacity is below {below:g} req/s"
+                     + (f" (the floor, sweep.min_rate {floor:g} req/s)" if at_floor
+                        else f" (stopped at max_steps before the floor {floor:g} req/s)"))
     divisor = spec.hardware.capacity_divisor
     result = SweepResult(
         endpoint=spec.name, engine_args=engine_args, launch_config_hash=_config_hash(engine, spec),
@@ -377,8 +557,12 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
         capacity_per_gpu=cap / divisor, validity=validity, invalid_reason=reason,
         client_max_rate=cal.max_rate * senders if cal else None, label=repeats_label,
         sla=sla.model_dump(), arrival=cfg.arrival, step_duration_s=duration, gpu_divisor=divisor,
-        capacity_bounded=bounded, notes=notes + runner.notes)
-    emit("done", None, f"capacity {cap:g} req/s ({cap / divisor:g} per GPU), knee {result.knee_rate}")
+        capacity_bounded=bounded, notes=notes + runner.notes, capacity_tested_rps=tested, capacity_method=method,
+        capacity_below_rps=below, min_rate=floor, drain_s=drain,
+        engine_startup_s=engine_startup_s if engine_startup_s is not None else getattr(engine, "startup_s", None),
+        wall_s=time.monotonic() - started_mono)
+    text = f"below {below:g} req/s" if below is not None else f"{cap:.3g} req/s ({cap / divisor:.3g} per GPU)"
+    emit("done", None, f"capacity {text}, knee {result.knee_rate}")
     return result
 
 

@@ -1,11 +1,15 @@
 """Knee, capacity, noise floor, verdicts, tables and plots from sweep results (pure data)."""
 
+import numpy as np
+import pytest
+
 from loadgen.compare import compare
 from loadgen.noise import noise_floor
 from loadgen.plots import load_curve_png
 from loadgen.report import render_text, step_table, step_table_markdown
 from loadgen.results import LatencySummary, StepResult, SweepResult
-from loadgen.sweep import _next_auto_rate, capacity, knee_rate, refine_rate
+from loadgen.sweep import _next_auto_rate, capacity, extend_down, interpolated_capacity, knee_rate, refine_rate
+from loadgen.stats import judged_percentile_ms, sla_judgement
 from autoresearch.config import SLASpec
 
 SLA = SLASpec(ttft_ms=500, itl_ms=100)
@@ -88,3 +92,66 @@ def test_tables_and_plot(tmp_path):
     assert step_table_markdown(base).startswith("| rate/s")
     path = load_curve_png([base, cand], SLA, tmp_path / "curve.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_interpolated_capacity_lies_strictly_inside_the_bracket():
+    steps = curve(40)  # TTFT p95: 50, 60, 200 ms pass (limit 500); 5000 ms at 80 req/s fails
+    cap, method = interpolated_capacity(steps, SLA)
+    assert method == "interpolated" and 40 < cap < 80
+    assert cap == pytest.approx(40 + (1 - 200 / 500) / (5000 / 500 - 200 / 500) * 40, rel=1e-3)
+    # Unresolved at the failing rate (e.g. cut requests): the crossing is the passing rate.
+    failing = steps[-1].model_copy(update={"sla_ratios": {"ttft": None, "errors": 0.0}})
+    assert interpolated_capacity(steps[:-1] + [failing], SLA) == (40, "interpolated")
+    assert interpolated_capacity([step(5, 10), step(10, 20)], SLA) == (10, "tested")  # never failed: lower bound
+    assert interpolated_capacity([step(5, 900, ok=False)], SLA) == (0.0, "none_held")
+
+
+def test_downward_extension_halves_to_the_floor_then_stops():
+    assert extend_down([(0.7, False)], 0.7 / 16) == 0.35
+    tried = [(0.7, False), (0.35, False), (0.18, False), (0.09, False)]
+    assert extend_down(tried, 0.7 / 16) == 0.045
+    assert extend_down(tried + [(0.045, False)], 0.7 / 16) == pytest.approx(0.7 / 16)  # the floor itself, last
+    assert extend_down(tried + [(0.045, False), (0.7 / 16, False)], 0.7 / 16) is None
+    assert _next_auto_rate([(1.0, False)], 2.0, 0.15, 0.8) == 0.8  # the floor, not below it
+    assert _next_auto_rate([(1.0, False), (0.8, False)], 2.0, 0.15, 0.8) is None
+
+
+def test_cut_requests_are_judged_worst_case():
+    assert judged_percentile_ms([0.1, 0.2, 0.3], 0, 50) == pytest.approx(200)
+    assert judged_percentile_ms([0.1] * 39, 1, 95) == pytest.approx(100)  # the 95th rank is still a real value
+    assert judged_percentile_ms([0.1] * 19, 1, 95) == float("inf")  # linear rule: it leans on the cut one
+    assert judged_percentile_ms([0.1] * 18, 2, 95) == float("inf")  # it falls among the cut requests
+    arrays = {"ttft": np.array([0.1] * 18), "itl": np.array([]), "e2e": np.array([0.2] * 18)}
+    sla = SLASpec(ttft_ms=500, e2e_ms=1000)
+    violations, ratios = sla_judgement(arrays, 0.0, sla, 20, {"ttft": 0, "e2e": 2})
+    assert ratios["ttft"] == pytest.approx(0.2) and ratios["e2e"] is None
+    assert violations == ["e2e p95 beyond the drain deadline (2 of 20 requests cut unfinished)"]
+
+
+def test_compare_against_a_side_below_its_floor_is_finite():
+    below = sweep([step(0.7, 900, ok=False), step(0.35, 800, ok=False)]).model_copy(
+        update={"capacity_rps": 0.0, "capacity_below_rps": 0.35})
+    floor = noise_floor([below, below, below])
+    assert floor.capacity_mean == 0 and floor.capacity_below == [0.35] * 3
+    win = compare(floor, [sweep(curve(1.0)), sweep(curve(1.2))])
+    assert win.verdict == "better" and win.ratio_bound == "lower" and win.capacity_ratio == pytest.approx(1.1 / 0.35)
+    assert "inf" not in win.evidence and "+214.3%" in win.evidence
+    near = compare(floor, [sweep(curve(0.36))])
+    assert near.verdict == "same" and near.capacity_ratio < 1.1
+    both = compare(floor, [below])
+    assert both.verdict == "same" and both.capacity_ratio is None and "inf" not in both.evidence
+    lost = compare(noise_floor([sweep(curve(40))] * 3), [below])
+    assert lost.verdict == "worse" and lost.ratio_bound == "upper" and lost.capacity_ratio == pytest.approx(0.35 / 40)
+    legacy = compare(noise_floor([sweep([step(5, 900, ok=False)])]), [sweep(curve(40))])  # no bound recorded
+    assert legacy.verdict == "same" and legacy.capacity_ratio is None and "inf" not in legacy.evidence
+
+
+def test_sweep_settings_are_strict():
+    from autoresearch.config import SweepSpec
+
+    spec = SweepSpec(min_rate=0.05, drain_s=5, warmup_max_tokens=8, warmup_timeout_s=3)
+    assert spec.drain_s == 5
+    with pytest.raises(ValueError):
+        SweepSpec(drain_cap_s=5)
+    with pytest.raises(ValueError):
+        SweepSpec(min_rate=0)

@@ -1,0 +1,211 @@
+"""Short, finely resolved sweeps against stub OpenAI endpoints whose latency depends on load.
+
+The stub (a small asyncio server in its own process) serves every request one at a time for a
+fixed service time (``serial``: latency grows with the rate), or sends the first token at once
+and then stalls (``stall``: a request in flight forever). Assertions are about behaviour: which
+rates a sweep tries, how capacity is found and bounded, what is counted; never about timings.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pytest
+
+from autoresearch.config import EndpointSpec
+from loadgen.compare import compare
+from loadgen.noise import noise_floor, reference_capacity
+from loadgen.results import LatencySummary, StepResult, SweepResult
+from loadgen.runner import LagBounds
+from loadgen.sweep import run_sweep
+from replay.schema import POOL_SCHEMA
+
+# Send-lag detection has its own tests (test_loadgen_runner); a busy shared machine must not fail these.
+LENIENT = LagBounds(p99_ms=1000.0, min_rate_ratio=0.7)
+
+STUB = r'''
+import asyncio, sys
+from loadgen.nullserver import sse_body
+
+mode, service_s, port = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+BODY = sse_body(4).encode()
+lock = asyncio.Lock()
+
+def head(status, ctype, extra=""):
+    return (f"HTTP/1.1 {status} OK\r\nContent-Type: {ctype}\r\n{extra}").encode()
+
+async def serve(reader, writer):
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                return
+            headers = {}
+            while True:
+                h = await reader.readline()
+                if h in (b"\r\n", b"\n", b""):
+                    break
+                k, _, v = h.decode("latin-1").partition(":")
+                headers[k.strip().lower()] = v.strip()
+            n = int(headers.get("content-length") or 0)
+            if n:
+                await reader.readexactly(n)
+            path = line.split()[1].decode()
+            if not line.startswith(b"POST"):
+                text = (b'{"object":"list","data":[{"id":"null-model","object":"model"}]}' if "models" in path
+                        else b"# stub\n" if "metrics" in path else b"ok")
+                writer.write(head(200, "text/plain", f"Content-Length: {len(text)}\r\n\r\n") + text)
+                await writer.drain()
+                continue
+            if mode == "serial":  # one request at a time: queueing grows with the rate
+                async with lock:
+                    await asyncio.sleep(service_s)
+                writer.write(head(200, "text/event-stream", f"Content-Length: {len(BODY)}\r\n\r\n") + BODY)
+                await writer.drain()
+            else:  # stall: first token now, the rest after service_s
+                events = BODY.split(b"\n\n")
+                first = events[0] + b"\n\n"
+                rest = b"\n\n".join(events[1:])
+                writer.write(head(200, "text/event-stream", "Transfer-Encoding: chunked\r\n\r\n")
+                             + b"%x\r\n%s\r\n" % (len(first), first))
+                await writer.drain()
+                await asyncio.sleep(service_s)
+                writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
+                await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", port, backlog=1024)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+asyncio.run(main())
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Stub:
+    def __init__(self, mode: str, service_s: float):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-c", STUB, mode, str(service_s), str(self.port)],  # noqa: S603
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def pool(n: int = 40) -> pl.DataFrame:
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
+    return pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_offset_s": [0.1 * i for i in range(n)],
+                         "body": [body] * n, "prompt_tokens": [5] * n, "expected_output_tokens": [4] * n,
+                         "prefix_group": ["g"] * n, "logged_cached_tokens": [None] * n, "source": ["t"] * n},
+                        schema=POOL_SCHEMA)
+
+
+def endpoint(url: str, sla: dict, **sweep) -> EndpointSpec:
+    return EndpointSpec(name="stub", model={"path": "none", "served_name": "null-model"},
+                        engine={"kind": "external", "url": url}, sla=sla, traffic={"kind": "sample"},
+                        sweep={"step_duration_s": 1.0, "min_requests": 8, "warmup_requests": 1, "refine_steps": 1,
+                               **sweep})
+
+
+@pytest.fixture
+def stub(request, tmp_path, monkeypatch):
+    """A running stub endpoint; the parameter is (mode, service seconds)."""
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))  # no client calibration: sweeps only note it
+    mode, service_s = request.param
+    server = Stub(mode, service_s)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _attach(spec: EndpointSpec):
+    from engines import start_engine
+
+    return start_engine(spec)
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_a_failing_lowest_rate_extends_downwards_to_a_holding_rate_and_interpolates(stub):
+    # 0.1 s per request, one at a time: 16 req/s is 1.6x what it can serve; a few req/s hold.
+    spec = endpoint(stub.url, {"ttft_ms": 400, "max_error_rate": 0.01})
+    sweep = run_sweep(_attach(spec), pool(), spec, rates=[16], lag_bounds=LENIENT)
+    assert sweep.validity == "valid", sweep.invalid_reason
+    rates = sweep.rates()
+    assert rates[0] == 16 and not sweep.steps[0].within_sla
+    assert any(s.within_sla for s in sweep.steps), rates  # the extension found a rate that holds
+    assert all(r < 16 for r in rates[1:])  # it went down, never up past the failure
+    assert sweep.capacity_below_rps is None and sweep.capacity_rps > 0 and sweep.capacity_bounded
+    # Interpolated: strictly inside the bracket (highest pass below the lowest failure, that failure).
+    lowest_fail = min(s.target_rate for s in sweep.steps if not s.within_sla)
+    assert sweep.capacity_method == "interpolated"
+    assert sweep.capacity_tested_rps < sweep.capacity_rps < lowest_fail
+    assert sweep.min_rate == pytest.approx(1.0)  # default floor: the first rate / 16
+    # Every step reports its wall time (warm-up and drain included) for budget estimates.
+    assert all(s.wall_s and s.warmup_wall_s is not None and s.wall_s > s.warmup_wall_s for s in sweep.steps)
+    assert sweep.wall_s >= sum(s.wall_s for s in sweep.steps)
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.6)], indirect=True)
+def test_a_sweep_below_its_floor_says_so_and_a_win_over_it_is_a_finite_bound(stub):
+    # 0.6 s per request against a 500 ms TTFT limit: no rate can hold.
+    spec = endpoint(stub.url, {"ttft_ms": 500}, min_rate=0.5)
+    base = run_sweep(_attach(spec), pool(), spec, rates=[2], lag_bounds=LENIENT)
+    assert base.validity == "valid", base.invalid_reason
+    assert base.rates() == [2, 1, 0.5]  # halving down to the floor, then it stops
+    assert base.capacity_rps == 0.0 and base.capacity_below_rps == 0.5 and base.capacity_method == "below_floor"
+    assert any("below 0.5 req/s" in n and "floor" in n for n in base.notes)
+
+    floor = noise_floor([base])
+    assert floor.capacity_below == [0.5] and reference_capacity(floor) == (0.5, True)
+    lat = LatencySummary(p50=100, p90=150, p95=200, p99=250)
+    win = SweepResult(endpoint="stub", engine_args=[], launch_config_hash="h", started_at=0, capacity_rps=3.0,
+                      steps=[StepResult(target_rate=3, achieved_rate=3, throughput_rps=3, duration_s=4, requests=12,
+                                        errors=0, error_rate=0, ttft_ms=lat, itl_ms=lat, e2e_ms=lat,
+                                        send_lag_ms=lat, within_sla=True)])
+    verdict = compare(floor, [win, win])
+    assert verdict.verdict == "better" and verdict.ratio_bound == "lower"
+    assert verdict.capacity_ratio == pytest.approx(6.0)  # at least 3 / 0.5
+    assert "inf" not in verdict.evidence and "floor" in verdict.evidence
+
+
+@pytest.mark.parametrize("stub", [("stall", 30.0)], indirect=True)
+def test_requests_in_flight_at_the_drain_deadline_are_cut_and_counted(stub, tmp_path):
+    # First token at once, then a 30 s stall: every request is still in flight when the drain ends.
+    spec = endpoint(stub.url, {"ttft_ms": 500, "itl_ms": 100}, drain_s=0.5, warmup_timeout_s=1.0, min_rate=4)
+    began = time.monotonic()
+    sweep = run_sweep(_attach(spec), pool(), spec, rates=[4], lag_bounds=LENIENT, records_dir=tmp_path)
+    elapsed = time.monotonic() - began
+    step = sweep.steps[0]
+    assert sweep.validity == "valid" and step.validity == "valid", step.invalid_reason
+    assert step.requests > 0 and step.cut_requests == step.requests and step.errors == 0
+    assert step.cut_before_first_token == 0 and step.ttft_ms.p95 is not None  # their first tokens were seen
+    assert not step.within_sla and step.sla_ratios["itl"] is None  # a 30 s gap is open: worst case
+    assert any("drain deadline" in v for v in step.sla_violations)
+    assert sweep.drain_s == 0.5 and any("cut" in n for n in sweep.notes)
+    frame = pl.read_parquet(step.records_path)
+    assert frame["cut"].all()
+    assert elapsed < 30  # no step waited for the stalled requests
