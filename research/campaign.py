@@ -360,6 +360,8 @@ class _Campaign:
         return None
 
     def _record_run(self, sweep: SweepResult, run_id: str, kind: str, experiment: str | None) -> None:
+        if self.memory is None:  # no memory here (a GPU machine): recorded later by record_campaign
+            return
         from memory_db.records import RunRecord
 
         self._memory("run", lambda: self.memory.record_run(RunRecord.from_sweep(
@@ -569,6 +571,8 @@ class _Campaign:
         return f"{self.state.campaign_id}:{record.experiment_id}"
 
     def _record_experiment(self, record: ExperimentRecord, proposal: ProposalRecord | None) -> None:
+        if self.memory is None:
+            return
         from memory_db.records import ExperimentRecord as MemExperiment
 
         c, corr = record.comparison, record.correctness
@@ -681,13 +685,16 @@ class _Campaign:
         ref = self.state.reference.capacity
         self.progress(f"adopted {best.title}: capacity {record.capacity:.3g} req/s "
                       f"(x{record.capacity / ref:.2f} vs the campaign's reference)" if ref else f"adopted {best.title}")
+        self._memory("confirmation", lambda: self.memory.record_confirmation(self._confirmation(best)))
+        return None
+
+    def _confirmation(self, best: ExperimentRecord):
         from memory_db.records import ConfirmationRecord
 
-        self._memory("confirmation", lambda: self.memory.record_confirmation(ConfirmationRecord(
+        return ConfirmationRecord(
             experiment_id=self._memory_id(best), endpoint=self.endpoint.name, campaign_id=self.state.campaign_id,
             new_config_hash=_config_hash(self.endpoint, best.engine_args), engine_args=list(best.engine_args),
-            note=f"{best.title}: {self._ratio(best)}")))
-        return None
+            note=f"{best.title}: {self._ratio(best)}")
 
     # -- ending ---------------------------------------------------------------------------------
     def finish(self, reason: str) -> CampaignOutcome:
@@ -715,9 +722,9 @@ class _Campaign:
                 report_path = write_report(s, self.endpoint, self.campaign, self.state_dir / f"{s.campaign}.review")
             except Exception as exc:  # noqa: BLE001 - a plotting failure must not lose the outcome
                 self.progress(f"warning: the review report could not be written: {exc!r}")
-            from memory_db.records import OpenQuestion
+            for q in s.open_questions if self.memory is not None else []:
+                from memory_db.records import OpenQuestion
 
-            for q in s.open_questions:
                 self._memory("open question", lambda q=q: self.memory.record_question(OpenQuestion(
                     endpoint=self.endpoint.name, campaign_id=s.campaign_id, question=q)))
             self._memory("campaign", lambda: self.memory.record_campaign(
@@ -805,15 +812,10 @@ def record_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir
     for record in s.experiments.values():
         if record.verdict != "skipped":
             c._record_experiment(record, proposals.get(record.proposal_ids[0]) if record.kind == "candidate" else None)
-    from memory_db.records import ConfirmationRecord
-
     for b in s.baselines[1:]:
         best = s.experiments.get(b.source_experiment or "")
         if best is not None:
-            memory.record_confirmation(ConfirmationRecord(
-                experiment_id=c._memory_id(best), endpoint=endpoint.name, campaign_id=s.campaign_id,
-                new_config_hash=_config_hash(endpoint, best.engine_args), engine_args=list(best.engine_args),
-                note=f"{best.title}: {c._ratio(best)}"))
+            memory.record_confirmation(c._confirmation(best))
     return c.outcome(write=True)
 
 

@@ -147,7 +147,9 @@ VALUE_CHECKS: dict[str, dict[str, Check]] = {
         "--cb-num-blocks": _int(1, 10**8),
         "--cb-block-size": _int(1, 4096),
         "--dtype": _choice("auto", "bfloat16", "float16", "float32"),
-        "--attn-implementation": _choice("sdpa", "eager", "flash_attention_2", "flash_attention_3",
+        "--attn-implementation": _choice("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention",
+                                         "paged|sdpa", "paged|eager", "paged|flash_attention_2",
+                                         "paged|flash_attention_3", "paged|flex_attention",
                                          "paged_attention", "sdpa_paged", "eager_paged", "flex_attention"),
     },
 }

@@ -1,0 +1,168 @@
+"""The one research loop: the same winner from both callers, engine knowledge from the adapters,
+and a roofline diagnosis on a measured low-load case (real vLLM CPU engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoresearch.engine_args import REMOVE, apply_diff, parse_args
+from autoresearch.workflows import verdict_contender
+from engines import resolve_model_dir
+from engines.registry import ADAPTERS, adapter_class, block_size_for
+from loadgen.results import LatencySummary, NoiseFloor, StepResult, SweepResult
+from loadgen.sweep import run_sweep
+from research import rules
+from research.campaign import contender
+from research.diagnosis import diagnose
+from research.interventions import validate_intervention
+from research.loop import Contender, pick_winner
+from research.roofline import Roofline, roofline_for
+from research.state import ExperimentRecord
+
+from test_diagnosis import make_pool  # noqa: E402 - pytest puts tests/ on sys.path (rootdir-relative import)
+
+
+# ---------------------------------------------------------------------------------- one winner
+def _sweep(capacity: float) -> SweepResult:
+    return SweepResult(endpoint="e", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=capacity, steps=[])
+
+
+def _record(eid: str, diff: dict, caps: list[float], *, confirmed=True, lossy=False, verdict="better"):
+    base = ["--continuous-batching"]
+    return ExperimentRecord(experiment_id=eid, round=1, proposal_ids=[eid], title=eid, baseline_args=base,
+                            engine_args=apply_diff(base, diff), diff=diff, lossy=lossy, verdict=verdict,
+                            confirmed=confirmed, sweeps=[_sweep(c) for c in caps])
+
+
+def _as_saved_verdict(e: ExperimentRecord) -> dict:
+    """What the Dagster `verdicts` asset saves for the same experiment."""
+    return {"verdict": e.verdict, "confirmed": e.confirmed, "lossy": e.lossy, "engine_args": e.engine_args,
+            "baseline_args": e.baseline_args, "capacities": [s.capacity_rps for s in e.sweeps]}
+
+
+RECORDS = [
+    # the highest single ratio is not the highest mean: a rule on ratio or on one repeat disagrees
+    _record("graphs", {"--cb-use-cuda-graph": None}, [4.0, 4.4]),
+    _record("graphs+tokens", {"--cb-use-cuda-graph": None, "--cb-max-batch-tokens": "16384"}, [4.2, 4.2]),
+    _record("tokens", {"--cb-max-batch-tokens": "16384"}, [4.2, 4.2]),  # ties the pair: the smaller change wins
+    _record("lossy-fast", {"--dtype": "float16"}, [9.0, 9.0], lossy=True),  # never adopted by itself
+    _record("lucky", {"--compile": None}, [9.0, 1.0], confirmed=False, verdict="same"),  # not every repeat
+]
+
+
+def test_campaign_and_asset_graph_adopt_the_same_winner():
+    from_campaign = pick_winner(contender(e) for e in RECORDS)
+    from_assets = pick_winner(verdict_contender(e.experiment_id, _as_saved_verdict(e)) for e in RECORDS)
+    assert from_campaign is not None and from_assets is not None
+    assert from_campaign.id == from_assets.id == "tokens"
+    assert from_campaign.capacity == from_assets.capacity == pytest.approx(4.2)
+    for records in (RECORDS[:1], RECORDS[3:], []):  # smaller sets: still one answer, or none for both
+        a = pick_winner(contender(e) for e in records)
+        b = pick_winner(verdict_contender(e.experiment_id, _as_saved_verdict(e)) for e in records)
+        assert (a and a.id) == (b and b.id)
+    assert pick_winner(contender(e) for e in RECORDS[3:]) is None
+
+
+def test_pick_winner_prefers_capacity_then_the_smaller_change():
+    assert pick_winner([Contender("a", True, False, 2.0, 3), Contender("b", True, False, 2.5, 5)]).id == "b"
+    assert pick_winner([Contender("a", True, False, 2.0, 3), Contender("b", True, False, 2.0, 1)]).id == "b"
+
+
+# ------------------------------------------------------------------------ vocabulary in adapters
+def test_every_adapter_is_found_through_the_registry_and_declares_its_evidence():
+    assert set(ADAPTERS) == {"vllm", "sglang", "transformers", "external"}
+    assert adapter_class("vllm").can_give("logprobs") and adapter_class("vllm").can_give("token_ids")
+    transformers = adapter_class("transformers")
+    assert not any(transformers.can_give(e) for e in ("metrics", "profile", "logprobs", "token_ids"))
+    assert {"logprobs", "stream_options", "prompt_logprobs"} <= transformers.rejected_request_fields
+    with pytest.raises(ValueError, match="unknown evidence"):
+        transformers.can_give("telepathy")
+
+
+def test_block_size_comes_from_the_adapter(definitions):
+    smollm = definitions.endpoint("support_smollm")
+    assert block_size_for(smollm) == 128  # vLLM's CPU build
+    assert block_size_for(smollm.with_engine_args(smollm.engine.args + ["--block-size", "64"])) == 64
+    assert block_size_for(definitions.endpoint("rag_mooncake_sglang")) == 1  # radix cache
+
+
+def _diagnosis_for(kind: str, args: list[str], bottleneck: str):
+    from research.proposals import Bottleneck, Diagnosis
+
+    return Diagnosis(endpoint="e", engine_kind=kind, engine_args=args,
+                     bottlenecks=[Bottleneck(name=bottleneck, severity=0.9, evidence=["constructed"])])
+
+
+def test_rules_cover_the_real_knobs_of_transformers_serve():
+    """Continuous batching, CUDA graphs, batch-token budget, block count, attention, compile, dtype/quantization."""
+    seen: dict[str, dict] = {}
+    for args in (["--continuous-batching"], [], ["--continuous-batching", "--cb-num-blocks", "2048"]):
+        ctx = rules.Context(diagnosis=_diagnosis_for("transformers", args, "cpu_overhead"), kind="transformers",
+                            args=parse_args(args), gpu_count=1, vocab=adapter_class("transformers").vocabulary)
+        for bottleneck in rules.PLAYBOOK:
+            for iv in rules.interventions_for(bottleneck, ctx):
+                seen.setdefault(iv.technique, iv.engine_arg_diff)
+                assert validate_intervention(iv, args, "transformers", gpu_count=1).ok
+    assert seen["continuous_batching"] == {"--continuous-batching": None}
+    assert seen["cuda_graphs"] == {"--cb-use-cuda-graph": None}
+    assert seen["torch_compile"] == {"--compile": None}
+    assert "--cb-max-batch-tokens" in seen["raise_max_num_batched_tokens"]
+    assert seen["more_kv_blocks"] == {"--cb-num-blocks": "4096"}
+    assert "--attn-implementation" in seen["attention_kernel"]
+    assert "--quantization" in seen["weight_quantization"]
+    # a CPU host gets no GPU-only switch
+    cpu = rules.Context(diagnosis=_diagnosis_for("transformers", ["--continuous-batching"], "cpu_overhead"),
+                        kind="transformers", args={"--continuous-batching": None}, gpu_count=0,
+                        vocab=adapter_class("transformers").vocabulary)
+    assert not any(iv.technique in ("cuda_graphs", "torch_compile") for iv in rules.interventions_for("cpu_overhead", cpu))
+
+
+def test_graphs_on_vllm_mean_removing_enforce_eager():
+    d = _diagnosis_for("vllm", ["--enforce-eager", "--max-num-seqs", "8"], "cpu_overhead")
+    [proposal] = rules.propose(d, 1, gpu_count=1)
+    assert proposal.intervention.engine_arg_diff == {"--enforce-eager": REMOVE}
+
+
+# ------------------------------------------------------------------------------------ roofline
+def _low_load_sweep(itl_p50: float, rate: float = 0.5) -> SweepResult:
+    lat = lambda v: LatencySummary(p50=v, p95=v * 1.3, p99=v * 1.5, mean=v)  # noqa: E731
+    steps = [StepResult(target_rate=rate, achieved_rate=rate, throughput_rps=rate, duration_s=10, requests=5, errors=0,
+                        error_rate=0.0, ttft_ms=lat(50), itl_ms=lat(itl_p50), e2e_ms=lat(50 + 100 * itl_p50),
+                        send_lag_ms=lat(0.1), within_sla=True)]
+    return SweepResult(endpoint="chat", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=rate,
+                       steps=steps)
+
+
+def test_roofline_separates_overhead_from_a_bandwidth_bound_decode():
+    h200 = Roofline(weight_bytes=884_000_000, bandwidth_gbps=4800, device="H200", source="data sheet")  # 0.18 ms
+    slow = diagnose(make_pool(), [_low_load_sweep(80.0)], ["--continuous-batching"], engine_kind="transformers",
+                    roofline=h200)
+    overhead = slow.bottleneck("cpu_overhead")
+    assert overhead is not None and slow.bottlenecks[0].name == "cpu_overhead"
+    assert any("launch or CPU overhead" in e for e in overhead.evidence)
+    assert slow.engine_stats["roofline_ratio"] > 100
+    # a decode step near the bound is not overhead
+    near = diagnose(make_pool(), [_low_load_sweep(0.3)], ["--continuous-batching"], engine_kind="transformers",
+                    roofline=h200)
+    assert near.bottleneck("cpu_overhead") is None
+    # the first proposal for this engine on a GPU is CUDA graphs
+    [proposal] = rules.propose(slow, 1, gpu_count=1)
+    assert proposal.intervention.engine_arg_diff == {"--cb-use-cuda-graph": None}
+
+
+def test_roofline_names_launch_overhead_on_a_measured_low_load_case(tiny_engine, definitions):
+    """Real numbers: vLLM's CPU build serving the 3.4 M-parameter model at a low rate; the bound is the
+    model's weight files over this host's measured memory bandwidth."""
+    spec = definitions.endpoint("tiny_random")
+    pool = make_pool(24)
+    sweep = run_sweep(tiny_engine, pool, spec, rates=[0.5], step_duration_s=8, check_client=False)
+    roofline = roofline_for(resolve_model_dir(spec), "cpu")
+    assert roofline is not None and roofline.source == "measured on this host"
+    assert 0 < roofline.decode_step_ms < 5  # a few MB of weights at GB/s
+    diagnosis = diagnose(pool, [sweep], list(spec.engine.args), endpoint=spec.name, engine_kind="vllm",
+                         roofline=roofline)
+    itl = diagnosis.engine_stats["low_itl_p50_ms"]
+    assert itl >= 5 * roofline.decode_step_ms, (itl, roofline.describe())
+    overhead = diagnosis.bottleneck("cpu_overhead")
+    assert overhead is not None, diagnosis.bottlenecks
+    assert any("x the roofline" in e for e in overhead.evidence)
