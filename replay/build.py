@@ -152,7 +152,7 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
                            batch_size: int = 4096, redactor: Redactor | None = None) -> PoolBuild:
     """Stream a request log into a redacted pool (see module docstring)."""
     t_start = time.perf_counter()
-    redactor = redactor or Redactor(cache_entries=50_000)
+    redactor = redactor or Redactor(cache_entries=50_000, tokenizer=tok.tokenizer)
     block = engine_block_size(spec)
     limit = spec.traffic.limit
     malformed: list[tuple[int, str]] = []
@@ -236,7 +236,8 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
     seconds = time.perf_counter() - t_start
     return PoolBuild(out_path, lineage, pool, prod, report, malformed, dict(redactor.counts),
                      {"rows": rows, "seconds": seconds, "requests_per_s": rows / seconds if seconds else 0.0,
-                      "segment_cache_misses": tok.cache_misses, **{k: round(v, 3) for k, v in timers.items()}})
+                      "segment_cache_misses": tok.cache_misses,
+                      "redaction_token_mismatches": redactor.token_mismatches, **{k: round(v, 3) for k, v in timers.items()}})
 
 
 def profile_paths(pool_path: Path) -> tuple[Path, Path]:
