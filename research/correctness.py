@@ -11,22 +11,43 @@ Why two checks:
   are compared (mean KL, top-1 agreement, perplexity ratio) against thresholds. Lossy changes
   are always flagged for human review.
 
+Which evidence is used is decided by the engine adapter's ``can_give(...)``, never by engine names:
+
+- ``logprobs``: the adapter gives token ids and logprobs (vLLM's OpenAI extensions
+  ``return_token_ids`` and ``prompt_logprobs``): both checks above.
+- ``greedy_text``: it does not (e.g. ``transformers serve``): greedy completions (temperature 0)
+  of the correctness prompts are compared as token sequences under the model's own tokenizer
+  (the returned text, tokenized with the endpoint's ``tokenizer.json``). Lossless changes must
+  give identical sequences; lossy ones are measured by the first-divergence position and the
+  matched-prefix length (and flagged for review). With no tokenizer at hand, characters are
+  compared instead and the report says so.
+- ``none``: the engine answered neither; nothing was checked, the report says so, and the
+  baseline stays valid (a missing optional API never invalidates a measurement).
+
 The reference is captured once from the campaign's first baseline and cached in the
-campaign state (see :mod:`research.state`). Uses vLLM's OpenAI-compatible extensions
-(``return_token_ids``, ``prompt_logprobs``); an engine without them cannot be checked and the
-report says so.
+campaign state (see :mod:`research.state`); every report names the evidence it rests on.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Literal
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
 
 from autoresearch.engine_args import parse_args
+
+#: what a correctness check rests on (see the module docstring)
+Evidence = Literal["logprobs", "greedy_text", "none"]
+EVIDENCE_LABELS: dict[str, str] = {
+    "logprobs": "token ids and logprobs (greedy sequences plus teacher-forced distributions)",
+    "greedy_text": "greedy text (temperature-0 outputs compared as token sequences; the engine gives no logprobs)",
+    "none": "none (the engine answered no correctness request; NOT checked)",
+}
 
 DEFAULT_PROMPTS: tuple[str, ...] = (
     "You are a customer support agent. A customer writes: my order has not arrived after two weeks. Reply:",
@@ -56,6 +77,9 @@ class CorrectnessThresholds(BaseModel):
     lossy_max_mean_kl: float = 0.05
     lossy_min_top1: float = 0.90
     lossy_max_ppl_ratio: float = 1.05
+    # Lossy, greedy-text evidence only (no distributions): the mean matched-prefix fraction of the
+    # reference outputs must reach this (a coarse guard against a broken model; always reviewed).
+    greedy_lossy_min_prefix_fraction: float = 0.5
 
 
 class SequenceRef(BaseModel):
@@ -77,15 +101,29 @@ class ReferenceOutputs(BaseModel):
     max_tokens: int
     sequences: list[SequenceRef]
     captured_at: float = Field(default_factory=time.time)
+    #: what the sequences hold: ids + distributions (logprobs), tokenized greedy text, or nothing
+    evidence: Evidence = "logprobs"
+    #: greedy_text: the route the outputs came from (the candidate is asked the same way)
+    route: Literal["completions", "chat"] = "completions"
+    #: greedy_text: the tokenizer folder the text was tokenized with (None: characters compared)
+    tokenizer: str | None = None
+    #: why the evidence is weaker than logprobs (or absent), when it is
+    note: str | None = None
+
+    @property
+    def unit(self) -> str:
+        return "characters" if self.evidence == "greedy_text" and not self.tokenizer else "tokens"
 
 
 class SequenceComparison(BaseModel):
     prompt_index: int
     identical: bool
     first_divergence: int | None = None  # output position of the first differing token
-    divergence_is_tie: bool | None = None
+    divergence_is_tie: bool | None = None  # None: unknown (no distributions to tell)
     reference_text: str
     candidate_text: str
+    matched_prefix: int | None = None  # leading output tokens both agree on
+    reference_length: int | None = None  # output tokens of the reference
 
 
 class DistributionStats(BaseModel):
@@ -110,38 +148,119 @@ class CorrectnessReport(BaseModel):
     sequences: list[SequenceComparison] = Field(default_factory=list)
     distribution: DistributionStats | None = None
     thresholds: CorrectnessThresholds = Field(default_factory=CorrectnessThresholds)
+    #: what the verdict rests on; "none" = nothing was compared (then ``checked`` is False)
+    evidence: Evidence = "logprobs"
+    checked: bool = True
+    unit: str = "tokens"  # what greedy sequences were compared in (greedy_text without a tokenizer: characters)
+    mean_matched_prefix_fraction: float | None = None  # greedy_text: matched prefix / reference length
+
+    @property
+    def label(self) -> str:
+        """One phrase for reports: the mode, whether it was checked, and on what evidence."""
+        if not self.checked:
+            return f"{self.mode}, NOT checked (no correctness evidence from this engine)"
+        return f"{self.mode}, checked on {self.evidence.replace('_', ' ')}"
 
     def summary(self) -> str:
+        if not self.checked:
+            return f"{self.mode} correctness NOT checked (evidence: none). {self.reason}"
+        if self.evidence == "greedy_text":
+            diverged = [s for s in self.sequences if not s.identical]
+            where = (", first divergences at " + ", ".join(f"prompt {s.prompt_index}: {self.unit[:-1]} "
+                                                             f"{s.first_divergence}" for s in diverged[:4])
+                     if diverged else "")
+            prefix = (f", mean matched prefix {self.mean_matched_prefix_fraction:.0%}"
+                      if self.mean_matched_prefix_fraction is not None else "")
+            return (f"{self.mode} check {'passed' if self.passed else 'FAILED'} (evidence: greedy text): "
+                    f"{self.greedy_identical}/{self.greedy_total} greedy outputs identical as {self.unit}{where}"
+                    f"{prefix}; no distribution data (the engine gives no logprobs). {self.reason}")
         d = self.distribution
         dist = (f"mean KL {d.mean_kl:.2e}, top-1 {d.top1_agreement:.3f} (tie-tolerant {d.top1_agreement_tolerant:.3f}), "
                 f"ppl ratio {d.ppl_ratio:.4f}, max |dlogprob| {d.max_abs_logprob_diff:.2e} over {d.positions} positions"
                 if d else "no distribution data")
-        return (f"{self.mode} check {'passed' if self.passed else 'FAILED'}: greedy {self.greedy_identical}/"
-                f"{self.greedy_total} identical{' (float32)' if self.float32 else ''}; {dist}. {self.reason}")
+        return (f"{self.mode} check {'passed' if self.passed else 'FAILED'} (evidence: logprobs): greedy "
+                f"{self.greedy_identical}/{self.greedy_total} identical{' (float32)' if self.float32 else ''}; "
+                f"{dist}. {self.reason}")
 
 
 class CorrectnessUnavailable(RuntimeError):
     """The engine does not answer the requests the check needs."""
 
 
+class _RouteMissing(CorrectnessUnavailable):
+    """The route itself is absent (HTTP 404/405): try another one."""
+
+
 def is_float32(engine_args: list[str]) -> bool:
     return parse_args(engine_args).get("--dtype") in {"float32", "float"}
 
 
+def evidence_for(adapter: Any) -> Evidence:
+    """The strongest evidence an engine adapter (class or instance) can give: ``logprobs`` where it
+    gives token ids and logprobs, else ``greedy_text``. Asks ``can_give``, never the engine's name."""
+    return "logprobs" if adapter.can_give("logprobs") and adapter.can_give("token_ids") else "greedy_text"
+
+
+def tokenizer_for(adapter: Any) -> str | None:
+    """The folder with the endpoint model's ``tokenizer.json`` (None when there is none at hand,
+    e.g. an external endpoint whose weights are elsewhere)."""
+    spec = getattr(adapter, "spec", None)
+    if spec is None:
+        return None
+    try:
+        from autoresearch.models import tokenizer_dir
+
+        directory = tokenizer_dir(spec.model.path)
+    except Exception:  # noqa: BLE001 - no local model folder: compare characters instead
+        return None
+    return str(directory) if (Path(directory) / "tokenizer.json").exists() else None
+
+
+class _TextEncoder:
+    """Text -> token ids under the model's tokenizer; code points when there is no tokenizer."""
+
+    def __init__(self, directory: str | None):
+        self.directory = directory if directory and (Path(directory) / "tokenizer.json").exists() else None
+        self._tok = None
+        if self.directory:
+            from tokenizers import Tokenizer
+
+            self._tok = Tokenizer.from_file(str(Path(self.directory) / "tokenizer.json"))
+
+    @property
+    def unit(self) -> str:
+        return "tokens" if self._tok is not None else "characters"
+
+    def encode(self, text: str) -> list[int]:
+        if self._tok is None:
+            return [ord(c) for c in text]
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+
 class _Client:
-    def __init__(self, base_url: str, model: str, timeout: float):
+    def __init__(self, base_url: str, model: str, timeout: float, omit: Collection[str] = ()):
         self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
         self.model = model
+        self.omit = frozenset(omit)  # request fields the engine rejects: never sent
+
+    def post(self, path: str, body: dict) -> dict:
+        body = {k: v for k, v in body.items() if k not in self.omit}
+        try:
+            response = self.http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise CorrectnessUnavailable(f"{path} request failed: {exc!r}") from exc
+        if response.status_code in (404, 405):
+            raise _RouteMissing(f"{path} answered {response.status_code}: {response.text[:300]}")
+        if response.status_code != 200:
+            raise CorrectnessUnavailable(f"{path} answered {response.status_code}: {response.text[:300]}")
+        try:
+            return response.json()["choices"][0]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise CorrectnessUnavailable(f"{path} answered without choices: {response.text[:300]}") from exc
 
     def complete(self, prompt: str | list[int], **extra) -> dict:
         body = {"model": self.model, "prompt": prompt, "temperature": 0.0, "seed": 0, **extra}
-        try:
-            response = self.http.post("/v1/completions", json=body)
-        except httpx.HTTPError as exc:
-            raise CorrectnessUnavailable(f"completion request failed: {exc!r}") from exc
-        if response.status_code != 200:
-            raise CorrectnessUnavailable(f"/v1/completions answered {response.status_code}: {response.text[:300]}")
-        return response.json()["choices"][0]
+        return self.post("/v1/completions", body)
 
     def greedy(self, prompt: str, max_tokens: int) -> tuple[list[int], list[int], str]:
         choice = self.complete(prompt, max_tokens=max_tokens, return_token_ids=True)
@@ -157,17 +276,61 @@ class _Client:
             raise CorrectnessUnavailable("the engine returned no prompt_logprobs (needs vLLM's OpenAI server)")
         return [{int(t): float(v["logprob"]) for t, v in pos.items()} for pos in raw[1:]]
 
+    def greedy_text(self, prompt: str, max_tokens: int, route: str) -> str:
+        """The temperature-0 output text of ``prompt`` (raw completion, or one user turn on chat)."""
+        if route == "chat":
+            choice = self.post("/v1/chat/completions", {
+                "model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
+                "seed": 0, "max_tokens": max_tokens})
+            return (choice.get("message") or {}).get("content") or ""
+        return self.complete(prompt, max_tokens=max_tokens).get("text") or ""
+
     def close(self) -> None:
         self.http.close()
 
 
+def _omit_fields(adapter: Any, omit_fields: Collection[str]) -> frozenset[str]:
+    return frozenset(omit_fields) | frozenset(getattr(adapter, "rejected_request_fields", ()) or ())
+
+
 def capture_reference(base_url: str, model: str, engine_args: list[str], *,
                       prompts: tuple[str, ...] | list[str] = DEFAULT_PROMPTS,
-                      thresholds: CorrectnessThresholds | None = None) -> ReferenceOutputs:
-    """Greedy completions of ``prompts`` plus their teacher-forced distributions, one request at a time
-    (sequential so batch composition cannot perturb the reference)."""
+                      thresholds: CorrectnessThresholds | None = None, adapter: Any = None,
+                      evidence: Evidence | None = None, tokenizer: str | Path | None = None,
+                      omit_fields: Collection[str] = ()) -> ReferenceOutputs:
+    """The reference outputs of ``prompts``, one request at a time (sequential so batch composition
+    cannot perturb them), on the strongest evidence the engine gives.
+
+    ``adapter`` (the running engine's adapter) decides the evidence through ``can_give`` and names the
+    request fields the engine rejects and the model's tokenizer; ``evidence``/``tokenizer``/``omit_fields``
+    override. Without an adapter, logprobs are tried first. Never raises for a missing optional API: a
+    reference whose logprobs cannot be had falls back to greedy text, and one whose greedy text cannot be
+    had either has ``evidence="none"`` (checks against it say "not checked").
+    """
     t = thresholds or CorrectnessThresholds()
-    client = _Client(base_url, model, t.request_timeout_s)
+    wanted = evidence or (evidence_for(adapter) if adapter is not None else "logprobs")
+    omit = _omit_fields(adapter, omit_fields)
+    note = None
+    if wanted == "logprobs":
+        try:
+            return _capture_logprobs(base_url, model, engine_args, prompts, t, omit)
+        except CorrectnessUnavailable as exc:
+            note = f"token ids / logprobs unavailable ({str(exc).splitlines()[0][:200]}); greedy text used instead"
+    elif adapter is not None and wanted == "greedy_text":
+        note = f"the {getattr(adapter, 'kind', '') or 'engine'} adapter gives no token ids / logprobs"
+    tok = str(tokenizer) if tokenizer is not None else tokenizer_for(adapter)
+    try:
+        return _capture_greedy_text(base_url, model, engine_args, prompts, t, omit, tok, note)
+    except CorrectnessUnavailable as exc:
+        why = f"greedy outputs unavailable too ({str(exc).splitlines()[0][:200]})"
+        return ReferenceOutputs(engine_args=list(engine_args), float32=is_float32(engine_args), top_k=t.top_k,
+                                max_tokens=t.max_tokens, sequences=[], evidence="none",
+                                note=f"{note}; {why}" if note else why)
+
+
+def _capture_logprobs(base_url: str, model: str, engine_args: list[str], prompts, t: CorrectnessThresholds,
+                      omit: frozenset[str]) -> ReferenceOutputs:
+    client = _Client(base_url, model, t.request_timeout_s, omit)
     try:
         sequences = []
         for prompt in prompts:
@@ -178,7 +341,34 @@ def capture_reference(base_url: str, model: str, engine_args: list[str], *,
     finally:
         client.close()
     return ReferenceOutputs(engine_args=list(engine_args), float32=is_float32(engine_args), top_k=t.top_k,
-                            max_tokens=t.max_tokens, sequences=sequences)
+                            max_tokens=t.max_tokens, sequences=sequences, evidence="logprobs")
+
+
+def _capture_greedy_text(base_url: str, model: str, engine_args: list[str], prompts, t: CorrectnessThresholds,
+                         omit: frozenset[str], tokenizer: str | None, note: str | None) -> ReferenceOutputs:
+    encoder = _TextEncoder(tokenizer)
+    client = _Client(base_url, model, t.request_timeout_s, omit)
+    route = "completions"
+    try:
+        sequences = []
+        for prompt in prompts:
+            try:
+                text = client.greedy_text(prompt, t.max_tokens, route)
+            except _RouteMissing:
+                if route == "chat" or sequences:
+                    raise
+                route = "chat"  # an engine without the legacy completions route
+                text = client.greedy_text(prompt, t.max_tokens, route)
+            sequences.append(SequenceRef(prompt=prompt, prompt_ids=encoder.encode(prompt),
+                                         output_ids=encoder.encode(text), output_text=text, positions=[],
+                                         actual_ids=[]))
+    finally:
+        client.close()
+    if encoder.directory is None:
+        note = (f"{note}; " if note else "") + "no tokenizer.json at hand: outputs compared as characters"
+    return ReferenceOutputs(engine_args=list(engine_args), float32=is_float32(engine_args), top_k=0,
+                            max_tokens=t.max_tokens, sequences=sequences, evidence="greedy_text", route=route,
+                            tokenizer=encoder.directory, note=note)
 
 
 def _coarse_kl(p: dict[int, float], q: dict[int, float]) -> float:
@@ -233,7 +423,8 @@ def distribution_stats(reference: ReferenceOutputs, candidate_positions: list[li
 
 def _compare_greedy(index: int, seq: SequenceRef, output_ids: list[int], text: str, tie_margin: float) -> SequenceComparison:
     if output_ids == seq.output_ids:
-        return SequenceComparison(prompt_index=index, identical=True, reference_text=seq.output_text, candidate_text=text)
+        return SequenceComparison(prompt_index=index, identical=True, reference_text=seq.output_text, candidate_text=text,
+                                  matched_prefix=len(output_ids), reference_length=len(seq.output_ids))
     pos = next((i for i, (a, b) in enumerate(zip(seq.output_ids, output_ids)) if a != b),
                min(len(seq.output_ids), len(output_ids)))
     tie = False
@@ -242,23 +433,95 @@ def _compare_greedy(index: int, seq: SequenceRef, output_ids: list[int], text: s
         ref_tok, cand_tok = seq.output_ids[pos], output_ids[pos]
         tie = cand_tok in dist and ref_tok in dist and dist[ref_tok] - dist[cand_tok] <= tie_margin
     return SequenceComparison(prompt_index=index, identical=False, first_divergence=pos, divergence_is_tie=tie,
-                              reference_text=seq.output_text, candidate_text=text)
+                              reference_text=seq.output_text, candidate_text=text, matched_prefix=pos,
+                              reference_length=len(seq.output_ids))
 
 
 def check_candidate(base_url: str, model: str, reference: ReferenceOutputs, candidate_args: list[str], *,
-                    lossy: bool, thresholds: CorrectnessThresholds | None = None) -> CorrectnessReport:
-    """Run both checks against a live candidate engine and judge them (lossless or lossy mode)."""
+                    lossy: bool, thresholds: CorrectnessThresholds | None = None, adapter: Any = None,
+                    tokenizer: str | Path | None = None, omit_fields: Collection[str] = ()) -> CorrectnessReport:
+    """Check a live candidate engine against ``reference`` and judge it (lossless or lossy mode).
+
+    The evidence is the reference's, weakened to greedy text when the candidate's ``adapter`` cannot
+    give logprobs; a reference without evidence gives a report that says "NOT checked".
+    """
     t = thresholds or CorrectnessThresholds()
-    client = _Client(base_url, model, t.request_timeout_s)
+    if reference.evidence == "none":
+        return unchecked_report(reference, candidate_args, lossy=lossy, thresholds=t)
+    omit = _omit_fields(adapter, omit_fields)
+    candidate_logprobs = adapter is None or evidence_for(adapter) == "logprobs"
+    client = _Client(base_url, model, t.request_timeout_s, omit)
     try:
-        comparisons, cand_positions = [], []
-        for i, seq in enumerate(reference.sequences):
-            _, output_ids, text = client.greedy(seq.prompt, reference.max_tokens)
-            comparisons.append(_compare_greedy(i, seq, output_ids, text, t.tie_margin))
-            cand_positions.append(client.teacher_forced(seq.prompt_ids + seq.output_ids, reference.top_k))
+        if reference.evidence == "logprobs" and candidate_logprobs:
+            comparisons, cand_positions = [], []
+            for i, seq in enumerate(reference.sequences):
+                _, output_ids, text = client.greedy(seq.prompt, reference.max_tokens)
+                comparisons.append(_compare_greedy(i, seq, output_ids, text, t.tie_margin))
+                cand_positions.append(client.teacher_forced(seq.prompt_ids + seq.output_ids, reference.top_k))
+            return judge(reference, candidate_args, comparisons, cand_positions, lossy=lossy, thresholds=t)
+        tok = reference.tokenizer or (str(tokenizer) if tokenizer is not None else tokenizer_for(adapter))
+        encoder = _TextEncoder(tok)
+        texts = [client.greedy_text(seq.prompt, reference.max_tokens, reference.route) for seq in reference.sequences]
     finally:
         client.close()
-    return judge(reference, candidate_args, comparisons, cand_positions, lossy=lossy, thresholds=t)
+    comparisons = [compare_greedy_text(i, encoder.encode(seq.output_text), seq.output_text,
+                                       encoder.encode(text), text)
+                   for i, (seq, text) in enumerate(zip(reference.sequences, texts, strict=True))]
+    return judge_greedy_text(reference, candidate_args, comparisons, lossy=lossy, thresholds=t, unit=encoder.unit)
+
+
+def compare_greedy_text(index: int, reference_ids: list[int], reference_text: str, candidate_ids: list[int],
+                        candidate_text: str) -> SequenceComparison:
+    """Two greedy outputs as token sequences: identical, or where they first differ and how much agrees."""
+    matched = next((i for i, (a, b) in enumerate(zip(reference_ids, candidate_ids)) if a != b),
+                   min(len(reference_ids), len(candidate_ids)))
+    identical = reference_ids == candidate_ids
+    return SequenceComparison(prompt_index=index, identical=identical, first_divergence=None if identical else matched,
+                              divergence_is_tie=None, reference_text=reference_text, candidate_text=candidate_text,
+                              matched_prefix=matched, reference_length=len(reference_ids))
+
+
+def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], comparisons: list[SequenceComparison],
+                      *, lossy: bool, thresholds: CorrectnessThresholds | None = None,
+                      unit: str = "tokens") -> CorrectnessReport:
+    """Verdict on greedy-text evidence (pure). Lossless: every output identical. Lossy: the mean
+    matched-prefix fraction must reach ``greedy_lossy_min_prefix_fraction``; always flagged for review."""
+    t = thresholds or CorrectnessThresholds()
+    identical = sum(c.identical for c in comparisons)
+    equivalent = identical == len(comparisons)
+    fractions = [(c.matched_prefix or 0) / c.reference_length if c.reference_length else (1.0 if c.identical else 0.0)
+                 for c in comparisons]
+    mean_prefix = sum(fractions) / len(fractions) if fractions else 1.0
+    diverged = [f"prompt {c.prompt_index} at {unit[:-1]} {c.first_divergence} "
+                f"({c.matched_prefix}/{c.reference_length} matched)" for c in comparisons if not c.identical]
+    why = (f"greedy-text check under the model's tokenizer: {identical}/{len(comparisons)} outputs identical as {unit}"
+           + (f"; first divergence {', '.join(diverged[:4])}" if diverged else ""))
+    if not lossy:
+        passed = equivalent
+        reason = ("outputs kept; " if equivalent else "outputs CHANGED by a change declared lossless; ") + why
+    else:
+        passed = mean_prefix >= t.greedy_lossy_min_prefix_fraction
+        reason = (f"lossy change, mean matched prefix {mean_prefix:.0%} {'>=' if passed else 'BELOW'} "
+                  f"{t.greedy_lossy_min_prefix_fraction:.0%} of the reference outputs ({why}); no distribution "
+                  f"check is possible without logprobs; flagged for human review")
+    float32 = reference.float32 and is_float32(candidate_args)
+    return CorrectnessReport(mode="lossy" if lossy else "lossless", passed=passed, lossless_equivalent=equivalent,
+                             float32=float32, flag_for_review=lossy or not equivalent, reason=reason,
+                             greedy_identical=identical, greedy_total=len(comparisons), sequences=comparisons,
+                             distribution=None, thresholds=t, evidence="greedy_text", checked=True, unit=unit,
+                             mean_matched_prefix_fraction=mean_prefix)
+
+
+def unchecked_report(reference: ReferenceOutputs, candidate_args: list[str], *, lossy: bool,
+                     thresholds: CorrectnessThresholds | None = None) -> CorrectnessReport:
+    """The report when there is no evidence to check against: it says so, never "checked", and is
+    flagged for review; it does not fail the candidate (the engine's missing API is not its fault)."""
+    return CorrectnessReport(mode="lossy" if lossy else "lossless", passed=True, lossless_equivalent=False,
+                             float32=reference.float32 and is_float32(candidate_args), flag_for_review=True,
+                             reason=f"no correctness evidence: {reference.note or 'the engine answered no request'}; "
+                                    "outputs were not compared; review before use",
+                             greedy_identical=0, greedy_total=0, thresholds=thresholds or CorrectnessThresholds(),
+                             evidence="none", checked=False)
 
 
 def judge(reference: ReferenceOutputs, candidate_args: list[str], comparisons: list[SequenceComparison],

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from autoresearch.config import EndpointSpec
 from loadgen.results import Comparison, NoiseFloor, SweepResult, Verdict
+from loadgen.runner import omit_request_fields
 from research.correctness import (
     CorrectnessReport,
     CorrectnessThresholds,
@@ -182,6 +183,8 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
     except Exception as exc:  # a bad candidate must never end the campaign
         return done(f"launch failed: {exc!r}", traceback.format_exc()[-4000:])
     log_tail = None
+    # The load generator leaves out the request fields this engine rejects (HTTP 422 otherwise).
+    omit_request_fields(engine.base_url, getattr(getattr(engine, "adapter", None), "rejected_request_fields", ()))
     if active_file is not None and engine.pid is not None:
         active_file.parent.mkdir(parents=True, exist_ok=True)
         active_file.write_text(json.dumps({"pid": engine.pid, "argv": _cmdline(engine.pid) or []}))
@@ -191,14 +194,18 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
                            "model": identity.model, "launch_config_hash": identity.launch_config_hash,
                            "launch_command": list(identity.launch_command)}
         try:
+            # The adapter says which evidence the engine gives (can_give) and which fields it rejects.
+            adapter = getattr(engine, "adapter", None)
             if capture:
                 progress("  capturing reference outputs")
                 result.reference = capture_reference(engine.base_url, engine.served_model, engine_args,
-                                                     thresholds=thresholds)
+                                                     thresholds=thresholds, adapter=adapter)
+                progress(f"  reference outputs: evidence {result.reference.evidence}"
+                         + (f" ({result.reference.note})" if result.reference.note else ""))
             elif reference is not None:
                 progress("  correctness check (" + ("lossy" if lossy else "lossless") + ")")
                 result.correctness = check_candidate(engine.base_url, engine.served_model, reference, engine_args,
-                                                     lossy=lossy, thresholds=thresholds)
+                                                     lossy=lossy, thresholds=thresholds, adapter=adapter)
                 progress("  " + result.correctness.summary())
                 if not result.correctness.passed:
                     return done(f"correctness failed: {result.correctness.reason}")
@@ -225,6 +232,7 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             log_tail = None
         return done(f"measurement failed: {exc!r}", (log_tail or "") + "\n" + traceback.format_exc()[-3000:])
     finally:
+        omit_request_fields(engine.base_url, ())
         try:
             engine.stop()
         except Exception as exc:  # noqa: BLE001 - the verdict matters more than a stop hiccup
