@@ -154,7 +154,7 @@ def cmd_campaign(args) -> int:
 
 
 def format_outcome(outcome) -> str:
-    gain = f"{outcome.total_gain:.2f}x" if outcome.total_gain else "none"
+    gain = (f"{'>=' if outcome.total_gain_is_lower_bound else ''}{outcome.total_gain:.2f}x" if outcome.total_gain else "none")
     lines = [
         f"campaign {outcome.campaign} on {outcome.endpoint}: "
         f"{'FAILED' if outcome.failure else 'finished' if outcome.finished else 'paused'}"

@@ -93,6 +93,7 @@ class RunningEngine:
         self.profile_dir = profile_dir
         self._profile_started: float | None = None
         self._stopped = False
+        self.startup_s: float | None = None  # launch to healthy, measured by start_engine
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -310,10 +311,13 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
     # Record what runs (argument list and the names, never values, of extra environment).
     (workdir / "launch.json").write_text(json.dumps(
         {"argv": argv, "env_keys": sorted({**adapter.launch_env(), **spec.engine.env}), "port": port}, indent=2))
+    launched = time.monotonic()
     process = ManagedProcess(argv, workdir / "engine.log", env=env, cwd=workdir).start()
     try:
         process.wait_healthy(adapter.base_url + adapter.health_path, spec.engine.startup_timeout_s)
     except BaseException:
         process.stop()
         raise
-    return RunningEngine(adapter, process, adapter.served_model_name(model_dir), identity, argv, profile_dir)
+    engine = RunningEngine(adapter, process, adapter.served_model_name(model_dir), identity, argv, profile_dir)
+    engine.startup_s = time.monotonic() - launched
+    return engine

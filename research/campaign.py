@@ -79,6 +79,7 @@ class CampaignOutcome(BaseModel):
     best_args: list[str] = Field(default_factory=list)
     best_capacity: float | None = None
     total_gain: float | None = None  # best / reference capacity
+    total_gain_is_lower_bound: bool = False  # the reference held no rate down to its floor
     adopted_experiments: list[str] = Field(default_factory=list)
     experiments_run: int = 0
     experiments_measured: int = 0  # run to a verdict of better / same / worse (not invalid)
@@ -140,6 +141,19 @@ def budget_problem(state: CampaignState, store: StateStore, limits: Limits, esti
         return (f"budget: the next experiment (about {cost:.3f} GPU-h) would exceed the {limits.gpu_hours} GPU-h "
                 f"budget ({state.gpu_hours_used:.3f} used)")
     return None
+
+
+def total_gain(reference: BaselineRecord | None, best: BaselineRecord | None) -> tuple[float | None, bool]:
+    """(best / reference capacity, is a lower bound). A reference whose repeats held no rate down to
+    their floor counts at that floor: the gain is then a finite lower bound, never "inf"."""
+    from loadgen.noise import reference_capacity
+
+    if reference is None or best is None:
+        return None, False
+    ref, bound = reference_capacity(reference.noise)
+    if ref <= 0:
+        return None, False
+    return best.capacity / ref, bound
 
 
 def contender(record: ExperimentRecord) -> Contender:
@@ -378,7 +392,7 @@ class _Campaign:
             baseline_engine_args=ref.engine_args if ref else [], baseline_capacity=ref.capacity if ref else None,
             best_config_hash=_config_hash(self.endpoint, best.engine_args) if best else None,
             best_engine_args=best.engine_args if best else [], best_capacity=best.capacity if best else None,
-            total_gain_ratio=(best.capacity / ref.capacity) if ref and best and ref.capacity > 0 else None,
+            total_gain_ratio=total_gain(ref, best)[0],
             notes="; ".join(self.state.open_questions[:5]))
 
     def current_round(self) -> RoundRecord | str:
@@ -548,9 +562,11 @@ class _Campaign:
         record.identity, record.log_tail, record.wall_s = result.identity, result.log_tail, result.wall_s
         record.cost_hours = result.wall_s / 3600 * self.limits.units
         record.finished_at = time.time()
-        ref = self.state.reference.capacity if self.state.reference else 0
-        if ref > 0 and record.capacity_mean is not None:
-            record.capacity_ratio_vs_reference = record.capacity_mean / ref
+        if self.state.reference is not None and record.capacity_mean is not None:
+            from loadgen.noise import reference_capacity
+
+            ref = reference_capacity(self.state.reference.noise)[0]
+            record.capacity_ratio_vs_reference = record.capacity_mean / ref if ref > 0 else None
         self._charge(result)
 
     def _finish(self, rnd: RoundRecord, record: ExperimentRecord, proposal: ProposalRecord | None,
@@ -682,9 +698,9 @@ class _Campaign:
         self.state.working = record
         self.state.baselines.append(record)
         rnd.adopted = best.experiment_id
-        ref = self.state.reference.capacity
+        gain, bound = total_gain(self.state.reference, record)
         self.progress(f"adopted {best.title}: capacity {record.capacity:.3g} req/s "
-                      f"(x{record.capacity / ref:.2f} vs the campaign's reference)" if ref else f"adopted {best.title}")
+                      f"(x{'>=' if bound else ''}{gain:.2f} vs the campaign's reference)" if gain else f"adopted {best.title}")
         self._memory("confirmation", lambda: self.memory.record_confirmation(self._confirmation(best)))
         return None
 
@@ -714,7 +730,7 @@ class _Campaign:
                     "endpoint": self.endpoint.name, "campaign_id": s.campaign_id, "engine_args": best.engine_args,
                     "diff_vs_reference": diff_args(ref.engine_args, best.engine_args),
                     "capacity_rps": best.capacity, "reference_capacity_rps": ref.capacity,
-                    "total_gain": best.capacity / ref.capacity if ref.capacity > 0 else None,
+                    "total_gain": total_gain(ref, best)[0], "total_gain_is_lower_bound": total_gain(ref, best)[1],
                     "lossless": True, "deployed": False}, indent=2))
             from research.review import write_report
 
@@ -735,7 +751,7 @@ class _Campaign:
             end_reason=s.end_reason, reference_args=ref.engine_args if ref else [],
             reference_capacity=ref.capacity if ref else None, best_args=best.engine_args if best else [],
             best_capacity=best.capacity if best else None,
-            total_gain=(best.capacity / ref.capacity) if ref and best and ref.capacity > 0 else None,
+            total_gain=total_gain(ref, best)[0], total_gain_is_lower_bound=total_gain(ref, best)[1],
             adopted_experiments=[b.source_experiment for b in s.baselines if b.source_experiment],
             experiments_run=sum(e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail)
                                 for e in experiments),

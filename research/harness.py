@@ -177,7 +177,7 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
 
     try:
         engine = start_engine(spec, args_override=list(engine_args), workdir=workdir)
-        result.startup_s = time.monotonic() - started
+        result.startup_s = engine.startup_s  # launch to healthy; also kept in each SweepResult
     except EngineError as exc:
         return done(f"launch failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
     except Exception as exc:  # a bad candidate must never end the campaign
@@ -216,9 +216,12 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             engine.check_alive()
             sweep_started = time.monotonic()
             sweep = sweep_fn(engine, pool, spec)
-            result.sweep_wall_s.append(time.monotonic() - sweep_started)
+            sweep_wall = time.monotonic() - sweep_started
+            result.sweep_wall_s.append(sweep_wall)
             result.sweeps.append(sweep)
-            progress(f"  sweep {i + 1}/{repeats}: capacity {sweep.capacity_rps} req/s"
+            held = (f"below {sweep.capacity_below_rps:g} req/s (no rate held down to the floor)"
+                    if sweep.capacity_method == "below_floor" else f"{sweep.capacity_rps:.3g} req/s")
+            progress(f"  sweep {i + 1}/{repeats}: capacity {held} in {sweep_wall:.0f} s"
                      + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else ""))
             if sweep.validity != "valid":
                 break

@@ -184,7 +184,10 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         path = out / "review.md"
         path.write_text("\n".join(md))
         return path
-    gain = best.capacity / ref.capacity if ref.capacity > 0 else None  # capacity is never 0 when a rate held
+    from research.campaign import total_gain
+
+    gain, gain_bound = total_gain(ref, best)
+    below = [b for b in ref.noise.capacity_below if b is not None]
     adopted = [state.experiments[b.source_experiment] for b in state.baselines
                if b.source_experiment and b.source_experiment in state.experiments]
     any_lossy = any(e.lossy for e in adopted)
@@ -197,9 +200,12 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
            + (f", ITL p{endpoint.sla.itl_percentile:g} <= {endpoint.sla.itl_ms:g} ms" if endpoint.sla.itl_ms else "")
            + (f", E2E p{endpoint.sla.e2e_percentile:g} <= {endpoint.sla.e2e_ms:g} ms" if endpoint.sla.e2e_ms else "")
            + f", errors <= {endpoint.sla.max_error_rate:.0%} |",
-           f"| reference capacity (campaign start) | {_fmt(ref.capacity)} req/s |",
+           f"| reference capacity (campaign start) | {_fmt(ref.capacity)} req/s"
+           + (f" (below the sweep floor {_fmt(min(below))} req/s in {len(below)} of {ref.noise.repeats} repeats)"
+              if below else "") + " |",
            f"| best capacity | {_fmt(best.capacity)} req/s |",
-           f"| total gain | **x{_fmt(gain)}** |",
+           f"| total gain | **x{'>=' if gain_bound else ''}{_fmt(gain)}**"
+           + (" (a lower bound: the reference held no rate down to its floor)" if gain_bound else "") + " |",
            f"| label | **{'LOSSY - human review required' if any_lossy else 'lossless (outputs kept, checked)'}** |",
            f"| ended because | {state.end_reason or 'still running'} |",
            f"| experiments | {sum(e.verdict != 'skipped' for e in state.experiments.values())} run, "
