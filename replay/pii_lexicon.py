@@ -45,12 +45,12 @@ def person_names(keep_common: bool = False) -> tuple[frozenset[str], frozenset[s
     for mod in pkgutil.iter_modules(person.__path__):
         prov = importlib.import_module(f"faker.providers.person.{mod.name}").Provider
         for attr in dir(prov):
-            if not attr.startswith(("first_name", "last_name", "first_romanized", "last_romanized")):
+            if not attr.startswith(("first_name", "last_name", "first_romanized", "last_romanized", "middle_name")):
                 continue
             values = getattr(prov, attr)
             if not isinstance(values, (tuple, list, dict, set, frozenset)):
                 continue
-            target = first if attr.startswith("first") else last
+            target = last if attr.startswith("last") else first
             for v in values:
                 if isinstance(v, str) and _latin(v):
                     for part in v.split():

@@ -57,9 +57,9 @@ _SSN_BARE = re.compile(r"(?i)\b(?:ssn|social security(?: number| no\.?)?|social)
 _IPV4 = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.])")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
 _PHONE = re.compile(
-    r"(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){2,6}(?!\w)"         # international, +CC ... / 00CC ...
+    r"(?<![\w+])(?:\+\d{1,3}|00[1-9]\d{0,2}(?= ))(?:[ .-]?\(?\d{1,5}\)?){2,6}(?!\w)"  # international, +CC ... / 00CC ...
     r"|(?<![\w(])(?:1[ .-])?(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?!\w)"  # North American
-    r"|(?<![\w(+])0\d{2,4}[ .-]?\d{3,4}[ .-]?\d{3,4}(?!\w)"                  # national trunk prefix 0...
+    r"|(?<![\w(+\-])0[1-9]\d{2,3} \d{3} ?\d{3,4}(?![\w\-])"                  # national trunk prefix: 0803 123 4567
     r"|(?i:(?<=phone )|(?<=call )|(?<=text )|(?<=mobile )|(?<=cell )|(?<=tel )|(?<=whatsapp )|(?<=number ))\d{10,12}(?!\w)")
 _DIGIT = re.compile(r"\d")
 
@@ -105,6 +105,8 @@ _CUE_BEFORE = re.compile(
     r"(?:\s*\([^)]{0,20}\))?[\s,:;.\-–—]*$")
 _JSON_KEY = re.compile(r"(?i)\"[a-z_]*(?:name|recipient|customer|holder|payee|beneficiary|contact|sender|addressee|passenger|"
                        r"owner|client|guest|patient|driver|agent|user|signatory|from|to|attn|by|person|employee|member)[a-z_]*\"\s*:\s*\"$")
+_LABEL = re.compile(r"(?i)\b(?:name|holder|customer|client|recipient|payee|beneficiary|from|to|attn|att|contact|passenger|"
+                    r"owner|signed|sender|addressee)\s*:\s*$")
 _CUE_AFTER = re.compile(
     r"(?i)(?:['’]s)?[\s,]*(?:here\b|speaking\b|again\b|signed\b|said\b|says\b|wrote\b|called\b|calling\b|will (?:collect|pick|sign|call)|"
     r"is (?:the|my|our) (?:account |card |main |primary |authori[sz]ed )*(?:holder|owner|user|name|contact|beneficiary|" + lex.RELATIONS + r")|"
@@ -198,9 +200,10 @@ def _key_from_env() -> bytes:
 
 
 @lru_cache(maxsize=1)
-def _surnames_all() -> frozenset[str]:
-    """Last names including those that are also common words (Best, May, Young)."""
-    return lex.person_names(keep_common=True)[1]
+def _names_all() -> frozenset[str]:
+    """Names including those that are also common words (Best, May, Young, Do)."""
+    first, last = lex.person_names(keep_common=True)
+    return first | last
 
 
 @lru_cache(maxsize=1)
@@ -318,7 +321,14 @@ class Redactor:
                     titled.append(True)
                     continue
                 if f in lex.FUNCTION_WORDS or f in lex.COMMON_WORDS:
-                    if segs[-1] and w[0].isupper() and (ws, we, w) == words[-1] and f in _surnames_all():
+                    k = words.index((ws, we, w))
+                    if (not segs[-1] and w[0].isupper() and k + 1 < len(words)
+                            and (f in _names_all() or _LABEL.search(text, max(0, base + ws - 32), base + ws) is not None)
+                            and lex.fold(words[k + 1][2]) not in lex.FUNCTION_WORDS
+                            and _CUE_BEFORE.search(text, max(0, base + ws - 48), base + ws) is not None):
+                        segs[-1].append((base + ws, base + we, w))  # "Name: Do Duc", "my name is May Chen"
+                        continue
+                    if segs[-1] and w[0].isupper() and (ws, we, w) == words[-1] and f in _names_all():
                         segs[-1].append((base + ws, base + we, w))  # "Garrett Best", "Theresa May"
                         continue
                     if segs[-1]:
@@ -398,7 +408,7 @@ class Redactor:
         d = self._digest(category, value)
         best, best_gap = None, None
         target = self._count(value, lead_space) if self._tokenizer is not None else None
-        for attempt in range(6):
+        for attempt in range(40 if category in ("IP_ADDRESS", "EMAIL", "IBAN") else 8):
             rng = random.Random(d + bytes([attempt]))
             cand = self._shape(category, value, rng, lead_space)
             if cand == value:
@@ -434,7 +444,7 @@ class Redactor:
         if category == "IP_ADDRESS":
             if ":" in value:
                 out = "".join(rng.choice("0123456789") if c.isdigit() else (rng.choice("abcdef") if c.isalpha() else c) for c in value)
-                return out if not out[:2].isalnum() else "fd" + out[2:]
+                return out  # same character classes (digits, a-f), so the same token count
             octets = value.split(".")
             first = {1: "0", 2: "10"}.get(len(octets[0]), "24" + str(rng.randrange(10)))  # 0/8, 10/8, 240/4: never public
             return ".".join([first] + ["".join(str(rng.randrange(10)) for _ in o) for o in octets[1:]])
