@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tarfile
 import time
@@ -91,7 +92,8 @@ def run(args) -> None:
     started = time.monotonic()
     out = Path(args.out)
     calls_file = STATE / "gpu_calls.json"
-    if TARBALL.exists() and not STATE.exists():
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwind: stop the engine, pack
+    if TARBALL.exists():  # the state the previous call sent back, carried with this one
         unpack(TARBALL)
         log(f"resumed the campaign state from {TARBALL.name}")
     STATE.mkdir(parents=True, exist_ok=True)
