@@ -71,6 +71,8 @@ def main() -> None:
         f"peak RSS of the building process: {peak_mib:.0f} MiB (before build: {rss_before / 1024:.0f} MiB)",
         f"pool: {build.pool_path.stat().st_size / 2**20:.1f} MiB Parquet (zstd)",
         "redacted: " + ", ".join(f"{k}={v}" for k, v in sorted(build.redaction_counts.items())),
+        f"stand-ins whose token count differs from the value's: {s.get('redaction_token_mismatches', 'n/a')}",
+        f"command: .venv/bin/python benchmarks/replay_build_1m.py --lines {args.lines} --seed {args.seed}",
         "",
         build.fidelity.table(),
     ]
