@@ -125,7 +125,7 @@ def evaluate(name: str, lines: int, work: Path) -> str:
         if is_leaked(rows[line]):
             leaked[kind] += 1
             examples.setdefault(kind, []).append(value)
-        if any(value in text for text in others.values()):
+        if any(value in text and re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text) for text in others.values()):
             anywhere[kind] += 1
     planted_lines = {line for line, *_ in planted}
     clean = [n for n in rows if n not in planted_lines]
