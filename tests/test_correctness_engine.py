@@ -18,13 +18,16 @@ pytestmark = pytest.mark.engine
 def test_identical_config_passes_and_fp8_kv_cache_is_caught(tiny_engine, engine_slot, definitions: DefinitionSet):
     spec = definitions.endpoint("tiny_random")
     args = list(spec.engine.args)
-    reference = capture_reference(tiny_engine.base_url, tiny_engine.served_model, args)
+    reference = capture_reference(tiny_engine.base_url, tiny_engine.served_model, args, adapter=tiny_engine.adapter)
+    assert reference.evidence == "logprobs"  # vLLM's adapter gives token ids and logprobs
     assert reference.float32 and len(reference.sequences) == 8
     assert all(len(s.output_ids) > 0 and len(s.positions) == len(s.prompt_ids) + len(s.output_ids) - 1
                for s in reference.sequences)
 
-    same = check_candidate(tiny_engine.base_url, tiny_engine.served_model, reference, args, lossy=False)
+    same = check_candidate(tiny_engine.base_url, tiny_engine.served_model, reference, args, lossy=False,
+                           adapter=tiny_engine.adapter)
     assert same.passed and same.lossless_equivalent and same.float32
+    assert same.checked and same.evidence == "logprobs" and "evidence: logprobs" in same.summary()
     assert same.greedy_identical == same.greedy_total == 8
     assert same.distribution.max_abs_logprob_diff <= same.thresholds.exact_logprob_atol
 
