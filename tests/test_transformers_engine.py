@@ -115,6 +115,7 @@ def test_transformers_serve_correctness_is_checked_on_greedy_text(engine_slot, d
     other = engine_slot.get(spec, bf16)
     lossy = check_candidate(other.base_url, other.served_model, reference, bf16, lossy=True, adapter=other.adapter)
     engine_slot.release()
+    print("bf16 vs float32 reference:", lossy.summary())
     assert lossy.checked and lossy.evidence == "greedy_text" and lossy.mode == "lossy" and lossy.flag_for_review
     diverged = [s for s in lossy.sequences if not s.identical]
     assert diverged, "bf16 kept every greedy token of the float32 reference"
