@@ -233,7 +233,7 @@ class RunningEngine:
             self._stopped = True
             return None
         self._stopped = True
-        code = self.process.stop()
+        code = self.process.stop(term_timeout_s=self.adapter.stop_grace_s)
         report = self.process.stop_report
         if report is not None:
             try:

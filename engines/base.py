@@ -147,6 +147,8 @@ class EngineAdapter(ABC):
     rejected_request_fields: frozenset[str] = frozenset()
     #: the engine honours ``ignore_eos`` (replayed outputs then keep their recorded lengths)
     honours_ignore_eos: bool = False
+    #: seconds between SIGTERM and SIGKILL at stop (an engine that never honours SIGTERM gets less)
+    stop_grace_s: float = 20.0
 
     def __init__(self, spec: EndpointSpec, port: int, workdir: Path):
         self.spec = spec

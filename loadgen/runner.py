@@ -24,7 +24,7 @@ Why it is built this way (each point is something a slow client would otherwise 
   schedule, all on the same absolute start time.
 * Request fields an engine rejects (its adapter's ``rejected_request_fields``, e.g. ``stream_options``
   on ``transformers serve``) are left out of every body, the runner's own additions included:
-  pass ``omit_fields``, or declare them once per engine URL with :func:`omit_request_fields`.
+  pass them as ``omit_fields`` (the sweep passes the engine adapter's ``rejected_request_fields``).
   Output tokens are then counted from the usage the engine sends anyway, else one per content event.
 """
 
@@ -52,8 +52,6 @@ from loadgen.results import LatencySummary, RequestRecord
 from loadgen.sse import http_request, parse_stream, prepare_body
 
 _now = time.monotonic
-#: engine URL (host:port) -> request fields that engine rejects; see omit_request_fields
-_REJECTED_FIELDS: dict[str, frozenset[str]] = {}
 CLIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL, errno.ENOBUFS, errno.ENOMEM}
 CLIENT_ERROR_PREFIX = "client:"
 
@@ -619,21 +617,6 @@ def _summary_ms(values: np.ndarray) -> LatencySummary:
                           mean=float(values.mean() * 1000.0))
 
 
-def _url_key(base_url: str) -> str:
-    parts = urlsplit(base_url if "://" in base_url else "http://" + base_url)
-    return f"{parts.hostname or '127.0.0.1'}:{parts.port or 80}"
-
-
-def omit_request_fields(base_url: str, fields: Collection[str]) -> None:
-    """Declare the request fields the engine at ``base_url`` rejects (its adapter's
-    ``rejected_request_fields``): every later :func:`run_open_loop` to that URL without an explicit
-    ``omit_fields`` leaves them out. Empty ``fields`` forget the URL (call it when the engine stops)."""
-    if fields:
-        _REJECTED_FIELDS[_url_key(base_url)] = frozenset(fields)
-    else:
-        _REJECTED_FIELDS.pop(_url_key(base_url), None)
-
-
 def _without(data: bytes, omit: frozenset[str]) -> bytes:
     """A prepared JSON body without the top-level fields in ``omit``."""
     body = json.loads(data)
@@ -659,8 +642,8 @@ def run_open_loop(base_url: str, model: str | None, requests: Sequence[bytes | s
     ``isolate`` runs even a single sender in its own process, away from the caller's threads
     and garbage (sweeps do; the caller's process may be busy with other work). ``nice`` sets the
     priority of sender processes (not of the caller; ignored without the privilege).
-    ``omit_fields``: request fields the engine rejects, left out of every body (default: those
-    declared for ``base_url`` with :func:`omit_request_fields`).
+    ``omit_fields``: request fields the engine rejects (its adapter's ``rejected_request_fields``),
+    left out of every body.
     """
     schedule = np.asarray(schedule, dtype=np.float64)
     if schedule.ndim != 1 or (schedule.size and (np.any(np.diff(schedule) < 0) or schedule[0] < 0)):
@@ -676,7 +659,7 @@ def run_open_loop(base_url: str, model: str | None, requests: Sequence[bytes | s
     prefix = parts.path.rstrip("/")
     if prefix.endswith("/v1"):
         prefix = prefix[:-3]
-    omit = frozenset(_REJECTED_FIELDS.get(_url_key(base_url), ()) if omit_fields is None else omit_fields)
+    omit = frozenset(omit_fields or ())
     payloads = []
     for body in requests:
         path, data = prepare_body(body, model)

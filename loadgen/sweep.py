@@ -329,6 +329,9 @@ class _StepRunner:
         self.senders, self.lag_bounds, self.timeout_s = senders, lag_bounds, timeout_s
         self.records_dir = records_dir
         self.reset_cache = reset_cache
+        # request fields this engine rejects (HTTP 422): left out of every body
+        adapter = getattr(engine, "adapter", None)
+        self.omit_fields = frozenset(getattr(adapter, "rejected_request_fields", ()) or ())
         self.notes: list[str] = []
         self._reset_warned = False
 
@@ -342,7 +345,8 @@ class _StepRunner:
             bodies = [_clip_output(b, max_tokens) for b in bodies]
         stop = _deadline_check(None, timeout_s, "warm-up deadline") if timeout_s is not None else None
         outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, np.zeros(count),
-                                timeout_s=self.timeout_s, lag_bounds=LagBounds(1e9, 0.0, 10**9), stop_check=stop)
+                                omit_fields=self.omit_fields, timeout_s=self.timeout_s,
+                                lag_bounds=LagBounds(1e9, 0.0, 10**9), stop_check=stop)
         return [r.e2e_s for r in outcome.records if r.ok and r.e2e_s is not None]
 
     def reset(self) -> None:
@@ -369,7 +373,8 @@ class _StepRunner:
                 # every request's drain at least drain_s.
                 stop = _deadline_check(watch.stop_check, duration_s + drain_s + 0.5, DRAIN_CUT)
             outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, schedule,
-                                    timeout_s=self.timeout_s, senders=self.senders, lag_bounds=self.lag_bounds,
+                                    omit_fields=self.omit_fields, timeout_s=self.timeout_s, senders=self.senders,
+                                    lag_bounds=self.lag_bounds,
                                     duration_s=duration_s, request_ids=ids, stop_check=stop,
                                     isolate=True, nice=-10)
         if outcome.aborted == DRAIN_CUT:

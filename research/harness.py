@@ -24,7 +24,6 @@ from pydantic import BaseModel, Field
 
 from autoresearch.config import EndpointSpec
 from loadgen.results import Comparison, NoiseFloor, SweepResult, Verdict
-from loadgen.runner import omit_request_fields
 from research.correctness import (
     CorrectnessReport,
     CorrectnessThresholds,
@@ -184,7 +183,6 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
         return done(f"launch failed: {exc!r}", traceback.format_exc()[-4000:])
     log_tail = None
     # The load generator leaves out the request fields this engine rejects (HTTP 422 otherwise).
-    omit_request_fields(engine.base_url, getattr(getattr(engine, "adapter", None), "rejected_request_fields", ()))
     if active_file is not None and engine.pid is not None:
         active_file.parent.mkdir(parents=True, exist_ok=True)
         active_file.write_text(json.dumps({"pid": engine.pid, "argv": _cmdline(engine.pid) or []}))
@@ -235,7 +233,6 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             log_tail = None
         return done(f"measurement failed: {exc!r}", (log_tail or "") + "\n" + traceback.format_exc()[-3000:])
     finally:
-        omit_request_fields(engine.base_url, ())
         try:
             engine.stop()
         except Exception as exc:  # noqa: BLE001 - the verdict matters more than a stop hiccup

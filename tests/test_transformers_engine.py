@@ -26,7 +26,7 @@ import pytest
 from autoresearch.config import CampaignSpec, DefinitionSet
 from autoresearch.engine_args import apply_diff, parse_args
 from engines.transformers_serve import TRANSFORMERS_REJECTED_FIELDS, TRANSFORMERS_SERVE_FLAGS
-from loadgen.runner import omit_request_fields, run_open_loop
+from loadgen.runner import run_open_loop
 from research.correctness import capture_reference, check_candidate, judge_greedy_text
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tool_choice": "auto", "user": "u1",
@@ -73,21 +73,18 @@ def test_the_load_generator_leaves_out_the_fields_the_engine_rejects():
     try:
         plain = run_open_loop(server.url, "m", [CHAT], np.zeros(1), timeout_s=10)
         assert "stream_options" in server.bodies[-1] and "tool_choice" in server.bodies[-1]  # vLLM gets them
-        omit_request_fields(server.url, TRANSFORMERS_REJECTED_FIELDS)
-        stripped = run_open_loop(server.url, "m", [CHAT], np.zeros(2), timeout_s=10)
-        explicit = run_open_loop(server.url + "/v1", "m", [CHAT], np.zeros(1), timeout_s=10,
-                                 omit_fields={"user"})  # an explicit list wins over the declared one
-        omit_request_fields(server.url, ())
+        stripped = run_open_loop(server.url, "m", [CHAT], np.zeros(2), timeout_s=10,
+                                 omit_fields=TRANSFORMERS_REJECTED_FIELDS)
+        explicit = run_open_loop(server.url + "/v1", "m", [CHAT], np.zeros(1), timeout_s=10, omit_fields={"user"})
         again = run_open_loop(server.url, "m", [CHAT], np.zeros(1), timeout_s=10)
     finally:
-        omit_request_fields(server.url, ())
         server.close()
     sent = server.bodies
     for body in sent[1:3]:
         assert not set(body) & TRANSFORMERS_REJECTED_FIELDS, body
         assert body["stream"] is True and body["messages"] == CHAT["messages"] and body["max_tokens"] == 4
     assert "user" not in sent[3] and "stream_options" in sent[3]
-    assert "stream_options" in sent[4]  # forgotten once the engine is gone
+    assert "stream_options" in sent[4]  # nothing is remembered between runs
     # Output tokens still come from the usage the engine sends unasked (4), not the 3 content events.
     for outcome in (plain, stripped, explicit, again):
         assert all(r.ok and r.output_tokens == 4 for r in outcome.records)
