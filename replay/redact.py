@@ -94,7 +94,7 @@ _CAPW = rf"{_U}{_L}*(?:['’\-]{_L}+)*"
 _PREFIXED = rf"(?:al|el|ad|as|ash|ul|bin|ibn|ben|abu|abd|d|l|o|di|de|da|du|van|von|mc|mac)['’\-]{_U}{_L}*(?:-{_L}+)*"
 _NAME_WORD = rf"(?:{_PREFIXED}|{_CAPW}|{_U}\.(?= {_U}))"
 _PARTICLE = _trie([p for p in lex.PARTICLES if p.isalpha() and p.islower()])
-_NAME_RUN = re.compile(rf"(?<![\w'’\-]){_NAME_WORD}(?:(?: (?:{_PARTICLE}))* {_NAME_WORD}){{0,5}}")
+_NAME_RUN = re.compile(rf"(?<![\w'’\-]){_NAME_WORD}(?!\w)(?:(?: (?:{_PARTICLE}))* {_NAME_WORD}(?!\w)){{0,5}}")
 _WORD_IN_RUN = re.compile(rf"{_NAME_WORD}|{_L}+")
 
 _CUE_BEFORE = re.compile(
@@ -597,21 +597,44 @@ def _ipv6_ok(value: str) -> bool:
         return False
 
 
+_TEXT_KINDS = ("STREET_ADDRESS", "PERSON")
+
+
 def _resolve(spans: list[Span], text: str) -> list[Span]:
-    """Keep the earliest-starting, then longest, then highest-priority span of any overlap."""
+    """Non-overlapping spans. Validated kinds (emails, IBANs, cards, SSNs, IPs, phones) come
+    first; of overlapping ones the earliest-starting, then longest, then higher-priority wins.
+    Names and addresses then fill the text between them: one that overlaps a kept span is cut
+    to its part outside it ("IBAN DE87…" keeps the IBAN whole; "…, 0793 Oslo Nakamura Yuto"
+    keeps the name after the address)."""
     if len(spans) <= 1:
         return spans
     prio = {c: i for i, c in enumerate(CATEGORIES)}
     spans.sort(key=lambda s: (s.start, -(s.end - s.start), prio[s.category]))
-    out: list[Span] = []
+    kept: list[Span] = []
     for s in spans:
-        if out and s.start < out[-1].end:
-            if s.category == "PERSON" and s.end > out[-1].end + 2:  # "…, 0793 Oslo Nakamura Yuto": keep the rest
-                start = out[-1].end
-                while start < s.end and (not text[start].isalpha() or text[start - 1].isalpha()):
-                    start += 1
-                if start < s.end:
-                    out.append(Span(start, s.end, "PERSON"))
+        if s.category in _TEXT_KINDS:
             continue
-        out.append(s)
-    return out
+        if kept and s.start < kept[-1].end:
+            continue
+        kept.append(s)
+    for s in spans:
+        if s.category not in _TEXT_KINDS:
+            continue
+        start, end = s.start, s.end
+        for k in kept:
+            if k.end <= start or k.start >= end:
+                continue
+            if k.start <= start:  # keep what follows the kept span, from the next word on
+                start = k.end
+                while start < end and (not text[start].isalpha() or text[start - 1].isalpha()):
+                    start += 1
+            else:  # keep what precedes it
+                end = k.start
+                while end > start and not text[end - 1].isalpha():
+                    end -= 1
+            if start >= end:
+                break
+        if end - start >= 2 and any(c.isalpha() for c in text[start:end]):
+            kept.append(Span(start, end, s.category))
+            kept.sort(key=lambda x: x.start)
+    return kept

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from replay.pii_fixtures import CATEGORIES, fake_value, held_out_name, iban_ok, luhn_ok, name_lists, planted_pii_logs
+from replay.pii_fixtures import CATEGORIES, fake_value, held_out_name, iban_ok, luhn_ok, planted_pii_logs
 from replay import pii_lexicon
 from replay.redact import Redactor
 
@@ -163,3 +163,16 @@ def test_stand_ins_keep_token_counts_under_the_endpoint_tokenizer(planted) -> No
                     off.append((diff, m_in["content"], m_out["content"]))
     assert n_changed > 300
     assert all(abs(d) <= 1 for d, *_ in off) and len(off) <= n_changed // 100, off[:3]  # exact, or within one token
+
+
+def test_a_name_cue_never_cuts_into_a_validated_value() -> None:
+    """"to IBAN DE87…": the cue "to" and the name "Iban" must not take the IBAN's first letters
+    and leave its digits behind (names give way to validated kinds where they overlap)."""
+    r = Redactor()
+    rng = random.Random(17)
+    for _ in range(50):
+        iban, card = fake_value("IBAN", rng), fake_value("CREDIT_CARD", rng)
+        for text in (f"Please wire the refund to IBAN {iban}.", f"Refund to Card {card} please", f"Account holder: Iban {iban}"):
+            out = r.redact_text(text)
+            digits = "".join(ch for ch in (iban if "IBAN" in text or "Iban" in text else card) if ch.isdigit())
+            assert digits[-8:] not in "".join(ch for ch in out if ch.isdigit()), (text, out)
