@@ -313,8 +313,9 @@ def _ip(r: random.Random) -> str:
 
 
 def _email(r: random.Random, person: str | None = None) -> str:
-    base = (person or f"{r.choice(list(_all_given()))} {r.choice(list(_all_family()))}")
-    parts = [p for p in re.split(r"[\s'-]+", _ascii_fold(base).lower()) if p and p not in PARTICLES]
+    base = (person or f"{r.choice(sorted(_all_given()))} {r.choice(sorted(_all_family()))}")  # sorted: sets vary per process
+    words = [p for p in re.split(r"[\s'-]+", _ascii_fold(base).lower()) if p]
+    parts = [p for p in words if p not in PARTICLES] or words
     first, last = parts[0], parts[-1]
     local = r.choice([f"{first}.{last}", f"{first}_{last}{r.randint(1, 99)}", f"{first[0]}{last}", f"{last}.{first[0]}",
                       f"{first}{r.randint(1970, 2005)}", f"{first}.{last}+support"])
