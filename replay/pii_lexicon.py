@@ -123,7 +123,7 @@ RELATIONS = ("wife|husband|son|daughter|brother|sister|mother|mom|mum|mama|fathe
 # Role nouns: "<role> X" or "<role>: X" (label) name a person.
 ROLE_NOUNS = ("name|names|holder|account holder|card ?holder|customer|client|recipient|payee|beneficiary|contact(?: person)?|"
               "sender|addressee|passenger|owner|patient|guest|member|tenant|applicant|signatory|signed|signature|"
-              "attn|att|attention|from|to|cc|by|for|driver|agent|representative|rep|advisor|adviser|technician|courier|"
+              "attn|att|attention|driver|agent|representative|rep|advisor|adviser|technician|courier|"
               "consultant|officer|operator|employee|insured|policyholder|subscriber|user|authori[sz]ed user|"
               "account name|full name|first name|last name|surname|given name|family name|legal name|name on (?:the )?(?:account|card)|"
               "customer name|client name|contact name|recipient name|cardholder name|ordered by|placed by|booked by|paid by|"

@@ -98,7 +98,7 @@ _NAME_RUN = re.compile(rf"(?<![\w'’\-]){_NAME_WORD}(?!\w)(?:(?: (?:{_PARTICLE}
 _WORD_IN_RUN = re.compile(rf"{_NAME_WORD}|{_L}+")
 
 _CUE_BEFORE = re.compile(
-    r"(?i)(?:\b(?:" + lex.ROLE_NOUNS + r")|\bmy (?:" + lex.RELATIONS + r")|\b(?:" + lex.RELATIONS + r")|"
+    r"(?i)(?:\b(?:from|to|cc|bcc|by|for)\s*:(?=\s*$)|\b(?:" + lex.ROLE_NOUNS + r")|\bmy (?:" + lex.RELATIONS + r")|\b(?:" + lex.RELATIONS + r")|"
     r"\b(?:" + _trie(t for t in lex.TITLES if t.replace(".", "").isalpha()) + r")\.?)"
     r"(?:\s+(?:of|on|for|to|from)\s+(?:the|this|that|my|our|your|his|her)\s+\w+)?"
     r"(?:\s+(?:is|was|are|were|will be|should be|reads|says|shows))?"
