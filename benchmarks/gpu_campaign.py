@@ -151,7 +151,7 @@ def report(args) -> Path:
     """Record the campaign here and write ``benchmarks/results/gpu_campaign.json`` with its review."""
     from autoresearch import paths
     from memory_db.store import MemoryStore
-    from research.campaign import record_campaign
+    from research.campaign import record_campaign, total_gain
     from research.harness import CandidateResult
     from research.review import write_report
     from research.state import StateStore
@@ -187,6 +187,11 @@ def report(args) -> Path:
         "reference_args": state.reference.engine_args if state.reference else None,
         "reference_capacity": state.reference.capacity if state.reference else None,
         "reference_capacities": state.reference.noise.capacities if state.reference else None,
+        # a reference that held no rate down to its sweep floor: its capacity is below this (req/s)
+        "reference_capacity_below_rps": (min(b for b in state.reference.noise.capacity_below if b is not None)
+                                         if state.reference and any(state.reference.noise.capacity_below) else None),
+        "total_gain": total_gain(state.reference, state.working)[0],
+        "total_gain_is_lower_bound": total_gain(state.reference, state.working)[1],
         "best_args": state.working.engine_args if state.working else None,
         "best_capacity": state.working.capacity if state.working else None,
         "best_capacities": state.working.noise.capacities if state.working else None,
@@ -199,6 +204,9 @@ def report(args) -> Path:
         "calls": len(calls), "call_log": calls,
         "experiments": experiments,
         "open_questions": state.open_questions,
+        "best_vs_hand_tuned": (state.working.capacity / (sum(hand_caps) / len(hand_caps))
+                               if hand_caps and state.working else None),
+        "noise_threshold_of_best": state.working.noise.threshold if state.working else None,
         "review_report": str(review.relative_to(REPO)),
         "rerun": "docs/gpu.md, 'The campaign on the H200'",
     }

@@ -79,6 +79,22 @@ def _diff_table(before: list[str], after: list[str]) -> list[str]:
     return lines
 
 
+def _label(adopted: list[ExperimentRecord], any_lossy: bool) -> str:
+    """What the adopted changes' correctness evidence supports, in one phrase."""
+    if any_lossy:
+        return "LOSSY - human review required"
+    if not adopted:
+        return "unchanged"
+    reports = [e.correctness for e in adopted]
+    if any(r is None or not r.checked for r in reports):
+        return "lossless by declaration, outputs NOT checked (no correctness evidence) - review before use"
+    labels = sorted({r.label for r in reports})
+    if all(r.lossless_equivalent for r in reports):
+        return "lossless (outputs kept: " + "; ".join(labels) + ")"
+    return ("lossless by declaration, outputs kept only within the baseline's own numerical noise ("
+            + "; ".join(labels) + ") - review before use")
+
+
 def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
     n = b.noise
     return [f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
@@ -206,7 +222,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
            f"| best capacity | {_fmt(best.capacity)} req/s |",
            f"| total gain | **x{'>=' if gain_bound else ''}{_fmt(gain)}**"
            + (" (a lower bound: the reference held no rate down to its floor)" if gain_bound else "") + " |",
-           f"| label | **{'LOSSY - human review required' if any_lossy else 'lossless (outputs kept, checked)'}** |",
+           f"| label | **{_label(adopted, any_lossy)}** |",
            f"| ended because | {state.end_reason or 'still running'} |",
            f"| experiments | {sum(e.verdict != 'skipped' for e in state.experiments.values())} run, "
            f"{sum(e.verdict == 'skipped' for e in state.experiments.values())} skipped, {len(state.rounds)} round(s) |",

@@ -222,7 +222,7 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Nothing has been deployed" in text
     assert "| `--max-num-seqs` | 2 | 16 |" in text and "`--enable-prefix-caching`" in text
-    assert "x3" in text and "lossless (outputs kept, checked)" in text
+    assert "x3" in text and "lossless (outputs kept: lossless, checked on logprobs)" in text
     assert "Noise floor" in text and "[1.0, 1.0]" in text and "[3.0, 3.0]" in text
     assert "greedy 8/8 identical" in text
     assert "autoresearch campaign run support_smollm_default" in text
