@@ -56,3 +56,46 @@ def test_set_overrides_engine_arguments():
     assert changed.launch_config_hash() != spec.launch_config_hash()
     with pytest.raises(UsageError, match="engine.ARG=VALUE"):
         _apply_sets(spec, ["max-num-seqs=16"])
+
+
+# --- campaign exit codes (real engine, real CLI process) ------------------------------------------
+def _campaign_home(tmp_path: Path, extra_args: list[str], deadline_minutes: float) -> dict:
+    """A definitions folder with tiny_random (plus ``extra_args``) and one campaign on it; the
+    environment that points the CLI at it, with its own state root and the shared models."""
+    import os
+
+    import yaml
+
+    spec = yaml.safe_load((REPO / "definitions" / "endpoints" / "tiny_random.yaml").read_text())
+    spec["endpoint"]["engine"]["args"] += extra_args
+    spec["endpoint"]["sweep"].update({"rates": [2.0, 4.0], "step_duration_s": 4, "repeats": 2})
+    (tmp_path / "defs" / "endpoints").mkdir(parents=True)
+    (tmp_path / "defs" / "campaigns").mkdir()
+    (tmp_path / "defs" / "endpoints" / "tiny_random.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "defs" / "campaigns" / "c.yaml").write_text(yaml.safe_dump({"campaign": {
+        "name": "c", "endpoint": "tiny_random", "deadline_minutes": deadline_minutes, "max_rounds": 1,
+        "profile_seconds": 0}}))
+    from autoresearch.paths import models_dir
+
+    return {**os.environ, "AUTORESEARCH_HOME": str(tmp_path / "home"), "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),
+            "AUTORESEARCH_MODELS": str(models_dir())}
+
+
+def test_campaign_with_an_invalid_baseline_exits_non_zero_with_the_reason(tmp_path):
+    env = _campaign_home(tmp_path, ["--dtype", "not-a-dtype"], deadline_minutes=30)
+    result = subprocess.run([sys.executable, "-m", "autoresearch.cli", "campaign", "run", "c"], capture_output=True,
+                            text=True, cwd=REPO, env=env, timeout=600)
+    assert result.returncode == 4, (result.stdout, result.stderr)
+    assert "FAILED" in result.stdout and "finished" not in result.stdout.splitlines()[-1]
+    assert "campaign c failed: no valid baseline: baseline invalid" in result.stderr
+    assert "launch failed" in result.stderr or "engine failed" in result.stderr
+    assert list((tmp_path / "home").rglob("engine.log"))  # it was tried for real
+
+
+def test_campaign_whose_deadline_cannot_fit_its_baseline_refuses_before_starting(tmp_path):
+    env = _campaign_home(tmp_path, [], deadline_minutes=0.5)
+    result = subprocess.run([sys.executable, "-m", "autoresearch.cli", "campaign", "run", "c"], capture_output=True,
+                            text=True, cwd=REPO, env=env, timeout=600)
+    assert result.returncode == 4, (result.stdout, result.stderr)
+    assert "deadline: the next experiment (about" in result.stderr and "min deadline" in result.stderr
+    assert not list((tmp_path / "home").rglob("engine.log"))  # no engine was started
