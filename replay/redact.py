@@ -105,6 +105,8 @@ _CUE_BEFORE = re.compile(
     r"(?:\s*\([^)]{0,20}\))?[\s,:;.\-–—]*$")
 _JSON_KEY = re.compile(r"(?i)\"[a-z_]*(?:name|recipient|customer|holder|payee|beneficiary|contact|sender|addressee|passenger|"
                        r"owner|client|guest|patient|driver|agent|user|signatory|from|to|attn|by|person|employee|member)[a-z_]*\"\s*:\s*\"$")
+# Romanised Vietnamese, Korean and Chinese family names that are also English words.
+_SHORT_FAMILY = frozenset("do ha ma an le so to ho oh go yu no ko lo mo bo on".split())
 _LABEL = re.compile(r"(?i)\b(?:name|holder|customer|client|recipient|payee|beneficiary|from|to|attn|att|contact|passenger|"
                     r"owner|signed|sender|addressee)\s*:\s*$")
 _CUE_AFTER = re.compile(
@@ -373,16 +375,19 @@ class Redactor:
     def _lower_name(self, text: str, start: int, group: str) -> Span | None:
         first, last, common = self._first, self._last, self._common
         words = group.split(" ")
+        strong = re.search(r"(?i)(?:name(?: is|'s|:)|call me|called)\s+$", text[max(0, start - 16):start]) is not None
         take = []
-        for w in words:
+        for k, w in enumerate(words):
             f = lex.fold(w)
             if f in lex.FUNCTION_WORDS or f in common or f in lex.COMMON_WORDS:
-                break
+                # East Asian family names that are also English words ("my name is do minh", "ha eun")
+                if not (strong and k == 0 and f in _SHORT_FAMILY and len(words) > 1
+                        and lex.fold(words[1]) not in common and lex.fold(words[1]) not in lex.FUNCTION_WORDS):
+                    break
             take.append(w)
         if not take or any(w[0].isupper() for w in take):  # capitalised ones are the main pass's job
             return None
         known = any(lex.fold(w) in first or lex.fold(w) in last for w in take)
-        strong = re.search(r"(?i)(?:name(?: is|'s|:)|call me|called)\s+$", text[max(0, start - 16):start]) is not None
         here = re.match(r"[,]? (?:here|speaking)\b", text[start + len(" ".join(take)):]) is not None
         if known or strong or here:
             return Span(start, start + len(" ".join(take)), "PERSON")
