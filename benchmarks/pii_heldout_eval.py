@@ -147,18 +147,43 @@ def evaluate(name: str, lines: int, work: Path) -> str:
     return "\n".join(out)
 
 
+def other_seeds(seeds: list[int], lines: int) -> str:
+    """Recall of the held-out corpus at other seeds, in memory (the redactor the pool build uses)."""
+    import pii_heldout_corpus as H
+    from replay.redact import Redactor
+
+    out = [f"held-out corpus at other seeds ({lines} requests each, redacted in memory, leaks counted per request):",
+           "seed  " + " ".join(f"{k:>14}" for k in H.KINDS) + "  missed"]
+    for seed in seeds:
+        log, planted = H.generate(lines, seed=seed)
+        r = Redactor()
+        red = [json.dumps(r.redact_request(json.loads(line)["request"]), ensure_ascii=False) for line in log]
+        total, leaked, missed = Counter(), Counter(), []
+        for p in planted:
+            total[p.kind] += 1
+            if H.leaked(p, red[p.line - 1]):
+                leaked[p.kind] += 1
+                missed.append(p.value)
+        out.append(f"{seed:<5} " + " ".join(f"{1 - leaked[k] / total[k]:>14.4f}" for k in H.KINDS) + "  " + " | ".join(missed[:6]))
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--corpora", default="fixtures,heldout")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "pii_recall.txt")
+    parser.add_argument("--other-seeds", default="8,9,10,11,12,13", help="held-out seeds also measured in memory")
     args = parser.parse_args()
     os.environ.setdefault("AUTORESEARCH_MODELS", str(REPO / ".autoresearch" / "models"))
     sections = [f"PII recall on persisted outputs ({time.strftime('%Y-%m-%d %H:%M:%S %Z')})",
-                f"command: .venv/bin/python benchmarks/pii_heldout_eval.py --lines {args.lines} --corpora {args.corpora}", ""]
+                f"command: .venv/bin/python benchmarks/pii_heldout_eval.py --lines {args.lines} --corpora {args.corpora} "
+                f"--other-seeds {args.other_seeds}", ""]
     with tempfile.TemporaryDirectory(prefix="pii-eval-") as tmp:
         for name in args.corpora.split(","):
             sections += [evaluate(name, args.lines, Path(tmp)), ""]
+    if args.other_seeds:
+        sections += [other_seeds([int(x) for x in args.other_seeds.split(",")], args.lines), ""]
     text = "\n".join(sections)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
