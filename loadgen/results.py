@@ -63,6 +63,9 @@ class StepResult(BaseModel):
     itl_ms: LatencySummary
     e2e_ms: LatencySummary
     send_lag_ms: LatencySummary
+    # Time per output token of each finished request, (E2E - TTFT) / (tokens - 1): the decode step as
+    # the client sees it even where the stream delivers several tokens per event (ITL gaps of 0).
+    tpot_ms: LatencySummary = Field(default_factory=LatencySummary)
     cached_prompt_fraction: float | None = None
     within_sla: bool
     sla_violations: list[str] = Field(default_factory=list)  # e.g. "ttft p95 812ms > 500ms"

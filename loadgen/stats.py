@@ -45,6 +45,8 @@ def latency_arrays(records: list[RequestRecord]) -> dict[str, np.ndarray]:
         "ttft": np.array([r.ttft_s for r in ok + cut if r.ttft_s is not None], dtype=np.float64),
         "itl": np.array([g for r in ok + cut for g in r.itl_s], dtype=np.float64),
         "e2e": np.array([r.e2e_s for r in ok if r.e2e_s is not None], dtype=np.float64),
+        "tpot": np.array([(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
+                          if r.e2e_s is not None and r.ttft_s is not None and r.output_tokens > 1], dtype=np.float64),
     }
 
 
@@ -175,6 +177,7 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
         ttft_ms=summary_ms(arrays["ttft"]),
         itl_ms=summary_ms(arrays["itl"]),
         e2e_ms=summary_ms(arrays["e2e"]),
+        tpot_ms=summary_ms(arrays["tpot"]),
         send_lag_ms=summary_ms(lags),
         cached_prompt_fraction=(cached / prompt) if (has_cached and prompt) else None,
         within_sla=not violations and outcome.valid,

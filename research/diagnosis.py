@@ -173,6 +173,7 @@ def engine_stats(sweeps: Sequence[SweepResult]) -> dict[str, float]:
         low = steps[0]  # the lowest load: closest to batch 1, where the roofline applies
         rows["low_rate"].append(low.target_rate)
         rows["low_itl_p50_ms"].append(low.itl_ms.p50)
+        rows["low_tpot_p50_ms"].append(low.tpot_ms.p50)
         rows["low_ttft_p50_ms"].append(low.ttft_ms.p50)
         for key, value in (getattr(low, "device_metrics", None) or {}).items():
             rows[f"low_{key}"].append(value)
@@ -403,7 +404,8 @@ def _profile_rules(profile: ProfileBreakdown | None) -> list[Bottleneck]:
 
 def _roofline(e: dict, roofline: Roofline | None) -> Bottleneck | None:
     """Decode at the lowest load against the bandwidth bound: far above it = launch or CPU overhead."""
-    itl, rate = e.get("low_itl_p50_ms"), e.get("low_rate")
+    # time per output token, robust to streams that coalesce tokens (ITL gaps of 0); ITL where absent
+    itl, rate = e.get("low_tpot_p50_ms") or e.get("low_itl_p50_ms"), e.get("low_rate")
     if roofline is None or not itl:
         return None
     bound = roofline.decode_step_ms
@@ -411,7 +413,7 @@ def _roofline(e: dict, roofline: Roofline | None) -> Bottleneck | None:
     e["roofline_decode_ms"], e["roofline_ratio"] = bound, ratio
     if ratio < ROOFLINE_OVERHEAD_RATIO:
         return None
-    evidence = [f"ITL p50 at the lowest load ({_f(rate)} req/s) is {itl:.1f} ms, {ratio:.0f}x the roofline "
+    evidence = [f"time per output token (p50) at the lowest load ({_f(rate)} req/s) is {itl:.1f} ms, {ratio:.0f}x the roofline "
                 f"({roofline.describe()})",
                 "a decode step this far above the bandwidth bound at a small batch is launch or CPU overhead"
                 if ratio >= 20 else "the decode step is well above the bandwidth bound at a small batch"]

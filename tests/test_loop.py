@@ -128,6 +128,7 @@ def _low_load_sweep(itl_p50: float, rate: float = 0.5) -> SweepResult:
     lat = lambda v: LatencySummary(p50=v, p95=v * 1.3, p99=v * 1.5, mean=v)  # noqa: E731
     steps = [StepResult(target_rate=rate, achieved_rate=rate, throughput_rps=rate, duration_s=10, requests=5, errors=0,
                         error_rate=0.0, ttft_ms=lat(50), itl_ms=lat(itl_p50), e2e_ms=lat(50 + 100 * itl_p50),
+                        tpot_ms=lat(itl_p50),
                         send_lag_ms=lat(0.1), within_sla=True)]
     return SweepResult(endpoint="chat", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=rate,
                        steps=steps)
@@ -153,15 +154,17 @@ def test_roofline_separates_overhead_from_a_bandwidth_bound_decode():
 def test_roofline_names_launch_overhead_on_a_measured_low_load_case(tiny_engine, definitions):
     """Real numbers: vLLM's CPU build serving the 3.4 M-parameter model at a low rate; the bound is the
     model's weight files over this host's measured memory bandwidth."""
+    from autoresearch.workflows import load_pool
+
     spec = definitions.endpoint("tiny_random")
-    pool = make_pool(24)
+    pool = load_pool(spec)  # its replay pool: replies run to their recorded lengths (ignore_eos)
     sweep = run_sweep(tiny_engine, pool, spec, rates=[0.5], step_duration_s=8, check_client=False)
     roofline = roofline_for(resolve_model_dir(spec), "cpu")
     assert roofline is not None and roofline.source == "measured on this host"
     assert 0 < roofline.decode_step_ms < 5  # a few MB of weights at GB/s
     diagnosis = diagnose(pool, [sweep], list(spec.engine.args), endpoint=spec.name, engine_kind="vllm",
                          roofline=roofline)
-    itl = diagnosis.engine_stats["low_itl_p50_ms"]
+    itl = diagnosis.engine_stats["low_tpot_p50_ms"]
     assert itl >= 5 * roofline.decode_step_ms, (itl, roofline.describe())
     overhead = diagnosis.bottleneck("cpu_overhead")
     assert overhead is not None, diagnosis.bottlenecks
