@@ -194,7 +194,8 @@ def reference_outputs(spec: EndpointSpec):
     if cache.exists():
         return ReferenceOutputs.model_validate_json(cache.read_text())
     with start_engine(spec, workdir=paths.runs_dir() / "references" / spec.name) as engine:
-        reference = capture_reference(engine.base_url, engine.served_model, list(spec.engine.args))
+        reference = capture_reference(engine.base_url, engine.served_model, list(spec.engine.args),
+                                      adapter=engine.adapter)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(reference.model_dump_json())
     return reference

@@ -423,6 +423,10 @@ def _roofline(e: dict, roofline: Roofline | None) -> Bottleneck | None:
     severity = min(0.95, 0.35 + 0.15 * np.log2(ratio / ROOFLINE_OVERHEAD_RATIO))
     if util is not None and util >= 80:  # busy device: the gap is kernels, not idle time
         severity *= 0.5
+    if not (e.get("sla_violations_itl") or e.get("sla_violations_e2e")):
+        # a slow decode step that no SLA target feels does not limit capacity: queueing or prefill does
+        evidence.append("ITL and E2E stay within the SLA: the overhead is real but not what limits capacity here")
+        severity = min(severity, 0.3)
     return Bottleneck(name="cpu_overhead", severity=round(float(severity), 3), evidence=evidence)
 
 

@@ -124,12 +124,13 @@ def test_graphs_on_vllm_mean_removing_enforce_eager():
 
 
 # ------------------------------------------------------------------------------------ roofline
-def _low_load_sweep(itl_p50: float, rate: float = 0.5) -> SweepResult:
+def _low_load_sweep(itl_p50: float, rate: float = 0.5, itl_breaks_sla: bool = True) -> SweepResult:
     lat = lambda v: LatencySummary(p50=v, p95=v * 1.3, p99=v * 1.5, mean=v)  # noqa: E731
+    within = not itl_breaks_sla
     steps = [StepResult(target_rate=rate, achieved_rate=rate, throughput_rps=rate, duration_s=10, requests=5, errors=0,
                         error_rate=0.0, ttft_ms=lat(50), itl_ms=lat(itl_p50), e2e_ms=lat(50 + 100 * itl_p50),
-                        tpot_ms=lat(itl_p50),
-                        send_lag_ms=lat(0.1), within_sla=True)]
+                        tpot_ms=lat(itl_p50), send_lag_ms=lat(0.1), within_sla=within,
+                        sla_violations=[] if within else [f"itl p95 {itl_p50 * 1.3:.0f}ms > 100ms"])]
     return SweepResult(endpoint="chat", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=rate,
                        steps=steps)
 
@@ -142,6 +143,10 @@ def test_roofline_separates_overhead_from_a_bandwidth_bound_decode():
     assert overhead is not None and slow.bottlenecks[0].name == "cpu_overhead"
     assert any("launch or CPU overhead" in e for e in overhead.evidence)
     assert slow.engine_stats["roofline_ratio"] > 100
+    # overhead that no SLA target feels ranks below what does limit capacity
+    felt_not = diagnose(make_pool(), [_low_load_sweep(80.0, itl_breaks_sla=False)], ["--continuous-batching"],
+                        engine_kind="transformers", roofline=h200).bottleneck("cpu_overhead")
+    assert felt_not is not None and felt_not.severity <= 0.3 < overhead.severity
     # a decode step near the bound is not overhead
     near = diagnose(make_pool(), [_low_load_sweep(0.3)], ["--continuous-batching"], engine_kind="transformers",
                     roofline=h200)
