@@ -181,6 +181,7 @@ def report(args) -> Path:
             "adopted": any(b.source_experiment == e.experiment_id for b in state.baselines),
             "invalid_reason": e.invalid_reason})
     hand_caps = hand_result.capacities if hand_result else []
+    gain, gain_is_bound = total_gain(state.reference, state.working)
     summary = {
         "campaign": CAMPAIGN, "endpoint": ENDPOINT, "campaign_id": state.campaign_id,
         "finished": state.finished, "end_reason": state.end_reason,
@@ -190,8 +191,7 @@ def report(args) -> Path:
         # a reference that held no rate down to its sweep floor: its capacity is below this (req/s)
         "reference_capacity_below_rps": (min(b for b in state.reference.noise.capacity_below if b is not None)
                                          if state.reference and any(state.reference.noise.capacity_below) else None),
-        "total_gain": total_gain(state.reference, state.working)[0],
-        "total_gain_is_lower_bound": total_gain(state.reference, state.working)[1],
+        "total_gain": gain, "total_gain_is_lower_bound": gain_is_bound,
         "best_args": state.working.engine_args if state.working else None,
         "best_capacity": state.working.capacity if state.working else None,
         "best_capacities": state.working.noise.capacities if state.working else None,

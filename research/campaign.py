@@ -722,6 +722,7 @@ class _Campaign:
     def outcome(self, write: bool = False) -> CampaignOutcome:
         s = self.state
         ref, best = s.reference, s.working
+        gain, gain_is_bound = total_gain(ref, best)
         report_path = best_path = None
         if write:
             if ref is not None:
@@ -730,7 +731,7 @@ class _Campaign:
                     "endpoint": self.endpoint.name, "campaign_id": s.campaign_id, "engine_args": best.engine_args,
                     "diff_vs_reference": diff_args(ref.engine_args, best.engine_args),
                     "capacity_rps": best.capacity, "reference_capacity_rps": ref.capacity,
-                    "total_gain": total_gain(ref, best)[0], "total_gain_is_lower_bound": total_gain(ref, best)[1],
+                    "total_gain": gain, "total_gain_is_lower_bound": gain_is_bound,
                     "lossless": True, "deployed": False}, indent=2))
             from research.review import write_report
 
@@ -751,7 +752,7 @@ class _Campaign:
             end_reason=s.end_reason, reference_args=ref.engine_args if ref else [],
             reference_capacity=ref.capacity if ref else None, best_args=best.engine_args if best else [],
             best_capacity=best.capacity if best else None,
-            total_gain=total_gain(ref, best)[0], total_gain_is_lower_bound=total_gain(ref, best)[1],
+            total_gain=gain, total_gain_is_lower_bound=gain_is_bound,
             adopted_experiments=[b.source_experiment for b in s.baselines if b.source_experiment],
             experiments_run=sum(e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail)
                                 for e in experiments),

@@ -53,7 +53,7 @@ class Context:
         """Whether applying ``diff`` would change the arguments (a switch that is off)."""
         if not diff:
             return False
-        return any((flag in self.args) if value == REMOVE else (self.args.get(flag, "\0") != value or flag not in self.args)
+        return any((flag in self.args) if value == REMOVE else (flag not in self.args or self.args[flag] != value)
                    for flag, value in diff.items())
 
     def stat(self, key: str, default: float = 0.0) -> float:
