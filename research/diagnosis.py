@@ -232,56 +232,57 @@ def _f(x: float | None, digits: int = 2) -> str:
 
 
 def _batch_limit(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
+    """Requests queue behind the engine's sequence limit.
+
+    Two independent signals, and either is enough: the engine's queue gauges (sampled, and on
+    vLLM's CPU build often read between scheduler steps) and Little's law on the client side
+    (rate x mean latency = requests in flight; more in flight than the limit lets run must wait).
+    A sparse gauge sample never vetoes what the client measured."""
     limit_flag = vocab.batch_limit.flag if vocab.batch_limit else None
     limit = _flag_int(args, limit_flag)
     running = e.get("over_requests_running_mean")
     running_max = e.get("over_requests_running_max")
     waiting = e.get("over_requests_waiting_mean")
-    evidence: list[str] = []
-    # Client side (Little's law): far more requests in flight than the limit lets run, and TTFT
-    # (queueing) breaks the SLA. Holds whatever the engine's gauges happened to sample.
     in_flight = e.get("over_in_flight_mean")
-    queued_client_side = (limit is not None and in_flight is not None and in_flight >= 1.5 * limit
-                          and bool(e.get("sla_violations_ttft"))
-                          and not (running is not None and waiting is not None and waiting >= 0.5))
-    if queued_client_side:
-        evidence.append(f"TTFT breaks the SLA while {in_flight:.1f} requests are in flight at "
-                        f"{_f(e.get('over_rate'))} req/s (rate x mean end-to-end latency) against {limit_flag} {limit}")
-        severity = min(1.0, 0.4 + 0.6 * (in_flight - limit) / in_flight)
-    elif running is not None and waiting is not None:
+    ttft_breaks = bool(e.get("sla_violations_ttft"))
+    evidence: list[str] = []
+    severities: list[float] = []
+    if running is not None and waiting is not None:
         saturated = (limit is not None and running_max is not None and running_max >= limit
                      and running >= 0.8 * limit)
         if limit is None and running_max is not None:  # default limit: look for a plateau instead
             at_cap_max = e.get("at_cap_requests_running_max")
             saturated = at_cap_max is not None and running_max <= at_cap_max and waiting > running
-        # The running gauge is sampled between scheduler steps and can read 0 on a busy engine;
-        # a queue several times longer than a small batch limit points at the limit all the same.
+        # The running gauge can read 0 on a busy engine; a queue several times longer than a
+        # small batch limit points at the limit all the same.
         waiting_max = e.get("over_requests_waiting_max") or 0.0
         queue_past_small_limit = limit is not None and limit <= 4 and waiting_max >= 2 * limit
-        if not ((saturated or queue_past_small_limit) and waiting >= 0.5):
+        if (saturated or queue_past_small_limit) and waiting >= 0.5:
+            evidence.append(f"at {_f(e.get('over_rate'))} req/s the queue builds: {_f(waiting, 1)} requests waiting on "
+                            f"average (max {_f(e.get('over_requests_waiting_max'), 0)}) while {_f(running, 1)} run "
+                            f"(max {_f(running_max, 0)})")
+            if limit is not None:
+                evidence.append(f"running requests sit at the limit {limit_flag} {limit}")
+            severities.append(min(1.0, 0.4 + 0.6 * waiting / (waiting + running)))
+    # Client side: more requests in flight than the limit lets run, and TTFT (queueing) breaks the SLA.
+    if limit is not None and in_flight is not None and ttft_breaks and in_flight >= 1.2 * limit:
+        evidence.append(f"TTFT breaks the SLA while {in_flight:.1f} requests are in flight on average at "
+                        f"{_f(e.get('over_rate'))} req/s (rate x mean end-to-end latency) against a limit of "
+                        f"{limit} ({limit_flag} {limit}): the rest wait")
+        severities.append(min(1.0, 0.5 + 0.5 * (in_flight - limit) / limit))
+    if not severities:
+        if not (limit is not None and limit <= 4 and ttft_breaks):
             return None
-        evidence.append(f"at {_f(e.get('over_rate'))} req/s the queue builds: {_f(waiting, 1)} requests waiting on "
-                        f"average (max {_f(e.get('over_requests_waiting_max'), 0)}) while {_f(running, 1)} run "
-                        f"(max {_f(running_max, 0)})")
-        if limit is not None:
-            evidence.append(f"running requests sit at the limit {limit_flag} {limit}")
-        kv = e.get("over_kv_cache_usage_max")
-        if kv is not None and kv < 0.6:
-            evidence.append(f"KV cache at most {kv:.0%} used: memory left for a larger batch")
-        severity = min(1.0, 0.4 + 0.6 * waiting / (waiting + running))
-    elif limit is not None and limit <= 4 and e.get("sla_violations_ttft"):
         evidence.append(f"{limit_flag} {limit} is very small and TTFT (queueing) breaks the SLA first; "
-                        "no engine metrics to confirm the queue")
-        severity = 0.5
-    else:
-        return None
-    if in_flight is not None and limit is not None and in_flight > limit and not queued_client_side:
-        evidence.append(f"{in_flight:.1f} requests in flight on average at {_f(e.get('over_rate'))} req/s (rate x mean "
-                        f"end-to-end latency) against a limit of {limit}")
+                        "neither the engine's gauges nor the client's in-flight count confirm the queue")
+        severities.append(0.45)
+    kv = e.get("over_kv_cache_usage_max")
+    if kv is not None and kv < 0.6:
+        evidence.append(f"KV cache at most {kv:.0%} used: memory left for a larger batch")
     ttft = e.get("over_ttft_p95_ms")
     if ttft is not None:
         evidence.append(f"TTFT p95 {ttft:.0f} ms at the overloaded step (ITL p95 {_f(e.get('over_itl_p95_ms'), 0)} ms)")
-    return Bottleneck(name="batch_limit", severity=round(severity, 3), evidence=evidence)
+    return Bottleneck(name="batch_limit", severity=round(max(severities), 3), evidence=evidence)
 
 
 def _prefix_cache(r: dict, e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:

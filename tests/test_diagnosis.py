@@ -193,3 +193,21 @@ def test_batch_limit_found_from_client_side_concurrency_when_gauges_read_zero():
     first = rules.propose(diagnosis, 3)
     seqs = [p for p in first if p.intervention.technique == "raise_max_num_seqs"]
     assert seqs and int(seqs[0].intervention.engine_arg_diff["--max-num-seqs"]) == 8  # 1.4 x 4.0 s = 5.6 in flight
+
+
+def test_sparse_queue_gauges_do_not_veto_the_client_side_queue():
+    """One sequence at a time (as the asset-graph test's endpoint): the gauges sampled a short
+    queue (0.3 waiting), but 1.3 requests in flight against a limit of 1 while TTFT breaks the
+    SLA is a queue all the same, and it outranks the prefix cache."""
+    args = ["--max-num-seqs", "1"]
+    sparse = SweepResult(endpoint="quick", engine_args=args, launch_config_hash="h", started_at=0.0, capacity_rps=0.5,
+                         steps=[step(0.5, True, 0.3, 0.0, ttft=900, e2e=1200),
+                                step(1.0, False, 0.3, 0.3, ttft=3200, itl=14, e2e=1625,
+                                     violations=["ttft p95 3200ms > 1000ms"])])
+    diagnosis = diagnose(make_pool(), [sparse], args, endpoint="quick")
+    assert diagnosis.engine_stats["over_in_flight_mean"] == pytest.approx(1.3)
+    assert diagnosis.bottlenecks[0].name == "batch_limit", diagnosis.bottlenecks
+    assert any("in flight" in e and "--max-num-seqs 1" in e for e in diagnosis.bottlenecks[0].evidence)
+    # Exactly at the limit nothing has to wait: no queue is claimed.
+    at_limit = sparse.model_copy(update={"steps": [sparse.steps[0], step(1.0, False, 0.3, 0.3, ttft=800, itl=14, e2e=1250)]})
+    assert diagnose(make_pool(), [at_limit], args).bottleneck("batch_limit") is None
