@@ -76,7 +76,7 @@ def readable(path: Path) -> str:
 def corpus(name: str, lines: int):
     """(log lines, planted values as (line, kind, value, leaked(text) -> bool))."""
     if name == "fixtures":
-        from replay.pii_fixtures import planted_pii_logs
+        from replay.sample_logs import planted_pii_logs
         log, planted = planted_pii_logs(lines, seed=29)
         return log, [(p.line, p.category, p.value, p.leaked_in) for p in planted]
     import pii_heldout_corpus as H

@@ -43,7 +43,8 @@ def main() -> None:
     from presidio_analyzer.predefined_recognizers import (CreditCardRecognizer, EmailRecognizer, IbanRecognizer,
                                                           IpRecognizer, PhoneRecognizer, UsSsnRecognizer)
 
-    from replay.pii_fixtures import CATEGORIES, planted_pii_logs
+    from replay.pii_fixtures import CATEGORIES
+    from replay.sample_logs import planted_pii_logs
     from replay.redact import Redactor
 
     lines, planted = planted_pii_logs(args.lines, seed=99, held_out_names=args.held_out_names)

@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from replay.pii_validators import iban_ok, luhn_ok
+
 CATEGORIES = ("EMAIL", "PHONE", "CREDIT_CARD", "IBAN", "US_SSN", "IP_ADDRESS", "STREET_ADDRESS", "PERSON")
 
 NAME_LOCALES = ("en_US", "en_GB", "en_IE", "en_IN", "de_DE", "fr_FR", "es_ES", "it_IT", "nl_NL", "sv_SE", "pt_BR")
@@ -42,33 +44,11 @@ def name_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(sorted(n for n in first if ok(n))), tuple(sorted(n for n in last if ok(n)))
 
 
-def luhn_ok(digits: str) -> bool:
-    total, double = 0, False
-    for ch in reversed(digits):
-        d = ord(ch) - 48
-        if double:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-        double = not double
-    return total % 10 == 0
-
-
 def _luhn_complete(prefix: str) -> str:
     for last in "0123456789":
         if luhn_ok(prefix + last):
             return prefix + last
     raise AssertionError("unreachable")
-
-
-def iban_ok(value: str) -> bool:
-    s = value.replace(" ", "").upper()
-    if len(s) < 15 or len(s) > 34 or not s[:2].isalpha() or not s[2:4].isdigit():
-        return False
-    moved = s[4:] + s[:4]
-    try:
-        return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
-    except ValueError:
-        return False
 
 
 def _iban(rng: random.Random, country: str) -> str:
@@ -180,32 +160,3 @@ class Planted:
             compact = re.sub(r"[\s.\-()+]", "", self.value)
             return len(compact) >= 9 and compact in re.sub(r"[\s.\-()+]", "", text)
         return False
-
-
-def planted_pii_logs(n: int, seed: int = 0, held_out_names: float = 0.0) -> tuple[list[str], list[Planted]]:
-    """``n`` request-log lines (the sample workload) with PII of every category planted.
-
-    Each line gets 1-3 planted values in user and tool messages, categories cycling so every
-    category is well represented. ``held_out_names`` is the share of PERSON values that are
-    made-up names in no list. Returns (lines, planted values with their line numbers).
-    """
-    from replay import sample_logs
-
-    rng = random.Random(seed * 7919 + 17)
-    lines: list[str] = []
-    planted: list[Planted] = []
-    k = 0
-    for i, line in enumerate(sample_logs.generate(n, seed=seed, pii_rate=0.0), start=1):
-        rec = json.loads(line)
-        msgs = rec["request"]["messages"]
-        targets = [m for m in msgs if m["role"] in ("user", "tool") and isinstance(m.get("content"), str)]
-        for _ in range(rng.randint(1, 3)):
-            cat = CATEGORIES[k % len(CATEGORIES)]
-            k += 1
-            value = held_out_name(rng) if cat == "PERSON" and rng.random() < held_out_names else None
-            sentence, value = pii_sentence(cat, rng, value)
-            msg = rng.choice(targets)
-            msg["content"] = f"{msg['content']} {sentence}" if rng.random() < 0.5 else f"{sentence} {msg['content']}"
-            planted.append(Planted(i, cat, value))
-        lines.append(json.dumps(rec, ensure_ascii=False))
-    return lines, planted

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from replay import pii_lexicon as lex
-from replay.pii_fixtures import iban_ok, luhn_ok
+from replay.pii_validators import iban_ok, luhn_ok
 
 DEFAULT_KEY = b"autoresearch-default-redaction-key"  # override per deployment via the environment
 CATEGORIES = ("EMAIL", "IBAN", "CREDIT_CARD", "US_SSN", "IP_ADDRESS", "PHONE", "STREET_ADDRESS", "PERSON")

@@ -295,3 +295,30 @@ def bundled_sample() -> Path:
     if not BUNDLED_SAMPLE.exists():
         write_sample(BUNDLED_SAMPLE, BUNDLED_N, BUNDLED_SEED)
     return BUNDLED_SAMPLE
+
+
+def planted_pii_logs(n: int, seed: int = 0, held_out_names: float = 0.0) -> tuple[list[str], list[pii_fixtures.Planted]]:
+    """``n`` request-log lines (the sample workload) with PII of every category planted.
+
+    Each line gets 1-3 planted values in user and tool messages, categories cycling so every
+    category is well represented. ``held_out_names`` is the share of PERSON values that are
+    made-up names in no list. Returns (lines, planted values with their line numbers).
+    """
+    rng = random.Random(seed * 7919 + 17)
+    lines: list[str] = []
+    planted: list[pii_fixtures.Planted] = []
+    k = 0
+    for i, line in enumerate(generate(n, seed=seed, pii_rate=0.0), start=1):
+        rec = json.loads(line)
+        msgs = rec["request"]["messages"]
+        targets = [m for m in msgs if m["role"] in ("user", "tool") and isinstance(m.get("content"), str)]
+        for _ in range(rng.randint(1, 3)):
+            cat = pii_fixtures.CATEGORIES[k % len(pii_fixtures.CATEGORIES)]
+            k += 1
+            value = pii_fixtures.held_out_name(rng) if cat == "PERSON" and rng.random() < held_out_names else None
+            sentence, value = pii_fixtures.pii_sentence(cat, rng, value)
+            msg = rng.choice(targets)
+            msg["content"] = f"{msg['content']} {sentence}" if rng.random() < 0.5 else f"{sentence} {msg['content']}"
+            planted.append(pii_fixtures.Planted(i, cat, value))
+        lines.append(json.dumps(rec, ensure_ascii=False))
+    return lines, planted

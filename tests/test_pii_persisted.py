@@ -21,7 +21,7 @@ import polars as pl
 from autoresearch import paths
 from autoresearch.config import load_definitions
 from dagster_project.factory import build_definitions
-from replay.pii_fixtures import planted_pii_logs
+from replay.sample_logs import planted_pii_logs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import pii_heldout_corpus  # noqa: E402

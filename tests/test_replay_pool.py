@@ -18,7 +18,7 @@ from autoresearch.models import ensure_model
 from replay import sample_logs
 from replay.build import PoolBuild, build_pool, engine_block_size, profile_from_pool, profile_paths
 from replay.fidelity import TrafficProfile, fidelity_report
-from replay.pii_fixtures import planted_pii_logs
+from replay.sample_logs import planted_pii_logs
 from replay.schema import POOL_SCHEMA
 from replay.tokenize import ChatTokenizer
 

@@ -9,7 +9,9 @@ from collections import Counter
 
 import pytest
 
-from replay.pii_fixtures import CATEGORIES, fake_value, held_out_name, iban_ok, luhn_ok, planted_pii_logs
+from replay.pii_fixtures import CATEGORIES, fake_value, held_out_name
+from replay.pii_validators import iban_ok, luhn_ok
+from replay.sample_logs import planted_pii_logs
 from replay import pii_lexicon
 from replay.redact import Redactor
 
