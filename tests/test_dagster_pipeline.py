@@ -8,7 +8,9 @@ import os
 import dagster as dg
 import pytest
 
-pytestmark = pytest.mark.engine
+# The session fixture research_graph materialises the whole graph (~11 min on a quiet 2-core host)
+# inside the first test that asks for it: that test needs more than the suite's 900 s default.
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
 
 
 def latest(instance, name: str):
