@@ -15,6 +15,7 @@ from pathlib import Path
 from autoresearch import paths
 from autoresearch.config import DefinitionSet, load_definitions
 from autoresearch.yaml_source import DefinitionError
+from launchers import LaunchRefused
 
 
 class UsageError(Exception):
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
         return 1
-    except UsageError as exc:
+    except (UsageError, LaunchRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
