@@ -24,10 +24,15 @@ class LaunchRefused(Exception):
 
 def modal_credentials(endpoint: EndpointSpec) -> tuple[str, str]:
     """MODAL_TOKEN_ID and MODAL_TOKEN_SECRET from the environment (never ~/.modal.toml or any file)."""
+    return modal_credentials_from_env(f"endpoint {endpoint.name!r} runs on Modal (launcher.kind: modal)")
+
+
+def modal_credentials_from_env(who: str = "a Modal launch") -> tuple[str, str]:
+    """The token pair from the environment, or LaunchRefused saying exactly what to set."""
     missing = [name for name in MODAL_ENV if not os.environ.get(name, "").strip()]
     if missing:
         raise LaunchRefused(
-            f"endpoint {endpoint.name!r} runs on Modal (launcher.kind: modal) but {' and '.join(missing)} "
+            f"{who} but {' and '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not set. Export both MODAL_TOKEN_ID and MODAL_TOKEN_SECRET "
             "in this environment (a token from Modal's settings page); they are read from the environment only, "
             "never from ~/.modal.toml or any file. Nothing was started.")
@@ -46,4 +51,4 @@ def preflight(endpoint: EndpointSpec):
     return build(endpoint)
 
 
-__all__ = ["LaunchRefused", "MODAL_ENV", "modal_credentials", "preflight"]
+__all__ = ["LaunchRefused", "MODAL_ENV", "modal_credentials", "modal_credentials_from_env", "preflight"]

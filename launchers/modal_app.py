@@ -15,12 +15,13 @@ it is not reachable from the machines this project was built on).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from autoresearch.config import EndpointSpec, LocalLauncher, ModalLauncher, modal_gpu
 from autoresearch.paths import REPO_ROOT
-from launchers import LaunchRefused, modal_credentials
+from launchers import LaunchRefused, modal_credentials, modal_credentials_from_env
 from launchers.container import EXPERIMENT_ROOT, experiment_argv
 
 # Where things live inside the container.
@@ -164,21 +165,35 @@ def build(endpoint: EndpointSpec, project_dir: Path = REPO_ROOT) -> ModalBuild:
     return ModalBuild(plan=p, app=app, image=image, volume=volume, function=function)
 
 
-def run_remote(endpoint: EndpointSpec, spec_json: str, out_dir: Path) -> int:
-    """Run one experiment on Modal and write the container's out dir into ``out_dir``; return its
-    exit code. Credentials come from the environment only (never ~/.modal.toml).
+#: The one call into Modal's cloud: (built objects, spec JSON, container root, extra env) -> the
+#: container's result (returncode, argv, files). A stand-in for Modal replaces exactly this.
+RemoteCall = Callable[["ModalBuild", str, str, dict], dict]
 
-    NOT EXERCISED: Modal's cloud is not reachable from where this was written; the offline part
-    (credentials, plan, build) is tested, this call into the SDK's network API is not."""
-    token_id, token_secret = modal_credentials(endpoint)
-    built = build(endpoint)
+
+def call_modal(built: ModalBuild, spec_json: str, root: str, env: dict) -> dict:
+    """Run the experiment function on Modal with a client made from the environment's token.
+
+    NOT EXERCISED: Modal's cloud is not reachable from where this was written; everything before
+    this call (credentials, plan, build) is tested offline, this call is not."""
+    token_id, token_secret = modal_credentials_from_env()
     modal = _modal()
-    client = modal.Client.from_credentials(token_id, token_secret)
+    client = modal.Client.from_credentials(token_id, token_secret)  # never ~/.modal.toml
     with built.app.run(client=client):
-        result = built.function.remote(spec_json)
+        return built.function.remote(spec_json, root, env)
+
+
+def run_remote(endpoint: EndpointSpec, spec_json: str, out_dir: Path, *, env: dict[str, str] | None = None,
+               root: str = EXPERIMENT_ROOT, call: RemoteCall | None = None) -> dict:
+    """Run one experiment on Modal; write the container's out dir into ``out_dir``; return the
+    container's result (``returncode``, ``argv``, ``files``). Credentials: environment only."""
+    modal_credentials(endpoint)  # fail closed before building anything
+    built = build(endpoint)
+    result = (call or call_modal)(built, spec_json, root, dict(env or {}))
     out_dir = Path(out_dir)
     for name, data in result["files"].items():
-        target = out_dir / name
+        target = (out_dir / name).resolve()
+        if out_dir.resolve() not in target.parents:
+            raise LaunchRefused(f"the container returned a file outside its out dir: {name!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    return int(result["returncode"])
+    return result

@@ -262,3 +262,94 @@ def test_container_endpoint_round_trips_as_json(tmp_path):
     endpoint = load_definitions(write_endpoint(tmp_path)).endpoint("chat_modal")
     inside = EndpointSpec.model_validate(json.loads(container_endpoint(endpoint).model_dump_json()))
     assert inside.launcher.kind == "local" and inside.hardware == endpoint.hardware
+
+
+# --- the Pipes client, with a stand-in for Modal at the SDK boundary ---------------------------
+
+CONTAINER_SCRIPT = """
+import sys
+from pathlib import Path
+from dagster_pipes import open_dagster_pipes
+with open_dagster_pipes() as pipes:
+    pipes.log.info("experiment started in the stand-in container")
+    pipes.report_asset_materialization(metadata={"capacity_rps": 2.5, "verdict": "better"})
+(Path(sys.argv[1]) / "result.json").write_text('{"verdict": "better"}')
+"""
+
+
+class ModalContainerStandIn:
+    """A STAND-IN FOR MODAL: replaces only launchers.modal_app.call_modal (the one SDK call into
+    Modal's cloud). It plays the container as a separate process: dagster_pipes with the bootstrap
+    environment it was handed, a result.json, and the out dir returned as the real function body does."""
+
+    def __init__(self, returncode: int = 0):
+        self.returncode = returncode
+        self.calls: list[tuple] = []
+
+    def __call__(self, built, spec_json: str, root: str, env: dict) -> dict:
+        self.calls.append((built.plan.gpu, spec_json, root, sorted(env)))
+        out = Path(root) / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", CONTAINER_SCRIPT, str(out)], env={**os.environ, **env}, check=True,
+                       timeout=120)
+        return {"returncode": self.returncode, "argv": experiment_argv(root), "files": collect_files(out)}
+
+
+def test_pipes_client_passes_bootstrap_env_and_reports_the_containers_messages(tmp_path, monkeypatch):
+    import dagster as dg
+
+    from dagster_project.modal_pipes import PipesModalClient
+
+    needs_modal()
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-fake-for-tests")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-fake-for-tests")
+    endpoint = load_definitions(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
+    stand_in = ModalContainerStandIn()
+    client = PipesModalClient(root=str(tmp_path / "container"), call=stand_in)
+
+    @dg.asset
+    def experiment(context):
+        return client.run(context=context, endpoint=endpoint, spec_json='{"args": []}',
+                          out_dir=tmp_path / "out").get_materialize_result()
+
+    result = dg.materialize([experiment])
+    assert result.success
+    (materialization,) = result.asset_materializations_for_node("experiment")
+    assert materialization.metadata["capacity_rps"].value == 2.5
+    assert json.loads((tmp_path / "out" / "result.json").read_text()) == {"verdict": "better"}
+    ((gpu, spec_json, _, env_keys),) = stand_in.calls
+    assert gpu == "H200:1" and spec_json == '{"args": []}'
+    assert env_keys == ["DAGSTER_PIPES_CONTEXT", "DAGSTER_PIPES_MESSAGES"]
+
+
+def test_pipes_client_fails_the_step_when_the_experiment_fails(tmp_path, monkeypatch):
+    import dagster as dg
+
+    from dagster_project.modal_pipes import PipesModalClient
+
+    needs_modal()
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-fake-for-tests")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-fake-for-tests")
+    endpoint = load_definitions(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
+    client = PipesModalClient(root=str(tmp_path / "container"), call=ModalContainerStandIn(returncode=3))
+
+    @dg.asset
+    def experiment(context):
+        return client.run(context=context, endpoint=endpoint, spec_json="{}", out_dir=tmp_path / "out")
+
+    result = dg.materialize([experiment], raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert "experiment on Modal for chat_modal exited 3" in failure.step_failure_data.error.message
+
+
+def test_remote_run_without_credentials_calls_nothing(tmp_path, monkeypatch):
+    from launchers.modal_app import run_remote
+
+    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-x")
+    stand_in = ModalContainerStandIn()
+    endpoint = load_definitions(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
+    with pytest.raises(LaunchRefused, match="MODAL_TOKEN_SECRET is not set"):
+        run_remote(endpoint, "{}", tmp_path / "out", root=str(tmp_path / "c"), call=stand_in)
+    assert stand_in.calls == [] and not (tmp_path / "out").exists()
