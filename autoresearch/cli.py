@@ -43,7 +43,8 @@ def cmd_validate(args) -> int:
     print(f"{target}: {len(definitions.endpoints)} endpoint(s), {len(definitions.campaigns)} campaign(s), "
           f"{len(definitions.recipes)} recipe(s) - all valid")
     for name, spec in sorted(definitions.endpoints.items()):
-        print(f"  endpoint {name:<24} engine={spec.engine.kind:<12} model={spec.model.path}")
+        print(f"  endpoint {name:<24} engine={spec.engine.kind:<12} launcher={spec.launcher.kind:<6} "
+              f"model={spec.model.path}")
     return 0
 
 

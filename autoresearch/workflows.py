@@ -71,8 +71,13 @@ def tqdm_progress(total_hint: int, desc: str) -> Callable:
 def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 1):
     """Start the engine, run ``repeats`` capacity sweeps on the replay pool, stop the engine."""
     from engines import start_engine
+    from launchers import LaunchRefused, preflight
     from loadgen.sweep import run_sweep
 
+    if preflight(spec) is not None:  # before the pool is built: nothing runs or is written here
+        raise LaunchRefused(f"endpoint {spec.name!r} runs on Modal: its sweeps run inside an experiment's container "
+                            "(`autoresearch experiment run` through the Modal launcher, docs/launchers.md); the "
+                            "Modal app builds offline, nothing was started or written.")
     pool = load_pool(spec)
     sweeps = []
     with start_engine(spec, workdir=paths.runs_dir() / "sweeps" / spec.name) as engine:

@@ -209,7 +209,8 @@ def _cli(tmp_path: Path, definitions: Path, *args: str, **env: str) -> subproces
                           capture_output=True, text=True, cwd=REPO, env=_env(tmp_path, **env), timeout=120)
 
 
-@pytest.mark.parametrize("command", [("engine", "up", "chat_modal"), ("campaign", "run", "chat_modal")])
+@pytest.mark.parametrize("command", [("engine", "up", "chat_modal"), ("campaign", "run", "chat_modal"),
+                                     ("sweep", "chat_modal")])
 def test_modal_without_credentials_fails_before_any_work(tmp_path, command):
     definitions = tmp_path / "defs"
     write_endpoint(definitions, campaign=True)
