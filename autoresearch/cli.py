@@ -15,6 +15,7 @@ from pathlib import Path
 from autoresearch import paths
 from autoresearch.config import DefinitionSet, load_definitions
 from autoresearch.yaml_source import DefinitionError
+from launchers import LaunchRefused
 
 
 class UsageError(Exception):
@@ -42,7 +43,8 @@ def cmd_validate(args) -> int:
     print(f"{target}: {len(definitions.endpoints)} endpoint(s), {len(definitions.campaigns)} campaign(s), "
           f"{len(definitions.recipes)} recipe(s) - all valid")
     for name, spec in sorted(definitions.endpoints.items()):
-        print(f"  endpoint {name:<24} engine={spec.engine.kind:<12} model={spec.model.path}")
+        print(f"  endpoint {name:<24} engine={spec.engine.kind:<12} launcher={spec.launcher.kind:<6} "
+              f"model={spec.model.path}")
     return 0
 
 
@@ -278,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
         return 1
-    except UsageError as exc:
+    except (UsageError, LaunchRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -58,12 +58,6 @@ class EngineSpec(Strict):
         return self
 
 
-class LauncherSpec(Strict):
-    kind: Literal["local", "modal"] = "local"
-    # Modal: app / GPU names; ignored by the local launcher.
-    modal_gpu: str | None = None
-
-
 class HardwareSpec(Strict):
     gpu_type: str = "cpu"  # "cpu" or a GPU name such as "H200"
     gpu_count: int = Field(default=0, ge=0)
@@ -74,6 +68,52 @@ class HardwareSpec(Strict):
     def capacity_divisor(self) -> int:
         """Capacity is reported per GPU; a CPU host counts as one unit."""
         return max(self.gpu_count, 1)
+
+
+# Modal's GPU names (https://modal.com/docs/guide/gpu, 2026): "!" pins the exact type (no upgrade
+# to a faster one), "+" allows it. Checked here so a typo is a file:line error, not a failed deploy.
+MODAL_GPU_TYPES = ("T4", "L4", "A10", "A10G", "A100", "A100-40GB", "A100-80GB", "L40S", "H100", "H100!", "H200",
+                   "B200", "B200+")
+
+
+class LocalLauncher(Strict):
+    """The engine runs as a child process of this host (the default; also where an experiment
+    unit starts its engine inside a remote container)."""
+
+    kind: Literal["local"] = "local"
+
+
+class ModalLauncher(Strict):
+    """The engine and the load generator run together in one Modal container (see launchers.modal_app).
+
+    GPU type and count default to the endpoint's ``hardware``; the volume holds the model weights.
+    """
+
+    kind: Literal["modal"]
+    # Modal's spelling of the endpoint's GPU, e.g. "H100!" for hardware.gpu_type H100 (None = hardware.gpu_type).
+    gpu_type: str | None = None
+    gpu_count: int | None = Field(default=None, ge=1)
+    app_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # None = autoresearch-<endpoint>
+    weights_volume: str = Field(default="autoresearch-weights", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    # Wall-clock limit of one experiment's container (Modal allows up to 24 h).
+    timeout_s: int = Field(default=3600, ge=60, le=86400)
+    region: str | None = None
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        if value is not None and value.upper() not in MODAL_GPU_TYPES:
+            raise ValueError(f"unknown Modal GPU {value!r}; Modal names: {', '.join(MODAL_GPU_TYPES)}")
+        return value.upper() if value else value
+
+
+LauncherSpec = Annotated[LocalLauncher | ModalLauncher, Field(discriminator="kind")]
+
+
+def modal_gpu(hardware: HardwareSpec, launcher: ModalLauncher) -> str:
+    """Modal's GPU string for this endpoint, e.g. "H200:1" (type from the launcher or the hardware)."""
+    gpu_type = launcher.gpu_type or hardware.gpu_type.upper()
+    return f"{gpu_type}:{launcher.gpu_count or hardware.gpu_count}"
 
 
 class SLASpec(Strict):
@@ -168,13 +208,37 @@ class EndpointSpec(Strict):
     description: str = ""
     model: ModelSpec
     engine: EngineSpec
-    launcher: LauncherSpec = LauncherSpec()
-    hardware: HardwareSpec = HardwareSpec()
+    hardware: HardwareSpec = HardwareSpec()  # before launcher: the launcher's check reads it
+    # Where the engine runs (what it is is engine.kind); engine.kind external is the "existing host" launcher.
+    launcher: LauncherSpec = LocalLauncher()
     sla: SLASpec
     traffic: TrafficSpec
     budget: BudgetSpec = BudgetSpec()
     fidelity: FidelitySpec = FidelitySpec()
     sweep: SweepSpec = SweepSpec()
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher_fits(cls, launcher, info):
+        """A Modal launch needs a GPU in hardware (capacity is per GPU) and an engine it can start."""
+        if not isinstance(launcher, ModalLauncher):
+            return launcher
+        hardware, engine = info.data.get("hardware"), info.data.get("engine")
+        if engine is not None and engine.kind == "external":
+            raise ValueError("engine.kind 'external' is a server that already runs elsewhere; launcher.kind modal "
+                             "starts the engine itself (use launcher.kind local, or omit launcher)")
+        if hardware is None:
+            return launcher
+        if hardware.gpu_type.lower() == "cpu" or hardware.gpu_count < 1:
+            raise ValueError("launcher.kind modal needs a GPU: set hardware.gpu_type (e.g. H200) and "
+                             "hardware.gpu_count >= 1")
+        if launcher.gpu_count is not None and launcher.gpu_count != hardware.gpu_count:
+            raise ValueError(f"launcher.gpu_count {launcher.gpu_count} differs from hardware.gpu_count "
+                             f"{hardware.gpu_count} (capacity is reported per GPU of hardware)")
+        if launcher.gpu_type and launcher.gpu_type.rstrip("!+").split("-")[0] != hardware.gpu_type.upper():
+            raise ValueError(f"launcher.gpu_type {launcher.gpu_type!r} is not hardware.gpu_type "
+                             f"{hardware.gpu_type!r} (the measurement must run on the hardware it reports)")
+        return launcher
 
     def launch_config_hash(self) -> str:
         """Stable hash of everything that changes what the engine does."""

@@ -45,7 +45,14 @@ def _alive(state: dict) -> bool:
 def up(spec: EndpointSpec) -> dict:
     """Start the endpoint's engine and leave it running; return its state. Idempotent."""
     from engines import start_engine
+    from launchers import LaunchRefused, preflight
 
+    if preflight(spec) is not None:  # a Modal endpoint: credentials checked, app built offline
+        raise LaunchRefused(
+            f"endpoint {spec.name!r} runs on Modal: `engine up` keeps an engine running on this host, and a Modal "
+            "endpoint's engine lives only inside one experiment's container (`autoresearch experiment run` through "
+            "the Modal launcher, docs/launchers.md). The Modal app, image and volume were built offline; nothing "
+            "was launched (the remote launch itself is not exercised by this command).")
     state = _read_state(spec)
     if state and _alive(state):
         return state

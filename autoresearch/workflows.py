@@ -71,8 +71,13 @@ def tqdm_progress(total_hint: int, desc: str) -> Callable:
 def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 1):
     """Start the engine, run ``repeats`` capacity sweeps on the replay pool, stop the engine."""
     from engines import start_engine
+    from launchers import LaunchRefused, preflight
     from loadgen.sweep import run_sweep
 
+    if preflight(spec) is not None:  # before the pool is built: nothing runs or is written here
+        raise LaunchRefused(f"endpoint {spec.name!r} runs on Modal: its sweeps run inside an experiment's container "
+                            "(`autoresearch experiment run` through the Modal launcher, docs/launchers.md); the "
+                            "Modal app builds offline, nothing was started or written.")
     pool = load_pool(spec)
     sweeps = []
     with start_engine(spec, workdir=paths.runs_dir() / "sweeps" / spec.name) as engine:
@@ -113,10 +118,17 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: st
     the endpoint's working baseline: the latest configuration the research memory confirmed, so
     that a second run looks for the next gain instead of re-deriving the last one
     (``from_declared`` starts from the YAML configuration instead)."""
+    from launchers import LaunchRefused, preflight
     from memory_db.store import MemoryStore
     from research.campaign import run_campaign as run
     from research.state import StateStore
 
+    # Before any work: no folder, pool or engine for an endpoint whose launcher cannot run.
+    if preflight(endpoint) is not None:
+        raise LaunchRefused(
+            f"endpoint {endpoint.name!r} runs on Modal: credentials are set and the Modal app builds offline, but "
+            "a campaign's experiments are not dispatched to Modal yet (issue 11: the experiment unit and GPU pools); "
+            "nothing was started or written.")
     folder = campaign_dir(campaign, partition)
     state = StateStore(folder, campaign.name).load()
     if state is not None and state.finished:

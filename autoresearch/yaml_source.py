@@ -81,9 +81,13 @@ def validate(model: type[ModelT], data: Any, path: Path, lines: dict[tuple, int]
     except ValidationError as exc:
         issues = []
         for err in exc.errors():
-            loc = prefix + tuple(err["loc"])
-            field = ".".join(str(p) for p in loc)
+            loc = _yaml_loc(lines, prefix, tuple(err["loc"]))
             message = err["msg"]
+            if err["type"] == "union_tag_invalid":  # an unknown `kind:` of a tagged block (launcher)
+                tag = err["ctx"]["discriminator"].strip("'")
+                loc = loc + (tag,)
+                message = f"unknown {tag} {err['ctx']['tag']!r}; allowed: {err['ctx']['expected_tags']}"
+            field = ".".join(str(p) for p in loc)
             if err["type"] == "extra_forbidden":
                 allowed = sorted(_allowed_fields(model, tuple(err["loc"])[:-1]))
                 message = f"unknown field; allowed here: {', '.join(allowed)}" if allowed else "unknown field"
@@ -97,28 +101,49 @@ def validate(model: type[ModelT], data: Any, path: Path, lines: dict[tuple, int]
         raise DefinitionError(issues) from None
 
 
+def _yaml_loc(lines: dict[tuple, int], prefix: tuple, loc: tuple) -> tuple:
+    """The error's location as written in the YAML: pydantic inserts the tag of a tagged union
+    (``launcher.modal.timeout_s``), which is no key of the file (``launcher.timeout_s``)."""
+    out = prefix
+    for i, part in enumerate(loc):
+        if out + (part,) not in lines and i + 1 < len(loc) and out + (loc[i + 1],) in lines:
+            continue
+        out = out + (part,)
+    return out
+
+
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> set[str]:
     """Field names allowed at ``loc`` inside ``model`` (best effort, for error messages)."""
     current: Any = model
-    for part in loc:
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
         if isinstance(part, int):
             continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return set()
-        annotation = fields[part].annotation
-        current = _model_in(annotation)
+        members = _models_in(fields[part].annotation)
+        if len(members) > 1 and parts:  # a tagged union: pydantic's next part is the member's tag
+            tag = parts.pop(0)
+            members = [m for m in members if _tag_of(m) == tag]
+        current = members[0] if members else None
         if current is None:
             return set()
     fields = getattr(current, "model_fields", {})
     return {f.alias or name for name, f in fields.items()}
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
+def _tag_of(model: type[BaseModel]) -> Any:
+    kind = model.model_fields.get("kind")
+    args = getattr(kind.annotation, "__args__", ()) if kind else ()
+    return args[0] if args else None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
+        return [annotation]
+    found: list[type[BaseModel]] = []
     for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+        found.extend(_models_in(arg))
+    return found

@@ -286,6 +286,10 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
         if not isinstance(args_override, list) or not all(isinstance(a, str) for a in args_override):
             raise EngineError(f"args_override must be a list of strings, got {args_override!r}")
         spec = spec.with_engine_args(args_override)
+    if spec.launcher.kind != "local":  # never run a remote endpoint here by accident
+        raise EngineError(f"endpoint {spec.name!r} declares launcher.kind {spec.launcher.kind!r}: the local launcher "
+                          "does not start it on this host (a Modal experiment runs in its own container, see "
+                          "docs/launchers.md). Nothing was started.")
     if spec.engine.kind == "external":
         return attach_external(spec, workdir)
     port = port or spec.engine.port or free_port()

@@ -1,0 +1,54 @@
+"""Launchers: WHERE an engine runs (this host, or a Modal GPU container), apart from WHAT it is.
+
+An adapter (engines/) knows an engine's command line, metrics and routes; a launcher decides the
+machine. ``local`` starts the adapter's command as a child process here; ``modal`` ships one whole
+experiment (engine and load generator together) to a Modal container (launchers.modal_app);
+``engine.kind: external`` is the "existing host" case: nothing is launched, a URL is measured.
+
+No Dagster imports here. Secrets come from the environment only, are never written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+from autoresearch.config import EndpointSpec, ModalLauncher
+
+MODAL_ENV = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
+
+
+class LaunchRefused(Exception):
+    """A launch that must not start (missing credentials, a launcher this command cannot use);
+    raised before anything is started or written."""
+
+
+def modal_credentials(endpoint: EndpointSpec) -> tuple[str, str]:
+    """MODAL_TOKEN_ID and MODAL_TOKEN_SECRET from the environment (never ~/.modal.toml or any file)."""
+    return modal_credentials_from_env(f"endpoint {endpoint.name!r} runs on Modal (launcher.kind: modal)")
+
+
+def modal_credentials_from_env(who: str = "a Modal launch") -> tuple[str, str]:
+    """The token pair from the environment, or LaunchRefused saying exactly what to set."""
+    missing = [name for name in MODAL_ENV if not os.environ.get(name, "").strip()]
+    if missing:
+        raise LaunchRefused(
+            f"{who} but {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set. Export both MODAL_TOKEN_ID and MODAL_TOKEN_SECRET "
+            "in this environment (a token from Modal's settings page); they are read from the environment only, "
+            "never from ~/.modal.toml or any file. Nothing was started.")
+    return os.environ["MODAL_TOKEN_ID"].strip(), os.environ["MODAL_TOKEN_SECRET"].strip()
+
+
+def preflight(endpoint: EndpointSpec):
+    """Check, before any work, that ``endpoint``'s launcher can run: for Modal, credentials in the
+    environment and the app, image, volume and function built offline (up to the SDK boundary).
+    Returns the ModalBuild for Modal endpoints, None for local and external ones."""
+    if not isinstance(endpoint.launcher, ModalLauncher):
+        return None
+    modal_credentials(endpoint)
+    from launchers.modal_app import build
+
+    return build(endpoint)
+
+
+__all__ = ["LaunchRefused", "MODAL_ENV", "modal_credentials", "modal_credentials_from_env", "preflight"]
