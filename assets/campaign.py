@@ -7,7 +7,7 @@ runs (or resumes) a campaign headless through research.campaign and records into
 import dagster as dg
 
 from assets.common import key, md_image, md_table
-from autoresearch.config import CampaignSpec, DefinitionSet, EndpointSpec
+from autoresearch.config import DefinitionSet, EndpointSpec
 from dagster_project.pools import campaign_for, pool_for
 
 
