@@ -95,6 +95,7 @@ class RunningEngine:
         self._stopped = False
         self.startup_s: float | None = None  # launch to healthy, measured by start_engine
         self.gpu_lease = None  # engines.gpu_lease.GpuLease held while the engine runs (None: no GPU pinning)
+        self.gpu_wait_s = 0.0  # time start_engine waited for free GPUs (not engine time: not charged)
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -315,11 +316,15 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
     if "CUDA_VISIBLE_DEVICES" not in spec.engine.env:
         from engines.gpu_lease import acquire
 
+        asked = time.monotonic()
         lease = acquire(spec.hardware.gpu_count, wait_s=gpu_wait_s)
+        waited = time.monotonic() - asked
         if lease is not None:
             env.update(lease.env)
     try:
-        return _launch(spec, adapter, model_dir, argv, env, workdir, port, profile, lease)
+        engine = _launch(spec, adapter, model_dir, argv, env, workdir, port, profile, lease)
+        engine.gpu_wait_s = waited if lease is not None else 0.0
+        return engine
     except BaseException:
         if lease is not None:
             lease.release()
