@@ -3,7 +3,7 @@ and the instance limits that enforce the GPU cap (``autoresearch pools apply``).
 
 Scheme (docs/architecture.md, "The GPU cap"):
 
-* an endpoint on GPUs (``hardware.gpu_count`` >= 1) has its own pool ``gpu/<endpoint>``, limit
+* an endpoint on GPUs (``hardware.gpu_count`` >= 1) has its own pool ``gpu_<endpoint>``, limit
   ``max_concurrent_gpus // gpu_count`` (at least 1) of the endpoint's campaign: one slot is one
   engine, so the endpoint never holds more GPUs than its campaign's cap;
 * endpoints on the CPU (``gpu_count`` 0) share one pool ``cpu``, limit 1: an engine and its load
@@ -26,7 +26,7 @@ CPU_POOL = "cpu"
 
 def pool_for(endpoint: EndpointSpec) -> str:
     """The concurrency pool of every asset of ``endpoint`` that starts an engine."""
-    return f"gpu/{endpoint.name}" if endpoint.hardware.gpu_count > 0 else CPU_POOL
+    return f"gpu_{endpoint.name}" if endpoint.hardware.gpu_count > 0 else CPU_POOL
 
 
 def campaign_for(definitions: DefinitionSet, endpoint: EndpointSpec) -> CampaignSpec:

@@ -105,23 +105,23 @@ def test_pool_limits_follow_the_yaml_and_every_engine_asset_takes_its_endpoints_
     from autoresearch.paths import definitions_dir
 
     shipped = pool_limits(load_definitions(definitions_dir()))
-    assert shipped["cpu"] == 1 and shipped["gpu/chat_azure_h200"] == 1
-    assert pool_limits(load_definitions(pooled)) == {"gpu/pooled": 2}
+    assert shipped["cpu"] == 1 and shipped["gpu_chat_azure_h200"] == 1
+    assert pool_limits(load_definitions(pooled)) == {"gpu_pooled": 2}
     defs = build_definitions(pooled)
     for stage in ENGINE_ASSETS:
-        assert defs.get_assets_def(dg.AssetKey(["pooled", stage])).op.pool == "gpu/pooled", stage
+        assert defs.get_assets_def(dg.AssetKey(["pooled", stage])).op.pool == "gpu_pooled", stage
 
 
 def test_dagster_runs_at_most_the_cap_of_gpu_experiments_at_once(pooled: Path, capsys):
     assert cli(["--definitions", str(pooled), "pools", "show"]) == 1  # not applied yet
     assert cli(["--definitions", str(pooled), "pools", "apply"]) == 0
     assert cli(["--definitions", str(pooled), "pools", "show"]) == 0
-    assert "gpu/pooled" in capsys.readouterr().out
+    assert "gpu_pooled" in capsys.readouterr().out
     record = Path(os.environ["POOLS_TEST_RECORD"])
     with dg.DagsterInstance.get() as instance:
-        assert instance.event_log_storage.get_concurrency_info("gpu/pooled").slot_count == 2
+        assert instance.event_log_storage.get_concurrency_info("gpu_pooled").slot_count == 2
         capped = _run(instance, record)
         assert _most_at_once(capped) == 2  # never more than the cap, and the cap was used
         # control: the same job with room for all four runs more than two at once
-        instance.event_log_storage.set_concurrency_slots("gpu/pooled", EXPERIMENTS)
+        instance.event_log_storage.set_concurrency_slots("gpu_pooled", EXPERIMENTS)
         assert _most_at_once(_run(instance, record)) > 2
