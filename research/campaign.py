@@ -264,6 +264,13 @@ class _Campaign:
         self.store = StateStore(self.state_dir, campaign.name)
         self.limits = Limits.of(campaign, endpoint)
         self.concurrent = campaign.concurrent_engines(endpoint)
+        if self.concurrent > 1 and endpoint.engine.kind != "external":
+            from engines.gpu_lease import host_gpus
+
+            if not host_gpus():  # nothing to pin engines to: parallel engines would share GPUs
+                progress(f"no GPUs known on this host (AUTORESEARCH_GPUS unset, no NVML): experiments run "
+                         f"one at a time, not {self.concurrent}")
+                self.concurrent = 1
         self.sweep_fn, self.thresholds = sweep_fn, thresholds
         self.noise_fn = noise_fn or _default_noise
         self.compare_fn = compare_fn or _default_compare

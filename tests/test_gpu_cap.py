@@ -223,3 +223,12 @@ def test_a_campaign_runs_candidates_in_parallel_up_to_the_cap_each_on_its_own_gp
     finish = sorted(engines, key=lambda s: engines[s]["end"])
     assert finish != list(CANDIDATES)
     assert any("[cand-" in line for line in lines)  # parallel progress names its experiment
+
+
+def test_a_host_without_known_gpus_runs_experiments_one_at_a_time(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("AUTORESEARCH_GPUS", "")  # no GPUs: nothing to pin two engines apart
+    monkeypatch.setenv("AUTORESEARCH_GPU_LOCKS", str(tmp_path / "leases"))
+    outcome, _, calls, lines = _campaign(tmp_path, _endpoint(tmp_path), cap=2, folder="nogpu")
+    assert outcome.best_args == ["--max-num-seqs", "16"]
+    assert _most_at_once([(c["start"], c["end"]) for c in calls]) == 1
+    assert {c["gpus"] for c in calls} == {None} and any("one at a time" in line for line in lines)
