@@ -6,20 +6,13 @@ runs (or resumes) a campaign headless through research.campaign and records into
 
 import dagster as dg
 
-from assets.common import GPU_POOL, key, md_image, md_table
-from autoresearch.config import CampaignSpec, DefinitionSet, EndpointSpec
+from assets.common import key, md_image, md_table
+from autoresearch.config import DefinitionSet, EndpointSpec
+from dagster_project.pools import campaign_for, pool_for
 
 
 def campaign_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefinition:
     return dg.DynamicPartitionsDefinition(name=f"{endpoint.name}__campaigns")
-
-
-def campaign_for(definitions: DefinitionSet, endpoint: EndpointSpec) -> CampaignSpec:
-    """The endpoint's declared campaign settings (its first declared campaign), else the defaults."""
-    for campaign in definitions.campaigns.values():
-        if campaign.endpoint == endpoint.name:
-            return campaign
-    return CampaignSpec(name=f"{endpoint.name}_campaign", endpoint=endpoint.name)
 
 
 def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
@@ -28,7 +21,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
     settings = campaign_for(definitions, endpoint)
     campaign_key = key(name, "campaign")
 
-    @dg.asset(key=campaign_key, group_name=name, partitions_def=partitions, pool=GPU_POOL,
+    @dg.asset(key=campaign_key, group_name=name, partitions_def=partitions, pool=pool_for(endpoint),
               deps=[key(name, "replay_pool")], kinds={endpoint.engine.kind, "duckdb"},
               description=f"A research campaign on {name}: baseline and noise floor, diagnosis, proposals, "
               f"candidates with verdicts, confirmed baselines, review report (settings: {settings.name}). "

@@ -8,9 +8,6 @@ from typing import Iterable, Mapping
 
 import dagster as dg
 
-GPU_POOL = "gpu"  # Dagster concurrency pool: caps concurrently running engines (campaign max_concurrent_gpus)
-
-
 def key(endpoint: str, name: str) -> dg.AssetKey:
     """Asset keys are ``[endpoint, stage]`` so a dozen endpoints coexist in one code location."""
     return dg.AssetKey([endpoint, name])

@@ -2,8 +2,9 @@
 
 import dagster as dg
 
-from assets.common import GPU_POOL, key, md_image, md_table
+from assets.common import key, md_image, md_table
 from autoresearch.config import EndpointSpec
+from dagster_project.pools import pool_for
 
 
 def build(endpoint: EndpointSpec, definitions=None) -> list:
@@ -11,7 +12,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
     pool_key = key(name, "replay_pool")
 
     @dg.asset(key=key(name, "baseline_runs"), group_name=name, deps=[pool_key, key(name, "engine_identity")],
-              pool=GPU_POOL, kinds={endpoint.engine.kind},
+              pool=pool_for(endpoint), kinds={endpoint.engine.kind},
               description=f"{endpoint.sweep.repeats} identical capacity sweeps of the working baseline on the "
               "replay pool (open loop, warm-up and prefix-cache reset per step).")
     def baseline_runs(context: dg.AssetExecutionContext) -> list[dict]:
@@ -69,7 +70,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
         })
         return summary
 
-    @dg.asset(key=key(name, "production_replay"), group_name=name, deps=[pool_key], pool=GPU_POOL,
+    @dg.asset(key=key(name, "production_replay"), group_name=name, deps=[pool_key], pool=pool_for(endpoint),
               kinds={endpoint.engine.kind},
               description="The pool replayed with its own production arrival pattern (bursts, quiet periods), "
               "prefix cache left warm: SLA attainment over time.")

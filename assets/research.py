@@ -8,9 +8,10 @@ makes it the working baseline of the next round (see sensors/continuation.py).
 
 import dagster as dg
 
-from assets.common import GPU_POOL, key, md_image, md_table
+from assets.common import key, md_image, md_table
 from assets.campaign import campaign_for
 from autoresearch.config import DefinitionSet, EndpointSpec
+from dagster_project.pools import pool_for
 
 
 def candidate_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefinition:
@@ -24,7 +25,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
     recipes = {r: definitions.recipes[r] for r in settings.recipes} if settings.recipes else dict(definitions.recipes)
     interactive_campaign = f"{name}-interactive"
 
-    @dg.asset(key=key(name, "diagnosis"), group_name=name, pool=GPU_POOL, kinds={endpoint.engine.kind},
+    @dg.asset(key=key(name, "diagnosis"), group_name=name, pool=pool_for(endpoint), kinds={endpoint.engine.kind},
               ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs"))}, deps=[key(name, "replay_pool")],
               description="Suspected bottlenecks with their evidence: request statistics, engine metrics over the "
               "sweeps, a torch-profiler breakdown under steady load, diagnostic workloads from recipes.")
@@ -71,7 +72,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
         })
         return batch.model_dump(mode="json")
 
-    @dg.asset(key=key(name, "candidate_runs"), group_name=name, partitions_def=candidates, pool=GPU_POOL,
+    @dg.asset(key=key(name, "candidate_runs"), group_name=name, partitions_def=candidates, pool=pool_for(endpoint),
               kinds={endpoint.engine.kind},
               ins={"proposals": dg.AssetIn(key(name, "proposals")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description="One proposal's candidate through the shared harness: same pool, schedule and SLA as the "

@@ -204,6 +204,38 @@ def cmd_memory(args) -> int:
     return 0
 
 
+# --- pools ----------------------------------------------------------------------------------
+
+def cmd_pools(args) -> int:
+    """The GPU cap in Dagster: pool limits derived from the YAML, written to the instance (apply) or
+    compared with it (show). Dagster keeps limits on the instance, so they are applied, not declared."""
+    import os
+
+    from dagster_project.pools import apply_limits, pool_limits
+
+    limits = pool_limits(_definitions(args))
+    if not os.environ.get("DAGSTER_HOME"):
+        raise UsageError("DAGSTER_HOME is not set: point it at the Dagster instance folder the UI uses")
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        if args.action == "apply":
+            rows = apply_limits(instance, limits)
+        else:
+            keys = set(storage.get_concurrency_keys()) if storage.supports_global_concurrency_limits else set()
+            rows = [(pool, storage.get_concurrency_info(pool).slot_count if pool in keys else None, limit)
+                    for pool, limit in limits.items()]
+    print(f"{'pool':<32} {'instance':>9} {'from YAML':>9}")
+    for pool, before, limit in rows:
+        now = limit if args.action == "apply" else before
+        print(f"{pool:<32} {('-' if now is None else now):>9} {limit:>9}")
+    if args.action == "show" and any(before != limit for _, before, limit in rows):
+        print("limits differ from the YAML: run `autoresearch pools apply`", file=sys.stderr)
+        return 1
+    return 0
+
+
 # --- entry point ----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,6 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
                    help="pause (exit 75) before an experiment that would not end within MINUTES; run again to resume")
     p.set_defaults(func=cmd_campaign)
+
+    p = sub.add_parser("pools", help="Dagster concurrency pools: the GPU cap's limits from the YAML "
+                                     "(show: compare with the instance, exit 1 if they differ; apply: set them)")
+    p.add_argument("action", choices=["show", "apply"])
+    p.set_defaults(func=cmd_pools)
 
     p = sub.add_parser("memory", help="query or export the shared research memory")
     p.add_argument("action", choices=["query", "export", "ingest"])

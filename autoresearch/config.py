@@ -265,6 +265,15 @@ class CampaignSpec(Strict):
     # engine's profiler is unreliable or too heavy for the host).
     profile_seconds: float = Field(default=6.0, ge=0)
 
+    def concurrent_engines(self, endpoint: "EndpointSpec") -> int:
+        """How many engines of ``endpoint`` this campaign may run at once: the GPU cap divided by the
+        GPUs one engine takes, at least 1. A CPU endpoint (gpu_count 0) runs one engine at a time,
+        because the engine and the load generator share the host's cores (see docs/architecture.md,
+        "The GPU cap")."""
+        if endpoint.hardware.gpu_count == 0:
+            return 1
+        return max(1, self.max_concurrent_gpus // endpoint.hardware.gpu_count)
+
 
 class RecipeStep(Strict):
     name: str

@@ -48,3 +48,12 @@ def resolve_path(value: str) -> Path:
     """Resolve a path from YAML: absolute as is, relative to the repository root otherwise."""
     path = Path(value).expanduser()
     return path if path.is_absolute() else (REPO_ROOT / path).resolve()
+
+
+def gpu_lock_dir() -> Path:
+    """Lock files of the GPU leases (engines.gpu_lease). Every process that starts engines on one host
+    must use the same folder for the leases to keep them apart: set AUTORESEARCH_GPU_LOCKS when
+    campaigns on one host run with different AUTORESEARCH_HOME."""
+    path = Path(os.environ.get("AUTORESEARCH_GPU_LOCKS", home() / "gpu_leases"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path

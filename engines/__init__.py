@@ -94,6 +94,8 @@ class RunningEngine:
         self._profile_started: float | None = None
         self._stopped = False
         self.startup_s: float | None = None  # launch to healthy, measured by start_engine
+        self.gpu_lease = None  # engines.gpu_lease.GpuLease held while the engine runs (None: no GPU pinning)
+        self.gpu_wait_s = 0.0  # time start_engine waited for free GPUs (not engine time: not charged)
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -233,7 +235,11 @@ class RunningEngine:
             self._stopped = True
             return None
         self._stopped = True
-        code = self.process.stop(term_timeout_s=self.adapter.stop_grace_s)
+        try:
+            code = self.process.stop(term_timeout_s=self.adapter.stop_grace_s)
+        finally:
+            if self.gpu_lease is not None:
+                self.gpu_lease.release()
         report = self.process.stop_report
         if report is not None:
             try:
@@ -274,13 +280,18 @@ def attach_external(spec: EndpointSpec, workdir: Path | None = None, health_time
 
 def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path | None = None,
                  args_override: list[str] | None = None, profile: bool = False,
-                 validate: bool = True) -> RunningEngine:
+                 validate: bool = True, gpu_wait_s: float | None = None) -> RunningEngine:
     """Resolve the model, launch the engine, wait until healthy; return a RunningEngine.
 
     ``args_override`` replaces engine.args (the launch config hash follows it); ``profile``
     enables the torch profiler (trace files under ``workdir/profiles``); ``validate`` rejects
     unknown flags before anything starts. Raises EngineCrashed (with the log tail) if the engine
     exits or is not healthy within engine.startup_timeout_s; the process is then stopped.
+
+    GPUs: an engine of ``hardware.gpu_count`` > 0 first leases that many free GPUs of this host
+    (engines.gpu_lease; waiting up to ``gpu_wait_s``, None = until free) and runs with
+    ``CUDA_VISIBLE_DEVICES`` set to them, so two engines never share a GPU. Not when the YAML's
+    engine.env pins CUDA_VISIBLE_DEVICES itself, nor on a host without GPUs.
     """
     if args_override is not None:
         if not isinstance(args_override, list) or not all(isinstance(a, str) for a in args_override):
@@ -305,6 +316,27 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
     model_dir = resolve_model_dir(spec)
     argv = adapter.launch_command(model_dir)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", **adapter.launch_env(), **spec.engine.env}
+    lease = None
+    if "CUDA_VISIBLE_DEVICES" not in spec.engine.env:
+        from engines.gpu_lease import acquire
+
+        asked = time.monotonic()
+        lease = acquire(spec.hardware.gpu_count, wait_s=gpu_wait_s)
+        waited = time.monotonic() - asked
+        if lease is not None:
+            env.update(lease.env)
+    try:
+        engine = _launch(spec, adapter, model_dir, argv, env, workdir, port, profile, lease)
+        engine.gpu_wait_s = waited if lease is not None else 0.0
+        return engine
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+
+
+def _launch(spec: EndpointSpec, adapter: EngineAdapter, model_dir: Path, argv: list[str], env: dict[str, str],
+            workdir: Path, port: int, profile: bool, lease) -> RunningEngine:
     identity = _identity(adapter, argv, model_dir)  # profiling does not change what is measured
     profile_dir = None
     if profile:
@@ -314,9 +346,12 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
         env.update(adapter.profile_env(profile_dir))
     # Record what runs (argument list and the names, never values, of extra environment).
     (workdir / "launch.json").write_text(json.dumps(
-        {"argv": argv, "env_keys": sorted({**adapter.launch_env(), **spec.engine.env}), "port": port}, indent=2))
+        {"argv": argv, "env_keys": sorted({**adapter.launch_env(), **spec.engine.env}), "port": port,
+         "gpus": list(lease.devices) if lease is not None else None}, indent=2))
     launched = time.monotonic()
-    process = ManagedProcess(argv, workdir / "engine.log", env=env, cwd=workdir).start()
+    # The engine inherits the lease's lock descriptors: its GPUs stay leased while it lives.
+    process = ManagedProcess(argv, workdir / "engine.log", env=env, cwd=workdir,
+                             pass_fds=lease.fds if lease is not None else ()).start()
     try:
         process.wait_healthy(adapter.base_url + adapter.health_path, spec.engine.startup_timeout_s)
     except BaseException:
@@ -324,4 +359,5 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
         raise
     engine = RunningEngine(adapter, process, adapter.served_model_name(model_dir), identity, argv, profile_dir)
     engine.startup_s = time.monotonic() - launched
+    engine.gpu_lease = lease
     return engine

@@ -208,13 +208,15 @@ def _stop_leftovers() -> None:
 class ManagedProcess:
     """One engine server process tree, started in its own session, output captured to a log."""
 
-    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None):
+    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
+                 pass_fds: tuple[int, ...] = ()):
         if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
             raise EngineError(f"launch command must be a non-empty list of strings, got {argv!r}")
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.env = env
         self.cwd = cwd
+        self.pass_fds = tuple(pass_fds)  # descriptors the engine keeps open (GPU lease locks)
         self._popen: subprocess.Popen | None = None
         self.gpu_at_start: dict[int, int] | None = None  # NVML memory used per GPU just before the start
         self.gpu_note: str | None = None  # why there is no GPU reading (no NVML on this host, ...)
@@ -233,7 +235,7 @@ class ManagedProcess:
             try:
                 self._popen = subprocess.Popen(  # noqa: S603 - argument list, never a shell
                     self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=self.env, cwd=self.cwd, start_new_session=True, close_fds=True,
+                    env=self.env, cwd=self.cwd, start_new_session=True, close_fds=True, pass_fds=self.pass_fds,
                 )
             except OSError as exc:
                 raise EngineError(f"could not start {self.argv[0]}: {exc}") from exc

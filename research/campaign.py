@@ -8,6 +8,11 @@
     until the deadline, the GPU-hour budget, max_rounds, or no supported experiment remains;
     then save the best configuration, the open questions and the review report.
 
+The candidates of one round are independent: they run in parallel up to the campaign's GPU cap
+(``CampaignSpec.concurrent_engines``: max_concurrent_gpus // GPUs per engine; 1 on a CPU host), each
+engine on GPUs of its own (engines.gpu_lease). Their records are kept in proposal order, so the
+verdicts and the winner do not depend on which finished first.
+
 The campaign's first baseline stays the reference for total gain. State is written atomically
 after every experiment (research.state), so a killed process resumes without re-running
 finished experiments. Lossy wins are never adopted automatically: they are reported for
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,16 +137,22 @@ def estimate_seconds(state: CampaignState, endpoint: EndpointSpec, sweeps: int, 
     return launches * startup + sweeps * per_sweep
 
 
-def budget_problem(state: CampaignState, store: StateStore, limits: Limits, estimate_s: float) -> str | None:
-    """Why the next experiment must not start (launch check), or None when it fits."""
+def budget_problem(state: CampaignState, store: StateStore, limits: Limits, estimate_s: float,
+                   running_s: float = 0.0) -> str | None:
+    """Why the next experiment must not start (launch check), or None when it fits.
+
+    ``running_s``: estimated seconds of the experiments still running beside it (parallel candidates);
+    not charged yet, their GPU-hours are counted as committed."""
     elapsed = store.elapsed_s(state)
     if elapsed + estimate_s > limits.deadline_s:
         return (f"deadline: the next experiment (about {estimate_s / 60:.1f} min) would not finish within the "
                 f"{limits.deadline_s / 60:.0f} min deadline ({elapsed / 60:.1f} min used)")
     cost = estimate_s / 3600 * limits.units
-    if state.gpu_hours_used + cost > limits.gpu_hours:
+    committed = state.gpu_hours_used + running_s / 3600 * limits.units
+    if committed + cost > limits.gpu_hours:
         return (f"budget: the next experiment (about {cost:.3f} GPU-h) would exceed the {limits.gpu_hours} GPU-h "
-                f"budget ({state.gpu_hours_used:.3f} used)")
+                f"budget ({state.gpu_hours_used:.3f} used" + (f", {committed - state.gpu_hours_used:.3f} running"
+                                                             if running_s else "") + ")")
     return None
 
 
@@ -250,6 +263,14 @@ class _Campaign:
         self.state_dir = Path(state_dir)
         self.store = StateStore(self.state_dir, campaign.name)
         self.limits = Limits.of(campaign, endpoint)
+        self.concurrent = campaign.concurrent_engines(endpoint)
+        if self.concurrent > 1 and endpoint.engine.kind != "external":
+            from engines.gpu_lease import host_gpus
+
+            if not host_gpus():  # nothing to pin engines to: parallel engines would share GPUs
+                progress(f"no GPUs known on this host (AUTORESEARCH_GPUS unset, no NVML): experiments run "
+                         f"one at a time, not {self.concurrent}")
+                self.concurrent = 1
         self.sweep_fn, self.thresholds = sweep_fn, thresholds
         self.noise_fn = noise_fn or _default_noise
         self.compare_fn = compare_fn or _default_compare
@@ -311,10 +332,10 @@ class _Campaign:
         ident = self.state.reference.identity if self.state.reference else {}
         return conditions(self.endpoint, self.signature, ident.get("engine_version", "unknown"))
 
-    def _budget(self, estimate_s: float) -> str | None:
+    def _budget(self, estimate_s: float, running_s: float = 0.0) -> str | None:
         """The launch check before an experiment: an end reason when the campaign's deadline or budget
         cannot fit it; raises Paused when only this call's window (``stop_after_s``) cannot."""
-        problem = budget_problem(self.state, self.store, self.limits, estimate_s)
+        problem = budget_problem(self.state, self.store, self.limits, estimate_s, running_s)
         if problem is None and self.stop_after_s is not None:
             used = time.monotonic() - self.call_started
             if used + estimate_s > self.stop_after_s:
@@ -331,17 +352,18 @@ class _Campaign:
         self.state.sweep_s.extend(round(t, 2) for t in result.sweep_wall_s)
 
     def _measure(self, args: list[str], repeats: int, *, noise: NoiseFloor | None, lossy: bool = False,
-                 capture: bool = False, check: bool = True) -> CandidateResult:
+                 capture: bool = False, check: bool = True, progress: Progress | None = None) -> CandidateResult:
         reference = None
         if check and not capture and self.state.reference is not None:
             reference = self.state.reference_outputs.get(_config_hash(self.endpoint, self.state.reference.engine_args))
         label = "baseline" if capture else experiment_id("run", self.state.working.engine_args if self.state.working
                                                          else [], args, repeats)
         workdir = self.workdir / f"{label}-{len(self.state.experiments)}-{int(time.time())}"
+        # one active file per engine: parallel experiments each record their own (see stop_orphan)
         return run_candidate(self.endpoint, args, self.pool, noise, repeats, lossy=lossy, reference=reference,
                              capture=capture, thresholds=self.thresholds, workdir=workdir,
-                             active_file=self.workdir / "active_engine.json", sweep_fn=self.sweep_fn,
-                             compare_fn=self.compare_fn, progress=self.progress)
+                             active_file=self.workdir / f"active_engine.{label}.json", sweep_fn=self.sweep_fn,
+                             compare_fn=self.compare_fn, progress=progress or self.progress)
 
     # -- steps --------------------------------------------------------------------------------
     def baseline(self) -> str | None:
@@ -459,10 +481,9 @@ class _Campaign:
     def run_round(self, rnd: RoundRecord) -> str | None:
         """Run the round's proposals, then combinations; adopt the best win. Returns an end reason or None."""
         working = self.state.working
-        for proposal in rnd.proposals:
-            reason = self._run_proposal(rnd, proposal, working)
-            if reason:
-                return reason
+        reason = self._run_proposals(rnd, working)
+        if reason:
+            return reason
         winners = [self.state.experiments[e] for e in rnd.experiment_ids
                    if self.state.experiments[e].confirmed and not self.state.experiments[e].lossy
                    and self.state.experiments[e].kind == "candidate"]
@@ -500,7 +521,11 @@ class _Campaign:
             return
         self.state.open_questions.append(text)
 
-    def _run_proposal(self, rnd: RoundRecord, proposal: ProposalRecord, working: BaselineRecord) -> str | None:
+    def _prepare(self, rnd: RoundRecord, proposal: ProposalRecord, working: BaselineRecord
+                 ) -> tuple[str, ExperimentRecord | None]:
+        """(experiment id, the experiment to measure) for a proposal; None when nothing is to be
+        measured: already run (resume), rejected before launch, or skipped on a prior decision in
+        memory (recorded here)."""
         from research.interventions import validate_intervention
         from research.proposals import Intervention
 
@@ -515,7 +540,7 @@ class _Campaign:
         if eid in self.state.experiments:
             if eid not in rnd.experiment_ids:
                 rnd.experiment_ids.append(eid)
-            return None
+            return eid, None
         record = ExperimentRecord(experiment_id=eid, round=rnd.round, kind="candidate",
                                   proposal_ids=[proposal.proposal_id], title=proposal.title, baseline_args=list(base),
                                   engine_args=list(after), diff=diff_args(base, after), lossy=lossy, verdict="skipped",
@@ -523,7 +548,7 @@ class _Campaign:
         if not check.ok:
             record.verdict, record.invalid_reason = "invalid", "rejected before launch: " + "; ".join(check.reasons)
             self.progress(f"  {proposal.proposal_id}: {record.invalid_reason}")
-            return self._finish(rnd, record, proposal, memory=False)
+            return eid, self._finish(rnd, record, proposal, memory=False)
         prior = self._prior(record)
         if prior is not None:
             record.skip_reason = f"memory: {prior.reason}"
@@ -531,14 +556,102 @@ class _Campaign:
             self._memory("skip", lambda: self.memory.record_skip(
                 endpoint=self.endpoint.name, campaign_id=self.state.campaign_id, conditions=self._conditions(),
                 technique=proposal.technique, change=record.diff, prior=prior))
-            return self._finish(rnd, record, proposal, memory=False)
-        problem = self._budget(estimate_seconds(self.state, self.endpoint, self.repeats))
-        if problem:
-            return problem
-        self.progress(f"experiment {eid}: {proposal.title}")
-        result = self._measure(after, self.repeats, noise=working.noise, lossy=lossy)
-        self._fill(record, result)
-        return self._finish(rnd, record, proposal)
+            return eid, self._finish(rnd, record, proposal, memory=False)
+        return eid, record
+
+    def _run_proposals(self, rnd: RoundRecord, working: BaselineRecord) -> str | None:
+        """Measure the round's proposals, up to ``self.concurrent`` at once; returns an end reason or None.
+
+        Each launch passes the same budget check as a serial run (counting the experiments still
+        running); when one does not fit, no further one starts, the running ones finish and are
+        recorded, then the campaign ends (or pauses). Records are put in proposal order at the end."""
+        todo: list[tuple[ExperimentRecord, ProposalRecord]] = []
+        order: list[str] = []
+        for proposal in rnd.proposals:
+            eid, record = self._prepare(rnd, proposal, working)
+            if eid not in order:
+                order.append(eid)
+                if record is not None:
+                    todo.append((record, proposal))
+        results: queue.Queue = queue.Queue()
+        running: dict[str, tuple[ExperimentRecord, ProposalRecord, float]] = {}
+        reason: str | None = None
+        stop: BaseException | None = None
+        try:
+            while todo or running:
+                while todo and len(running) < self.concurrent and reason is None and stop is None:
+                    record, proposal = todo[0]
+                    estimate = estimate_seconds(self.state, self.endpoint, self.repeats)
+                    try:
+                        reason = self._budget(estimate, sum(e for _, _, e in running.values()))
+                    except Paused as pause:
+                        stop = pause
+                    if reason is not None or stop is not None:
+                        break
+                    todo.pop(0)
+                    record.started_at = time.time()
+                    self.progress(f"experiment {record.experiment_id}: {proposal.title}")
+                    if self.concurrent == 1:  # serial: measured in this thread, exactly as before
+                        self._fill(record, self._measure(record.engine_args, self.repeats, noise=working.noise,
+                                                         lossy=record.lossy))
+                        self._finish(rnd, record, proposal)
+                        continue
+                    running[record.experiment_id] = (record, proposal, estimate)
+                    self._start_measure(record, working, results)
+                if not running:
+                    break
+                eid, result = results.get()
+                record, proposal, _ = running.pop(eid)
+                if isinstance(result, BaseException):
+                    stop = stop or result
+                    continue
+                self._fill(record, result)
+                self._finish(rnd, record, proposal)
+        except BaseException:
+            self._stop_running(running)
+            raise
+        finally:
+            self._in_order(rnd, order)
+        if stop is not None:
+            raise stop
+        return reason
+
+    def _start_measure(self, record: ExperimentRecord, working: BaselineRecord, results: queue.Queue) -> None:
+        """Measure one experiment in a worker thread; its result (or exception) goes to ``results``.
+
+        Daemon threads: an interrupted campaign stops the engines (_stop_running) and exits without
+        waiting for sweeps to end."""
+        def progress(message: str) -> None:
+            self.progress(f"  [{record.experiment_id}] {message.strip()}")
+
+        def work() -> None:
+            try:
+                results.put((record.experiment_id, self._measure(
+                    record.engine_args, self.repeats, noise=working.noise, lossy=record.lossy, progress=progress)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the campaign's thread
+                results.put((record.experiment_id, exc))
+
+        threading.Thread(target=work, name=f"experiment-{record.experiment_id}", daemon=True).start()
+
+    def _stop_running(self, running: dict) -> None:
+        """Stop the engines of experiments still running (the campaign was interrupted)."""
+        for eid in running:
+            label = experiment_id("run", self.state.working.engine_args, running[eid][0].engine_args, self.repeats)
+            stop_orphan(self.workdir / f"active_engine.{label}.json", self.progress)
+
+    def _in_order(self, rnd: RoundRecord, order: list[str]) -> None:
+        """Put this round's experiments in proposal order (the order a serial run records them in),
+        in the round and in the state, so nothing downstream depends on completion order."""
+        rank = {eid: i for i, eid in enumerate(order)}
+        done = [e for e in rnd.experiment_ids if e in rank]
+        if not done:
+            return
+        done.sort(key=rank.__getitem__)
+        slots = iter(done)
+        rnd.experiment_ids = [next(slots) if e in rank else e for e in rnd.experiment_ids]
+        moved = {e: self.state.experiments.pop(e) for e in done}
+        self.state.experiments.update(moved)
+        self.save()
 
     def _prior(self, record: ExperimentRecord):
         """A decision in memory that makes this run pointless (same change, same conditions).
@@ -769,7 +882,8 @@ class _Campaign:
         if self.state.finished:
             self.progress(f"campaign {self.campaign.name} already finished: {self.state.end_reason}")
             return self.outcome()
-        stop_orphan(self.workdir / "active_engine.json", self.progress)
+        for active in sorted(self.workdir.glob("active_engine*.json")):
+            stop_orphan(active, self.progress)
         self.save()
         try:
             reason = self.baseline()

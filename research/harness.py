@@ -177,6 +177,7 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
     try:
         engine = start_engine(spec, args_override=list(engine_args), workdir=workdir)
         result.startup_s = engine.startup_s  # launch to healthy; also kept in each SweepResult
+        started += engine.gpu_wait_s  # waiting for a free GPU held none: not charged to the budget
     except EngineError as exc:
         return done(f"launch failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
     except Exception as exc:  # a bad candidate must never end the campaign
