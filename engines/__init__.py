@@ -21,6 +21,7 @@ import httpx
 
 from autoresearch.config import EndpointSpec
 from engines.base import EngineAdapter, EngineCrashed, EngineError, EngineIdentity, MetricsSnapshot
+from engines.gpu_lease import acquire
 from engines.process import ManagedProcess, free_port, port_is_free
 
 __all__ = [
@@ -318,8 +319,6 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", **adapter.launch_env(), **spec.engine.env}
     lease = None
     if "CUDA_VISIBLE_DEVICES" not in spec.engine.env:
-        from engines.gpu_lease import acquire
-
         asked = time.monotonic()
         lease = acquire(spec.hardware.gpu_count, wait_s=gpu_wait_s)
         waited = time.monotonic() - asked
