@@ -395,8 +395,10 @@ def profile_from_pool(pool: pl.DataFrame, tok: ChatTokenizer, block: int) -> Tra
     order = np.argsort(pool["arrival_offset_s"].to_numpy(), kind="stable")
     for i in order:
         sim.add(block_prefix_hashes(ids[i], block), len(ids[i]))
+    turns, think = (session_shape(pool["session_id"].to_list(), pool["think_time_s"].fill_null(np.nan).to_numpy())
+                    if "session_id" in pool.columns else (None, None))
     return TrafficProfile(pool["arrival_offset_s"].to_numpy(), np.array([len(x) for x in ids]),
-                          pool["expected_output_tokens"].to_numpy(), sim.fraction, block)
+                          pool["expected_output_tokens"].to_numpy(), sim.fraction, block, session_turns=turns, think_s=think)
 
 
 def cap_output(body: dict, max_output_tokens: int | None) -> dict:
