@@ -148,3 +148,21 @@ def test_users_cycle_the_pool_until_the_step_ends():
         mine = sorted((r for r in out.records if r.session == user), key=lambda r: r.turn)
         assert len(mine) > 3  # it kept going, one request at a time
         assert all(b.sent_s >= a.sent_s + a.e2e_s + 0.05 - 1e-6 for a, b in zip(mine, mine[1:]))
+
+
+def test_users_are_strict_in_yaml_and_cli():
+    from pydantic import ValidationError
+
+    from autoresearch.cli import UsageError, _user_counts
+    from autoresearch.config import SweepSpec
+
+    assert SweepSpec(users=[1, 2, 4]).users == [1, 2, 4]
+    for bad in ([2, 1], [0, 1], []):
+        with pytest.raises(ValidationError, match="sweep.users"):
+            SweepSpec(users=bad)
+    with pytest.raises(ValidationError):
+        SweepSpec(user=[1])  # strict: a misspelt key is an error
+    assert _user_counts("1,2,8") == [1, 2, 8]
+    for bad in ("1,x", "4,2", "0"):
+        with pytest.raises(UsageError):
+            _user_counts(bad)
