@@ -75,6 +75,7 @@ class _ClosedClient:
         self.aborted: str | None = None
         self.timers: set = set()
         self.finished = loop.create_future()
+        self.min_requests = 0
 
     async def _open(self) -> _Conn:
         _, conn = await self.loop.create_connection(lambda: _Conn(self), self.host, self.port)
@@ -107,7 +108,8 @@ class _ClosedClient:
         if _now() < due:  # the loop's timer may fire up to a millisecond early: never send before due
             self.loop.call_soon(self._send, u, k, due)
             return
-        if self.stop_sending_s is not None and due - self.t0 > self.stop_sending_s:
+        if self.stop_sending_s is not None and due - self.t0 > self.stop_sending_s and (
+                len(self.reqs) >= self.min_requests or due - self.t0 > 4 * self.stop_sending_s):
             self._user_done()
             return
         i = user.requests[k % len(user.requests)]
@@ -221,11 +223,14 @@ def run_closed_loop(base_url: str, model: str | None, requests: Sequence[bytes |
                     users: Sequence[UserScript], *, stop_sending_s: float | None = None, timeout_s: float = 120.0,
                     lag_bounds: LagBounds = LagBounds(), request_ids: Sequence[str] | None = None,
                     headers: dict[str, str] | None = None, stop_check: Callable[[], str | None] | None = None,
-                    start_delay_s: float = 0.1, omit_fields: Collection[str] | None = None) -> RunOutcome:
+                    start_delay_s: float = 0.1, omit_fields: Collection[str] | None = None,
+                    min_requests: int = 0) -> RunOutcome:
     """Run ``users`` closed loop against ``base_url``; records carry session, turn and recorded offset.
 
     ``stop_sending_s``: no request is sent after this offset (concurrency steps); requests in flight
-    then finish (or ``stop_check`` cuts them). The outcome's rates are what was sent: in a closed
+    then finish (or ``stop_check`` cuts them); with ``min_requests``, sending goes on past it until
+    that many were sent, up to 4x ``stop_sending_s`` (percentiles of a handful of requests are
+    noise, as in a rate sweep's step). The outcome's rates are what was sent: in a closed
     loop the server's speed sets the rate, so only the send lag (against each due time) and client
     send failures can make a run invalid.
     """
@@ -249,6 +254,7 @@ def run_closed_loop(base_url: str, model: str | None, requests: Sequence[bytes |
     try:
         t0 = _now() + start_delay_s
         client = _ClosedClient(loop, host, port, payloads, users, t0, timeout_s, stop_sending_s, stop_check)
+        client.min_requests = min_requests
         loop.run_until_complete(client.warm(min(len(users), 64)))
         gc.collect()
         gc.freeze()  # everything alive now is never scanned again during the run
@@ -292,7 +298,7 @@ def run_closed_loop(base_url: str, model: str | None, requests: Sequence[bytes |
     records.sort(key=lambda r: (r.scheduled_s, r.request_id))
     sent_s = [r.sent_s for r in records if r.sent_s is not None]
     lags = np.array([r.sent_s - r.scheduled_s for r in records if r.sent_s is not None])
-    duration = stop_sending_s if stop_sending_s is not None else max(sent_s, default=0.0)
+    duration = max(stop_sending_s, max(sent_s, default=0.0)) if stop_sending_s is not None else max(sent_s, default=0.0)
     duration = max(duration, 1e-9)
     lag = _summary_ms(lags)
     reasons = []

@@ -384,18 +384,19 @@ class _StepRunner:
 
     def run_closed(self, users: list[UserScript], label: str, *, stop_sending_s: float | None = None,
                    keep: dict | None = None, drain_s: float | None = None, deadline_s: float | None = None,
-                   user_count: int | None = None) -> StepResult:
+                   user_count: int | None = None, min_requests: int = 0) -> StepResult:
         """One closed-loop run (session replay or concurrency step), watched like an open-loop step.
         Requests still in flight ``drain_s`` after ``stop_sending_s`` (or after ``deadline_s``) are cut."""
         with EngineWatch(self.engine) as watch:
             stop = watch.stop_check
             if drain_s is not None and (stop_sending_s is not None or deadline_s is not None):
-                limit = (stop_sending_s if stop_sending_s is not None else deadline_s) + drain_s + 0.5
+                # sending may go on up to 4x stop_sending_s for min_requests (see run_closed_loop)
+                limit = (4 * stop_sending_s if stop_sending_s is not None else deadline_s) + drain_s + 0.5
                 stop = _deadline_check(watch.stop_check, limit, DRAIN_CUT)
             outcome = run_closed_loop(self.engine.base_url, self.engine.served_model, self.bodies, users,
                                       stop_sending_s=stop_sending_s, omit_fields=self.omit_fields,
                                       timeout_s=self.timeout_s, lag_bounds=self.lag_bounds, request_ids=self.ids,
-                                      stop_check=stop)
+                                      stop_check=stop, min_requests=min_requests)
         if outcome.aborted == DRAIN_CUT:
             outcome = _cut_at_deadline(outcome, LagBounds(self.lag_bounds.p99_ms, 0.0, self.lag_bounds.max_client_errors),
                                        drain_s or 0.0)
@@ -657,8 +658,9 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
     Each user sends its next request when its previous reply has ended plus a think time, so the
     server's speed sets the request rate: this answers "how many users at once", the open-loop
     sweep "how much traffic"; capacity verdicts stay on the open loop, whose offered load does not
-    bend to the server. Steps as in :func:`run_sweep` (idle wait, warm-up, cache reset, drain cut);
-    the sweep stops after two failing counts in a row.
+    bend to the server. Steps as in :func:`run_sweep` (idle wait, warm-up, cache reset, drain cut,
+    held past ``step_duration_s`` until ``sweep.min_requests`` were sent, at most 4x); the sweep
+    stops after two failing counts in a row.
     """
     cfg = spec.sweep
     counts = list(users if users is not None else (cfg.users or []))
@@ -697,7 +699,8 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
         warmup_wall = time.monotonic() - began
         emit("step", f"{count} users for {duration:g}s", count=count)
         step = runner.run_closed(user_scripts(ordered, count, think), f"{repeats_label or 'users'}-{count}",
-                                 stop_sending_s=duration, drain_s=drain, user_count=count)
+                                 stop_sending_s=duration, drain_s=drain, user_count=count,
+                                 min_requests=cfg.min_requests)
         step = step.model_copy(update={"wall_s": time.monotonic() - began, "warmup_wall_s": warmup_wall})
         steps.append(step)
         emit("step_done", _users_line(step), step, count)
