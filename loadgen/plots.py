@@ -109,6 +109,7 @@ def users_curve_png(sweep: SweepResult, sla: SLASpec | None, path: str | Path, t
     for ax in axes:
         ax.set_xlabel("concurrent users")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(users, [str(u) for u in users])
         if sweep.capacity_users:
             ax.axvline(sweep.capacity_users, color="green", ls="-.", lw=1.2,
                        label=f"highest within SLA: {sweep.capacity_users}")

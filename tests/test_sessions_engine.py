@@ -72,6 +72,7 @@ def test_multi_turn_replay_waits_for_each_reply_and_keeps_think_times(engine, tm
     # Replies took longer than production's recorded gaps: an open-loop replay would have sent turns early.
     assert (records["e2e_s"] > RECORDED_GAP_S).all()
     drift = result.sessions
+    print(repr(drift))
     assert drift.sessions == 3 and drift.later_turns == 6 and drift.early_turns == 0
     assert drift.drift_s.p50 > THINK_S - RECORDED_GAP_S  # each later turn lost at least think - recorded gap
     assert drift.turn_send_lag_ms.p99 <= BOUNDS.p99_ms  # the think time was kept to within the lag bound
