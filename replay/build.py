@@ -169,7 +169,7 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
     # Sessions are found twice: on the original lines (production) and on the redacted bodies (the
     # pool), so the fidelity check sees whether redaction kept conversations together.
     prod_sessions, pool_sessions = SessionTracker(), SessionTracker()
-    prod_sid, prod_think, pool_sid, pool_think = [], array("d"), [], array("d")
+    prod_sid, prod_think, pool_sid, pool_think = array("q"), array("d"), array("q"), array("d")  # compact, as above
     timers = {"ingest_s": 0.0, "redact_s": 0.0, "tokenise_s": 0.0, "prefix_sim_s": 0.0, "write_s": 0.0}
     batches = ingest.iter_request_log(source, malformed, batch_size=batch_size, limit=limit)
     try:
@@ -209,11 +209,11 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
             for ts_i, b, rb, key, lat in zip(batch.timestamps, batch.bodies, red_bodies, batch.session_keys,
                                              batch.latencies_s):
                 sid, _, think = prod_sessions.add(ts_i, b, key, lat)
-                prod_sid.append(sid)
+                prod_sid.append(int(sid[1:]))
                 prod_think.append(np.nan if think is None else think)
                 pool_key = session_key(None, rb) if key is not None and key.startswith("user:") else key
                 sess.append(pool_sessions.add(ts_i, rb, pool_key, lat))
-                pool_sid.append(sess[-1][0])
+                pool_sid.append(int(sess[-1][0][1:]))
                 pool_think.append(np.nan if sess[-1][2] is None else sess[-1][2])
             outs = [_output_tokens(c, b, spec.traffic.max_output_tokens)
                     for c, b in zip(batch.completion_tokens, red_bodies)]
@@ -245,8 +245,8 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
         "redaction_counts": dict(redactor.counts), "first_timestamp": t0})
     _finalise(tmp, out_path, ts, t0, lineage)
     arrivals = ts - t0
-    prod_turns, prod_thinks = session_shape(prod_sid, np.asarray(prod_think))
-    pool_turns, pool_thinks = session_shape(pool_sid, np.asarray(pool_think))
+    prod_turns, prod_thinks = session_shape(np.asarray(prod_sid), np.asarray(prod_think))
+    pool_turns, pool_thinks = session_shape(np.asarray(pool_sid), np.asarray(pool_think))
     prod = TrafficProfile(arrivals, np.asarray(prod_prompt), np.asarray(out_all), prod_sim.fraction, block,
                           (logged_cached / logged_prompt_for_cached) if logged_prompt_for_cached else None,
                           note="production: original (unredacted) requests under the endpoint tokenizer",

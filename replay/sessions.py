@@ -114,8 +114,10 @@ def session_shape(session_ids, think_s) -> tuple[np.ndarray | None, np.ndarray |
     session has a single turn (a trace without sessions: nothing to compare)."""
     if session_ids is None or len(session_ids) == 0:
         return None, None
-    _, counts = np.unique(np.asarray(session_ids, dtype=object).astype(str), return_counts=True)
+    ids = np.asarray(session_ids)
+    _, counts = np.unique(ids if ids.dtype.kind in "iu" else ids.astype(str), return_counts=True)
     if counts.max() <= 1:
         return None, None
-    think = np.asarray([t for t in think_s if t is not None and not np.isnan(t)], dtype=np.float64)
+    think = np.asarray(think_s, dtype=np.float64)  # None / NaN: a session's first turn
+    think = think[~np.isnan(think)]
     return counts.astype(np.int64), think
