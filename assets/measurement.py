@@ -73,7 +73,8 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
     @dg.asset(key=key(name, "production_replay"), group_name=name, deps=[pool_key], pool=pool_for(endpoint),
               kinds={endpoint.engine.kind},
               description="The pool replayed with its own production arrival pattern (bursts, quiet periods), "
-              "prefix cache left warm: SLA attainment over time.")
+              "prefix cache left warm: SLA attainment over time. Multi-turn sessions keep their order: a later "
+              "turn goes out after the previous reply plus its logged think time.")
     def production_replay(context: dg.AssetExecutionContext) -> dict:
         from autoresearch import paths
         from autoresearch.workflows import load_pool, working_spec
@@ -89,6 +90,8 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
             "intervals": md_table([i.model_dump() for i in result.intervals],
                                   ["start_s", "end_s", "target_rate", "requests", "errors", "attainment",
                                    "ttft_p95_ms", "e2e_p95_ms", "within_sla"]),
+            # multi-turn pools replay session-aware: how far later turns moved from their recorded times
+            "sessions": result.sessions.model_dump_json() if result.sessions else "none (open loop: no multi-turn sessions)",
         })
         return result.model_dump(mode="json")
 

@@ -115,10 +115,26 @@ def cmd_sweep(args) -> int:
     from autoresearch.workflows import sweep_endpoint
     from loadgen.report import render_text
 
+    from loadgen.sweep import render_users
+
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
-    (result,) = sweep_endpoint(spec, progress=not args.json)
-    print(result.model_dump_json(indent=2) if args.json else render_text(result))
-    return 0 if result.validity == "valid" else 5
+    users = _user_counts(args.users) if args.users else None
+    results = sweep_endpoint(spec, progress=not args.json, users=users, rates=users is None)
+    for result in results:
+        print(result.model_dump_json(indent=2) if args.json
+              else render_users(result) if result.mode == "users" else render_text(result))
+    return 0 if all(r.validity == "valid" for r in results) else 5
+
+
+def _user_counts(text: str) -> list[int]:
+    """``--users 1,2,4,8``: increasing positive integers."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--users {text!r}: expected comma-separated integers, e.g. --users 1,2,4,8") from None
+    if not counts or any(c < 1 for c in counts) or sorted(set(counts)) != counts:
+        raise UsageError(f"--users {text!r}: expected increasing positive integers, e.g. --users 1,2,4,8")
+    return counts
 
 
 def cmd_loadgen(args) -> int:
@@ -265,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="engine.ARG=VALUE",
                    help="override an engine argument (empty VALUE: a bare switch)")
     p.add_argument("--unset", action="append", metavar="engine.ARG", help="drop an engine argument")
+    p.add_argument("--users", metavar="N,N,...",
+                   help="concurrency mode instead of the rate sweep: hold these numbers of closed-loop users "
+                        "(e.g. 1,2,4,8) and report the highest within the SLA (sweep.users in the YAML adds it "
+                        "after the rate sweep)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 

@@ -164,6 +164,9 @@ class FidelitySpec(Strict):
     interarrival_ks: float = 0.15
     burstiness_rel: float = 0.25
     concurrency_ks: float = 0.2
+    # Multi-turn request logs only (replay.sessions): turns per session and think times.
+    turns_per_session_ks: float = 0.1
+    think_time_ks: float = 0.1
 
 
 class SweepSpec(Strict):
@@ -196,6 +199,20 @@ class SweepSpec(Strict):
     # cut after warmup_timeout_s (it warms the engine, it measures nothing).
     warmup_max_tokens: int = Field(default=16, ge=1)
     warmup_timeout_s: float = Field(default=10.0, gt=0)
+    # Concurrency mode (loadgen.closedloop): numbers of concurrent users, each sending its next
+    # request when its previous reply ended plus a think time; swept after the open-loop rates.
+    # None = no concurrency sweep. The open-loop capacity stays the basis of verdicts.
+    users: list[int] | None = None
+    # Think time of a user between a reply and its next request, seconds (None = the pool's logged
+    # think times where it has sessions, else 0).
+    think_time_s: float | None = Field(default=None, ge=0)
+
+    @field_validator("users")
+    @classmethod
+    def _users_increasing(cls, users):
+        if users is not None and (not users or any(u < 1 for u in users) or sorted(set(users)) != list(users)):
+            raise ValueError(f"sweep.users must be increasing positive integers, e.g. [1, 2, 4, 8]; got {users}")
+        return users
 
 
 class BudgetSpec(Strict):

@@ -68,11 +68,16 @@ def tqdm_progress(total_hint: int, desc: str) -> Callable:
     return update
 
 
-def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 1):
-    """Start the engine, run ``repeats`` capacity sweeps on the replay pool, stop the engine."""
+def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 1, users: list[int] | None = None,
+                   rates: bool = True):
+    """Start the engine, run ``repeats`` capacity sweeps on the replay pool, stop the engine.
+
+    With concurrency counts (``users``, else the endpoint's ``sweep.users``) a concurrency sweep
+    (closed-loop users) follows on the same engine and is returned last; ``rates=False`` runs it
+    alone (``autoresearch sweep ENDPOINT --users 1,2,4``)."""
     from engines import start_engine
     from launchers import LaunchRefused, preflight
-    from loadgen.sweep import run_sweep
+    from loadgen.sweep import run_sweep, run_user_sweep
 
     if preflight(spec) is not None:  # before the pool is built: nothing runs or is written here
         raise LaunchRefused(f"endpoint {spec.name!r} runs on Modal: its sweeps run inside an experiment's container "
@@ -81,9 +86,13 @@ def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 
     pool = load_pool(spec)
     sweeps = []
     with start_engine(spec, workdir=paths.runs_dir() / "sweeps" / spec.name) as engine:
-        for i in range(repeats):
+        for i in range(repeats if rates else 0):
             callback = tqdm_progress(spec.sweep.max_steps, f"{spec.name} sweep {i + 1}/{repeats}") if progress else None
             sweeps.append(run_sweep(engine, pool, spec, progress=callback, repeats_label=f"repeat-{i}"))
+        counts = users or spec.sweep.users
+        if counts:
+            callback = tqdm_progress(len(counts), f"{spec.name} users") if progress else None
+            sweeps.append(run_user_sweep(engine, pool, spec, users=counts, progress=callback, repeats_label="users"))
     return sweeps
 
 

@@ -78,3 +78,45 @@ def load_curve_png(sweeps: SweepResult | list[SweepResult], sla: SLASpec | None,
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def users_curve_png(sweep: SweepResult, sla: SLASpec | None, path: str | Path, title: str | None = None) -> Path:
+    """The concurrency sweep's load curve against users (TTFT and E2E percentiles, SLA limits, the
+    highest count held; throughput): a closed loop's x axis is people, not arrival rate."""
+    if sweep.mode != "users":
+        raise ValueError("users_curve_png needs a concurrency sweep (mode 'users'); use load_curve_png for rates")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps = sorted((s for s in sweep.steps if s.validity == "valid"), key=lambda s: s.users)
+    users = [s.users for s in steps]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (attr, heading, sla_attr) in zip(axes, [_METRICS[0], _METRICS[2]]):
+        for level, style in _STYLES.items():
+            pts = [(u, getattr(getattr(s, attr), level)) for u, s in zip(users, steps)]
+            pts = [p for p in pts if p[1] is not None]
+            if pts:
+                ax.plot(*zip(*pts), style, marker="o", ms=3, color="tab:blue", label=level)
+        limit = getattr(sla, sla_attr) if sla is not None else None
+        if limit is not None:
+            ax.axhline(limit, color="red", lw=1.5, label=f"SLA {limit:g} ms")
+        ax.set_title(heading)
+        ax.set_ylabel("ms")
+    axes[2].plot(users, [s.throughput_rps for s in steps], "-o", ms=3, label="completed req/s")
+    axes[2].plot(users, [s.output_tokens_per_s / max(1, max((x.output_tokens_per_s for x in steps), default=1))
+                         * max([s.throughput_rps for s in steps] or [1]) for s in steps], ":x",
+                 label="output tokens/s (scaled)")
+    axes[2].set_title("Throughput")
+    for ax in axes:
+        ax.set_xlabel("concurrent users")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(users, [str(u) for u in users])
+        if sweep.capacity_users:
+            ax.axvline(sweep.capacity_users, color="green", ls="-.", lw=1.2,
+                       label=f"highest within SLA: {sweep.capacity_users}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title or f"{sweep.endpoint}: load against concurrent users (closed loop)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -6,6 +6,12 @@ offsets. ``time_scale`` compresses time (0.5 = twice as fast). The prefix cache 
 before the replay and then left alone, as in production. Attainment per reporting interval is
 the fraction of requests that met every per-request SLA target (TTFT, mean inter-token gap,
 end-to-end, success); the interval is also judged on its percentiles like a sweep step.
+
+A pool with multi-turn sessions (``replay.schema.has_sessions``) replays session-aware: each
+session's first turn follows the schedule above (its own arrivals), each later turn goes out when
+the previous reply has ended plus the logged think time (scaled by ``time_scale``); the result's
+``sessions`` says how far that moved turns from their recorded times. A pool without sessions
+(token-count traces) replays open loop exactly as before; ``sessions=False`` forces that.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import polars as pl
 
 from autoresearch.config import EndpointSpec, SLASpec
 from loadgen import arrivals
+from loadgen.closedloop import UserScript, session_drift
 from loadgen.results import IntervalResult, ProductionReplayResult, RequestRecord
 from loadgen.runner import LagBounds
 from loadgen.stats import latency_arrays, percentile_ms, sla_violations
 from loadgen.sweep import _config_hash, _StepRunner, _wait_idle, pool_requests
 from loadgen.watch import Engine
+from replay.schema import has_sessions
 
 
 def request_meets_sla(record: RequestRecord, sla: SLASpec) -> bool:
@@ -62,14 +70,22 @@ def run_production_replay(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec
                           mode: str = "shaped", shape_interval_s: float = 10.0, report_interval_s: float | None = None,
                           rate_scale: float = 1.0, seed: int = 0, senders: int = 1, lag_bounds: LagBounds | None = None,
                           timeout_s: float = 120.0, records_dir: Path | None = None,
-                          max_duration_s: float | None = None) -> ProductionReplayResult:
+                          max_duration_s: float | None = None, sessions: bool | None = None) -> ProductionReplayResult:
     """Replay ``pool`` with its production arrival pattern; report SLA attainment per interval.
 
     ``shape_interval_s`` and ``report_interval_s`` are production seconds (scaled by ``time_scale``);
-    ``max_duration_s`` (replay seconds) cuts a long trace short.
+    ``max_duration_s`` (replay seconds) cuts a long trace short. ``sessions``: None = session-aware
+    when the pool has multi-turn sessions, False = open loop always.
     """
     if "arrival_offset_s" not in pool.columns:
         raise ValueError("replay pool has no 'arrival_offset_s' column; see replay/schema.py")
+    if sessions is None:
+        sessions = has_sessions(pool)
+    if sessions:
+        return _replay_sessions(engine, pool, spec, time_scale, mode=mode, shape_interval_s=shape_interval_s,
+                                report_interval_s=report_interval_s, rate_scale=rate_scale, seed=seed,
+                                lag_bounds=lag_bounds, timeout_s=timeout_s, records_dir=records_dir,
+                                max_duration_s=max_duration_s)
     bodies, ids = pool_requests(pool)
     offsets = np.sort(pool["arrival_offset_s"].cast(pl.Float64).to_numpy())
     if mode == "exact":
@@ -112,3 +128,69 @@ def _run_keep_records(runner: _StepRunner, schedule: np.ndarray, span: float):
     captured: dict = {}
     step = runner.run(schedule, span, len(schedule) / span, "replay", keep=captured)
     return step, captured["records"]
+
+
+def session_scripts(pool: pl.DataFrame, first_schedule: np.ndarray | None = None, time_scale: float = 1.0,
+                    max_duration_s: float | None = None) -> list[UserScript]:
+    """One closed-loop user per session of ``pool`` (rows in arrival order, as pool_requests gives
+    them). A session starts at ``first_schedule[j]`` (the j-th session by first arrival; default its
+    recorded offset, scaled); think times and recorded offsets are scaled by ``time_scale``.
+    Sessions starting at or after ``max_duration_s`` are left out."""
+    pool = pool.sort("arrival_offset_s", maintain_order=True)
+    offsets = pool["arrival_offset_s"].to_numpy()
+    base = float(offsets[0]) if len(offsets) else 0.0
+    thinks = pool["think_time_s"].to_list()
+    groups: dict[str, list[int]] = {}
+    for i, sid in enumerate(pool["session_id"].to_list()):
+        groups.setdefault(sid if sid is not None else f"row{i}", []).append(i)
+    scripts = []
+    for j, (sid, rows) in enumerate(groups.items()):  # insertion order = order of first turns
+        start = float(first_schedule[j]) if first_schedule is not None else (offsets[rows[0]] - base) * time_scale
+        if max_duration_s is not None and start >= max_duration_s:
+            continue
+        scripts.append(UserScript(start, rows, [(thinks[i] or 0.0) * time_scale for i in rows], session=sid,
+                                  recorded_s=[(offsets[i] - base) * time_scale for i in rows]))
+    return scripts
+
+
+def _replay_sessions(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, time_scale: float, *, mode: str,
+                     shape_interval_s: float, report_interval_s: float | None, rate_scale: float, seed: int,
+                     lag_bounds: LagBounds | None, timeout_s: float, records_dir: Path | None,
+                     max_duration_s: float | None) -> ProductionReplayResult:
+    """Session-aware replay: first turns on the schedule, later turns after the reply plus think time."""
+    pool = pool.sort("arrival_offset_s", maintain_order=True)
+    bodies, ids = pool_requests(pool)
+    first = pool.group_by("session_id", maintain_order=True).agg(pl.col("arrival_offset_s").min())
+    first_offsets = first["arrival_offset_s"].to_numpy()
+    if mode == "exact":
+        schedule = arrivals.recorded(first_offsets, time_scale)
+    elif mode == "shaped":
+        if rate_scale != 1.0:
+            raise ValueError("rate_scale changes the number of sessions started; session-aware replay keeps the "
+                             "recorded sessions (use sessions=False for an open-loop replay at another rate)")
+        schedule = arrivals.production_shaped(timestamps=first_offsets, interval_s=shape_interval_s,
+                                              time_scale=time_scale, rate_scale=1.0, seed=seed)
+    else:
+        raise ValueError(f"mode must be 'shaped' or 'exact', got {mode!r}")
+    scripts = session_scripts(pool, np.sort(schedule), time_scale, max_duration_s)
+    if not scripts:
+        raise ValueError("the replay schedule is empty (pool without arrivals, or max_duration_s too short)")
+    runner = _StepRunner(engine, spec, bodies, ids, senders=1, lag_bounds=lag_bounds or LagBounds(),
+                         timeout_s=timeout_s, records_dir=records_dir)
+    started = time.time()
+    _wait_idle(engine, 60.0)
+    runner.warmup(spec.sweep.warmup_requests)
+    _wait_idle(engine, 60.0)
+    runner.reset()
+    captured: dict = {}
+    overall = runner.run_closed(scripts, "replay-sessions", keep=captured)
+    records = captured["records"]
+    span = max([r.scheduled_s for r in records] + [1e-6])
+    interval = (report_interval_s or shape_interval_s) * time_scale
+    attained = [request_meets_sla(r, spec.sla) for r in records]
+    return ProductionReplayResult(
+        endpoint=spec.name, engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
+        launch_config_hash=_config_hash(engine, spec), started_at=started, mode=mode, time_scale=time_scale,
+        interval_s=interval, intervals=intervals_of(records, spec.sla, interval, span), overall=overall,
+        attainment=sum(attained) / len(attained) if attained else None, validity=overall.validity,
+        invalid_reason=overall.invalid_reason, sessions=session_drift(records))

@@ -27,6 +27,11 @@ class RequestRecord(BaseModel):
     error: str | None = None
     connect_s: float | None = None  # time spent opening a new connection before the send (None: reused one)
     cut: bool = False  # still in flight at the step's drain deadline: cut, not an error (see loadgen.stats)
+    # Closed-loop runs (loadgen.closedloop): the session (or user) and turn, and the turn's recorded
+    # production arrival offset (session replay); scheduled_s is then the turn's due time.
+    session: str | None = None
+    turn: int | None = None
+    recorded_s: float | None = None
 
     @property
     def send_lag_s(self) -> float | None:
@@ -90,6 +95,7 @@ class StepResult(BaseModel):
     wall_s: float | None = None
     warmup_wall_s: float | None = None
     device_metrics: dict[str, float] = Field(default_factory=dict)  # NVML GPU telemetry over the step (engines.gpu)
+    users: int | None = None  # concurrency mode: closed-loop users held (target_rate is then the rate they sent)
 
 
 class SweepResult(BaseModel):
@@ -122,6 +128,10 @@ class SweepResult(BaseModel):
     drain_s: float | None = None  # the drain cap steps ran under
     engine_startup_s: float | None = None  # seconds from launch to healthy, when the engine says
     wall_s: float | None = None  # the whole sweep, seconds
+    # Concurrency mode (loadgen.closedloop): steps are numbers of closed-loop users, not rates.
+    mode: Literal["rate", "users"] = "rate"
+    capacity_users: int | None = None  # highest tested users within the SLA below the first failing count
+    think_time_s: float | None = None  # think time the users kept (None: the pool's logged ones)
 
     @property
     def valid(self) -> bool:
@@ -181,6 +191,17 @@ class IntervalResult(BaseModel):
     within_sla: bool = True  # the interval's percentiles and error rate meet the SLA
 
 
+class SessionDrift(BaseModel):
+    """How a session-aware replay kept conversations (loadgen.closedloop.session_drift)."""
+
+    sessions: int
+    turns: int
+    later_turns: int  # turns after a session's first
+    early_turns: int  # later turns sent before their predecessor's reply ended (must be 0)
+    drift_s: LatencySummary  # due time - recorded arrival of later turns, seconds (+: later than production)
+    turn_send_lag_ms: LatencySummary  # later turns: send - (reply end + think); the client's share of the gap
+
+
 class ProductionReplayResult(BaseModel):
     endpoint: str
     engine_args: list[str]
@@ -194,6 +215,7 @@ class ProductionReplayResult(BaseModel):
     attainment: float | None  # over all requests
     validity: Validity = "valid"
     invalid_reason: str | None = None
+    sessions: SessionDrift | None = None  # session-aware replay (pools with multi-turn sessions)
 
 
 class CalibrationPoint(BaseModel):

@@ -41,6 +41,7 @@ import polars as pl
 from autoresearch.config import SweepSpec, EndpointSpec, SLASpec
 from loadgen import arrivals
 from loadgen.results import RequestRecord, StepResult, SweepResult
+from loadgen.closedloop import UserScript, run_closed_loop
 from loadgen.runner import LagBounds, RunOutcome, run_open_loop
 from loadgen.stats import sla_excess, step_sla_ratios, summarize
 from loadgen.watch import Engine, EngineWatch
@@ -379,6 +380,31 @@ class _StepRunner:
                                     isolate=True, nice=-10)
         if outcome.aborted == DRAIN_CUT:
             outcome = _cut_at_deadline(outcome, self.lag_bounds, drain_s or 0.0)
+        return self._step(outcome, watch, target_rate, label, keep)
+
+    def run_closed(self, users: list[UserScript], label: str, *, stop_sending_s: float | None = None,
+                   keep: dict | None = None, drain_s: float | None = None, deadline_s: float | None = None,
+                   user_count: int | None = None, min_requests: int = 0) -> StepResult:
+        """One closed-loop run (session replay or concurrency step), watched like an open-loop step.
+        Requests still in flight ``drain_s`` after ``stop_sending_s`` (or after ``deadline_s``) are cut."""
+        with EngineWatch(self.engine) as watch:
+            stop = watch.stop_check
+            if drain_s is not None and (stop_sending_s is not None or deadline_s is not None):
+                # sending may go on up to 4x stop_sending_s for min_requests (see run_closed_loop)
+                limit = (4 * stop_sending_s if stop_sending_s is not None else deadline_s) + drain_s + 0.5
+                stop = _deadline_check(watch.stop_check, limit, DRAIN_CUT)
+            outcome = run_closed_loop(self.engine.base_url, self.engine.served_model, self.bodies, users,
+                                      stop_sending_s=stop_sending_s, omit_fields=self.omit_fields,
+                                      timeout_s=self.timeout_s, lag_bounds=self.lag_bounds, request_ids=self.ids,
+                                      stop_check=stop, min_requests=min_requests)
+        if outcome.aborted == DRAIN_CUT:
+            outcome = _cut_at_deadline(outcome, LagBounds(self.lag_bounds.p99_ms, 0.0, self.lag_bounds.max_client_errors),
+                                       drain_s or 0.0)
+        step = self._step(outcome, watch, outcome.achieved_rate, label, keep)
+        return step.model_copy(update={"users": user_count}) if user_count is not None else step
+
+    def _step(self, outcome: RunOutcome, watch: EngineWatch, target_rate: float, label: str,
+              keep: dict | None) -> StepResult:
         crash = watch.final_check()
         if keep is not None:
             keep["records"] = outcome.records
@@ -593,3 +619,134 @@ def sla_of(sweep: SweepResult) -> SLASpec | None:
 def warn_if_client_bound(sweep: SweepResult) -> None:
     if sweep.validity != "valid" and sweep.invalid_reason and "client" in sweep.invalid_reason:
         warnings.warn(sweep.invalid_reason, stacklevel=2)
+
+
+def user_scripts(pool: pl.DataFrame, users: int, think_time_s: float | None) -> list[UserScript]:
+    """``users`` closed-loop users over the pool (in arrival order), each starting at its own share of
+    it and cycling; the think time before each request is ``think_time_s``, else the pool's logged
+    think time of that request (0 for a session's first turn or a pool without sessions)."""
+    n = pool.height
+    if think_time_s is not None or "think_time_s" not in pool.columns:
+        think = [think_time_s or 0.0] * n
+    else:
+        think = [t or 0.0 for t in pool.sort("arrival_offset_s", maintain_order=True)["think_time_s"].to_list()]
+    scripts = []
+    for u in range(users):
+        first = u * n // users
+        order = list(range(first, n)) + list(range(first))
+        scripts.append(UserScript(0.0, order, [think[i] for i in order], session=f"user{u}", cycle=True))
+    return scripts
+
+
+def user_capacity(steps: list[StepResult]) -> tuple[int | None, bool]:
+    """(highest users within the SLA below the lowest failing count, bounded): as :func:`capacity`,
+    on user counts; None when no valid count held."""
+    valid = [s for s in steps if s.validity == "valid" and s.users is not None]
+    first_fail = min((s.users for s in valid if not s.within_sla), default=math.inf)
+    held = [s.users for s in valid if s.within_sla and s.users < first_fail]
+    return (max(held) if held else None), first_fail != math.inf
+
+
+def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, users: list[int] | None = None,
+                   think_time_s: float | None = None, step_duration_s: float | None = None,
+                   lag_bounds: LagBounds | None = None, timeout_s: float | None = None,
+                   records_dir: Path | None = None, progress: ProgressFn | None = None,
+                   idle_timeout_s: float = 60.0, repeats_label: str | None = None) -> SweepResult:
+    """Concurrency mode: hold each number of closed-loop users for a step; report the load curve
+    against users and the highest count within the SLA (``capacity_users``).
+
+    Each user sends its next request when its previous reply has ended plus a think time, so the
+    server's speed sets the request rate: this answers "how many users at once", the open-loop
+    sweep "how much traffic"; capacity verdicts stay on the open loop, whose offered load does not
+    bend to the server. Steps as in :func:`run_sweep` (idle wait, warm-up, cache reset, drain cut,
+    held past ``step_duration_s`` until ``sweep.min_requests`` were sent, at most 4x); the sweep
+    stops after two failing counts in a row.
+    """
+    cfg = spec.sweep
+    counts = list(users if users is not None else (cfg.users or []))
+    if not counts or any(int(u) != u or u < 1 for u in counts):
+        raise ValueError(f"concurrency sweep needs positive integer user counts, got {counts}")
+    think = think_time_s if think_time_s is not None else cfg.think_time_s
+    duration = step_duration_s or cfg.step_duration_s
+    sla = spec.sla
+    bodies, ids = pool_requests(pool)
+    timeout = timeout_s or max(60.0, 3 * duration, 3 * (sla.e2e_ms or 0) / 1000)
+    bounds = lag_bounds or sweep_lag_bounds(sla, cfg)
+    drain = drain_cap(sla, cfg)
+    runner = _StepRunner(engine, spec, bodies, ids, senders=1, lag_bounds=bounds, timeout_s=timeout,
+                         records_dir=records_dir)
+    steps: list[StepResult] = []
+    notes: list[str] = []
+    validity, reason = "valid", None
+    started, started_mono = time.time(), time.monotonic()
+    ordered = pool.sort("arrival_offset_s", maintain_order=True) if "arrival_offset_s" in pool.columns else pool
+    fails_in_row = 0
+
+    def emit(phase: str, message: str, step: StepResult | None = None, count: int | None = None) -> None:
+        if progress:
+            progress(SweepProgress(phase, len(steps), len(counts), count, message, step))
+
+    for count in sorted(int(u) for u in counts):
+        emit("warmup", f"{count} users: warm-up and prefix-cache reset", count=count)
+        began = time.monotonic()
+        _wait_idle(engine, idle_timeout_s)
+        try:
+            runner.warmup(cfg.warmup_requests, max_tokens=cfg.warmup_max_tokens, timeout_s=cfg.warmup_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the step's watcher will classify a dead engine
+            notes.append(f"warm-up before {count} users failed: {exc}")
+        _wait_idle(engine, idle_timeout_s)
+        runner.reset()
+        warmup_wall = time.monotonic() - began
+        emit("step", f"{count} users for {duration:g}s", count=count)
+        step = runner.run_closed(user_scripts(ordered, count, think), f"{repeats_label or 'users'}-{count}",
+                                 stop_sending_s=duration, drain_s=drain, user_count=count,
+                                 min_requests=cfg.min_requests)
+        step = step.model_copy(update={"wall_s": time.monotonic() - began, "warmup_wall_s": warmup_wall})
+        steps.append(step)
+        emit("step_done", _users_line(step), step, count)
+        if step.validity != "valid":
+            validity, reason = "invalid", f"step at {count} users: {step.invalid_reason}"
+            break
+        fails_in_row = 0 if step.within_sla else fails_in_row + 1
+        if fails_in_row >= 2:
+            notes.append(f"stopped after {count} users: two user counts in a row broke the SLA")
+            break
+    held, bounded = user_capacity(steps)
+    if held is None and steps and validity == "valid":
+        notes.append(f"no tested user count held the SLA (lowest {min(counts)})")
+    result = SweepResult(
+        endpoint=spec.name, engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
+        launch_config_hash=_config_hash(engine, spec), started_at=started, steps=steps, validity=validity,
+        invalid_reason=reason, label=repeats_label, sla=sla.model_dump(), arrival="closed_loop",
+        step_duration_s=duration, gpu_divisor=spec.hardware.capacity_divisor, capacity_bounded=bounded,
+        notes=notes + runner.notes, drain_s=drain, wall_s=time.monotonic() - started_mono, mode="users",
+        capacity_users=held, think_time_s=think)
+    emit("done", f"highest users within the SLA: {held if held is not None else 'none'}"
+                 + ("" if bounded else " (no tested count broke it: a lower bound)"))
+    return result
+
+
+def _users_line(step: StepResult) -> str:
+    mark = "ok" if step.within_sla else ("INVALID" if step.validity != "valid" else "SLA broken")
+    ttft = f"{step.ttft_ms.p95:.0f}" if step.ttft_ms.p95 is not None else "-"
+    return (f"{step.users} users: {step.achieved_rate:.2f} req/s sent, ttft p95 {ttft} ms, "
+            f"{step.throughput_rps:.1f} ok/s, errors {step.error_rate:.1%} -> {mark}")
+
+
+def render_users(result: SweepResult) -> str:
+    """The concurrency sweep as text: the load curve against users and the highest count held."""
+    lines = [f"{result.endpoint}: concurrency sweep (closed loop, think "
+             f"{'pool' if result.think_time_s is None else f'{result.think_time_s:g}s'}, "
+             f"{result.step_duration_s:g}s per step)",
+             f"{'users':>6} {'req/s':>7} {'ttft p95':>9} {'itl p95':>8} {'e2e p95':>8} {'tok/s':>7} {'err':>6}  sla"]
+    fmt = lambda v: "-" if v is None else f"{v:.0f}"
+    for s in result.steps:
+        lines.append(f"{s.users:>6} {s.achieved_rate:>7.2f} {fmt(s.ttft_ms.p95):>9} {fmt(s.itl_ms.p95):>8} "
+                     f"{fmt(s.e2e_ms.p95):>8} {s.output_tokens_per_s:>7.1f} {s.error_rate:>6.1%}  "
+                     + ("ok" if s.within_sla else "INVALID" if s.validity != "valid" else "; ".join(s.sla_violations)))
+    held = result.capacity_users
+    lines.append(f"highest users within the SLA: {held if held is not None else 'none'}"
+                 + ("" if result.capacity_bounded else " (no tested count broke it: a lower bound)")
+                 + ("" if result.valid else f"  [INVALID: {result.invalid_reason}]"))
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines)

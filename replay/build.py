@@ -29,15 +29,17 @@ from replay import ingest, sample_logs
 from replay.fidelity import FidelityReport, TrafficProfile, fidelity_report, render_length_plot
 from replay.prefix import PrefixCacheSim, block_prefix_hashes, trace_block_reuse
 from replay.redact import Redactor
-from replay.schema import POOL_SCHEMA, check_pool
+from replay.schema import POOL_SCHEMA, SESSION_SCHEMA, check_pool
+from replay.sessions import SessionTracker, session_key, session_shape
 from replay.synth import synthesise, template_frame
 from replay.tokenize import ChatTokenizer
 
 BUILD_VERSION = "1"
 _ARROW_SCHEMA = pa.schema([("request_id", pa.string()), ("arrival_offset_s", pa.float64()), ("body", pa.string()),
                            ("prompt_tokens", pa.int64()), ("expected_output_tokens", pa.int64()),
-                           ("prefix_group", pa.string()), ("logged_cached_tokens", pa.int64()), ("source", pa.string())])
-assert _ARROW_SCHEMA.names == list(POOL_SCHEMA)
+                           ("prefix_group", pa.string()), ("logged_cached_tokens", pa.int64()), ("source", pa.string()),
+                           ("session_id", pa.string()), ("turn", pa.int64()), ("think_time_s", pa.float64())])
+assert _ARROW_SCHEMA.names == list(POOL_SCHEMA) + list(SESSION_SCHEMA)
 
 
 @dataclass
@@ -164,6 +166,10 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
     writer = pq.ParquetWriter(tmp, _ARROW_SCHEMA, compression="zstd")
     t0: float | None = None
     rows = 0
+    # Sessions are found twice: on the original lines (production) and on the redacted bodies (the
+    # pool), so the fidelity check sees whether redaction kept conversations together.
+    prod_sessions, pool_sessions = SessionTracker(), SessionTracker()
+    prod_sid, prod_think, pool_sid, pool_think = array("q"), array("d"), array("q"), array("d")  # compact, as above
     timers = {"ingest_s": 0.0, "redact_s": 0.0, "tokenise_s": 0.0, "prefix_sim_s": 0.0, "write_s": 0.0}
     batches = ingest.iter_request_log(source, malformed, batch_size=batch_size, limit=limit)
     try:
@@ -199,6 +205,16 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
                 if lc is not None:
                     logged_cached += lc
                     logged_prompt_for_cached += batch.logged_prompt_tokens[i] or prod_prompt[-1]
+            sess = []
+            for ts_i, b, rb, key, lat in zip(batch.timestamps, batch.bodies, red_bodies, batch.session_keys,
+                                             batch.latencies_s):
+                sid, _, think = prod_sessions.add(ts_i, b, key, lat)
+                prod_sid.append(int(sid[1:]))
+                prod_think.append(np.nan if think is None else think)
+                pool_key = session_key(None, rb) if key is not None and key.startswith("user:") else key
+                sess.append(pool_sessions.add(ts_i, rb, pool_key, lat))
+                pool_sid.append(int(sess[-1][0][1:]))
+                pool_think.append(np.nan if sess[-1][2] is None else sess[-1][2])
             outs = [_output_tokens(c, b, spec.traffic.max_output_tokens)
                     for c, b in zip(batch.completion_tokens, red_bodies)]
             red_bodies = [cap_output(b, spec.traffic.max_output_tokens) for b in red_bodies]
@@ -214,6 +230,9 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
                 "prefix_group": [_prefix_group(b) for b in red_bodies],
                 "logged_cached_tokens": cached_col,
                 "source": [source.name] * len(batch),
+                "session_id": [x[0] for x in sess],
+                "turn": [x[1] for x in sess],
+                "think_time_s": [x[2] for x in sess],
             }, schema=_ARROW_SCHEMA))
             rows += len(batch)
             _lap(timers, "write_s", tick)
@@ -226,11 +245,14 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
         "redaction_counts": dict(redactor.counts), "first_timestamp": t0})
     _finalise(tmp, out_path, ts, t0, lineage)
     arrivals = ts - t0
+    prod_turns, prod_thinks = session_shape(np.asarray(prod_sid), np.asarray(prod_think))
+    pool_turns, pool_thinks = session_shape(np.asarray(pool_sid), np.asarray(pool_think))
     prod = TrafficProfile(arrivals, np.asarray(prod_prompt), np.asarray(out_all), prod_sim.fraction, block,
                           (logged_cached / logged_prompt_for_cached) if logged_prompt_for_cached else None,
-                          note="production: original (unredacted) requests under the endpoint tokenizer")
+                          note="production: original (unredacted) requests under the endpoint tokenizer",
+                          session_turns=prod_turns, think_s=prod_thinks)
     pool = TrafficProfile(arrivals, np.asarray(pool_prompt), np.asarray(out_all), pool_sim.fraction, block,
-                          note="pool: redacted requests")
+                          note="pool: redacted requests", session_turns=pool_turns, think_s=pool_thinks)
     report = fidelity_report(pool, prod, spec.fidelity)
     _save_profiles(out_path, pool, prod)
     seconds = time.perf_counter() - t_start
@@ -268,7 +290,8 @@ def _finalise(tmp: Path, out_path: Path, ts: np.ndarray, t0: float, lineage: dic
                 w.write_table(pf.read_row_group(i))
     else:  # logs written at completion time: sort by arrival (in memory)
         df = pl.read_parquet(tmp).with_columns(pl.Series("arrival_offset_s", ts - t0)).sort("arrival_offset_s")
-        pq.write_table(df.to_arrow().cast(_ARROW_SCHEMA).replace_schema_metadata(meta), out_path, compression="zstd")
+        schema = pa.schema([f for f in _ARROW_SCHEMA if f.name in df.columns])  # trace pools: no session columns
+        pq.write_table(df.to_arrow().cast(schema).replace_schema_metadata(meta), out_path, compression="zstd")
     tmp.unlink()
     out_path.with_suffix(".lineage.json").write_text(json.dumps(lineage, indent=2))
 
@@ -372,8 +395,10 @@ def profile_from_pool(pool: pl.DataFrame, tok: ChatTokenizer, block: int) -> Tra
     order = np.argsort(pool["arrival_offset_s"].to_numpy(), kind="stable")
     for i in order:
         sim.add(block_prefix_hashes(ids[i], block), len(ids[i]))
+    turns, think = (session_shape(pool["session_id"].to_list(), pool["think_time_s"].fill_null(np.nan).to_numpy())
+                    if "session_id" in pool.columns else (None, None))
     return TrafficProfile(pool["arrival_offset_s"].to_numpy(), np.array([len(x) for x in ids]),
-                          pool["expected_output_tokens"].to_numpy(), sim.fraction, block)
+                          pool["expected_output_tokens"].to_numpy(), sim.fraction, block, session_turns=turns, think_s=think)
 
 
 def cap_output(body: dict, max_output_tokens: int | None) -> dict:
@@ -400,14 +425,21 @@ def profile_from_request_log(path: Path | str, tok: ChatTokenizer, block: int, l
     malformed: list[tuple[int, str]] = []
     sim = PrefixCacheSim(block)
     ts, prompt, out = [], [], []
+    tracker, sids, thinks = SessionTracker(), [], []
     for batch in ingest.iter_request_log(path, malformed, limit=limit):
         for ids, b, c in zip(tok.encode_bodies(batch.bodies), batch.bodies, batch.completion_tokens):
             sim.add(block_prefix_hashes(ids, block), len(ids))
             prompt.append(len(ids))
             out.append(_output_tokens(c, b, max_output_tokens))
+        for t, b, key, lat in zip(batch.timestamps, batch.bodies, batch.session_keys, batch.latencies_s):
+            sid, _, think = tracker.add(t, b, key, lat)
+            sids.append(sid)
+            thinks.append(np.nan if think is None else think)
         ts.extend(batch.timestamps)
     arr = np.asarray(ts, dtype=np.float64)
-    return TrafficProfile(arr - (arr.min() if len(arr) else 0.0), np.asarray(prompt), np.asarray(out), sim.fraction, block)
+    turns, think_s = session_shape(sids, np.asarray(thinks))
+    return TrafficProfile(arr - (arr.min() if len(arr) else 0.0), np.asarray(prompt), np.asarray(out), sim.fraction, block,
+                          session_turns=turns, think_s=think_s)
 
 
 def profile_from_source(spec: EndpointSpec, tok: ChatTokenizer) -> TrafficProfile:

@@ -40,6 +40,10 @@ class TrafficProfile:
     cached_block: int | None = None
     logged_cached_fraction: float | None = None
     note: str = ""
+    # Multi-turn sessions (replay.sessions), None for traffic without them: turns per session and
+    # the think time before each later turn (seconds). Not per request: left unsorted.
+    session_turns: np.ndarray | None = None
+    think_s: np.ndarray | None = None
 
     def __post_init__(self):
         order = np.argsort(np.asarray(self.arrival_s, dtype=np.float64), kind="stable")
@@ -62,15 +66,17 @@ class TrafficProfile:
     def save(self, path: Path | str) -> Path:
         path = Path(path)
         meta = {k: getattr(self, k) for k in ("cached_fraction", "cached_block", "logged_cached_fraction", "note")}
+        extra = {k: getattr(self, k) for k in ("session_turns", "think_s") if getattr(self, k) is not None}
         np.savez_compressed(path, arrival_s=self.arrival_s, prompt_tokens=self.prompt_tokens,
-                            output_tokens=self.output_tokens, meta=np.array(json.dumps(meta)))
+                            output_tokens=self.output_tokens, meta=np.array(json.dumps(meta)), **extra)
         return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
     @classmethod
     def load(cls, path: Path | str) -> "TrafficProfile":
         with np.load(path) as z:
             meta = json.loads(str(z["meta"]))
-            return cls(z["arrival_s"], z["prompt_tokens"], z["output_tokens"], **meta)
+            extra = {k: z[k] for k in ("session_turns", "think_s") if k in z.files}
+            return cls(z["arrival_s"], z["prompt_tokens"], z["output_tokens"], **meta, **extra)
 
 
 def _pct(a: np.ndarray, q: float) -> float | None:
@@ -178,7 +184,25 @@ def fidelity_report(pool: TrafficProfile, production: TrafficProfile, thresholds
     cp, cq = concurrency_samples(pool), concurrency_samples(production)
     rows.append(_row("concurrency_ks", float(cp.mean()), float(cq.mean()), _ks(cp, cq), t.concurrency_ks,
                      note="values: mean in flight (nominal service model)"))
+    rows += session_rows(pool, production, t)
     return FidelityReport(rows)
+
+
+def session_rows(pool: TrafficProfile, production: TrafficProfile, t: FidelitySpec) -> list[FidelityRow]:
+    """Turns per session and think times, pool vs production; no rows when neither side has
+    multi-turn sessions (token-count traces), a failing row when only one side has them (the pool
+    lost or invented conversations, e.g. redaction that changed a resent history)."""
+    if pool.session_turns is None and production.session_turns is None:
+        return []
+    tp = pool.session_turns if pool.session_turns is not None else np.ones(1, dtype=np.int64)
+    tq = production.session_turns if production.session_turns is not None else np.ones(1, dtype=np.int64)
+    rows = [_row("turns_per_session_ks", float(tp.mean()), float(tq.mean()), _ks(tp, tq) if min(len(tp), len(tq)) > 1
+                 else float(tp.mean() != tq.mean()), t.turns_per_session_ks, note="values: mean turns per session")]
+    kp = pool.think_s if pool.think_s is not None else np.zeros(0)
+    kq = production.think_s if production.think_s is not None else np.zeros(0)
+    rows.append(_row("think_time_ks", _pct(kp, 50), _pct(kq, 50), _ks(kp, kq), t.think_time_ks,
+                     note="values: median think s"))
+    return rows
 
 
 def render_length_plot(pool: TrafficProfile, production: TrafficProfile, path: Path | str, title: str = "") -> Path:

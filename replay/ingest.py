@@ -18,6 +18,8 @@ from pathlib import Path
 import orjson
 import polars as pl
 
+from replay.sessions import session_key
+
 MOONCAKE_BLOCK_TOKENS = 512
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -49,6 +51,8 @@ class RequestBatch:
     completion_tokens: list[int | None] = field(default_factory=list)
     logged_prompt_tokens: list[int | None] = field(default_factory=list)
     logged_cached_tokens: list[int | None] = field(default_factory=list)
+    session_keys: list[str | None] = field(default_factory=list)  # explicit conversation id / user (replay.sessions)
+    latencies_s: list[float | None] = field(default_factory=list)  # logged request latency, when the log has one
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -73,8 +77,27 @@ def _opt_int(obj: dict | None, *keys: str) -> int | None:
     return value
 
 
-def parse_request_line(raw: bytes) -> tuple[float, dict, int | None, int | None, int | None]:
-    """Parse one log line; raise ValueError with a reason naming the field."""
+def _latency_s(rec: dict, ts: float) -> float | None:
+    """The logged latency of a request (seconds), when the line has one: ``latency_s``,
+    ``latency_ms``, ``duration_s``, or an end time (``end_timestamp`` / ``completed_at``)."""
+    for name, scale in (("latency_s", 1.0), ("duration_s", 1.0), ("latency_ms", 0.001)):
+        value = rec.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            return float(value) * scale
+    for name in ("end_timestamp", "completed_at"):
+        if name in rec:
+            try:
+                end = _timestamp(rec[name])
+            except ValueError:
+                raise ValueError(f"field '{name}' unreadable: {rec[name]!r}") from None
+            return max(0.0, end - ts)
+    return None
+
+
+def parse_request_line(raw: bytes) -> tuple[float, dict, int | None, int | None, int | None, str | None, float | None]:
+    """Parse one log line; raise ValueError with a reason naming the field.
+
+    Returns (timestamp, body, completion, prompt and cached tokens, session key, latency s)."""
     try:
         rec = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -105,7 +128,7 @@ def parse_request_line(raw: bytes) -> tuple[float, dict, int | None, int | None,
     if usage is not None and not isinstance(usage, dict):
         raise ValueError("field 'usage' is not an object")
     return (ts, body, _opt_int(usage, "completion_tokens"), _opt_int(usage, "prompt_tokens"),
-            _opt_int(usage, "prompt_tokens_details", "cached_tokens"))
+            _opt_int(usage, "prompt_tokens_details", "cached_tokens"), session_key(rec, body), _latency_s(rec, ts))
 
 
 def iter_request_log(path: Path | str, malformed: list[tuple[int, str]], batch_size: int = 4096,
@@ -120,7 +143,7 @@ def iter_request_log(path: Path | str, malformed: list[tuple[int, str]], batch_s
             if not raw.strip():
                 continue
             try:
-                ts, body, out, prompt, cached = parse_request_line(raw)
+                ts, body, out, prompt, cached, key, latency = parse_request_line(raw)
             except ValueError as exc:
                 malformed.append((lineno, str(exc)))
                 continue
@@ -130,6 +153,8 @@ def iter_request_log(path: Path | str, malformed: list[tuple[int, str]], batch_s
             batch.completion_tokens.append(out)
             batch.logged_prompt_tokens.append(prompt)
             batch.logged_cached_tokens.append(cached)
+            batch.session_keys.append(key)
+            batch.latencies_s.append(latency)
             taken += 1
             if len(batch) >= batch_size:
                 yield batch

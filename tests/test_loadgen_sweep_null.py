@@ -78,6 +78,21 @@ def test_production_replay_keeps_the_shape_and_reports_attainment(null_engine):
     assert [iv.requests for iv in result.intervals] == [10, 0, 40]
     assert result.intervals[2].target_rate == pytest.approx(40.0)  # 40 requests in 1 replay second
     assert result.attainment == 1.0 and result.overall.requests == 50
+    assert result.sessions is None  # a pool without sessions (as from Azure, Mooncake): the open loop as before
+
+
+def test_multi_turn_pool_replays_session_aware_and_can_be_forced_open_loop(null_engine):
+    sessions = pool([0.1 * i for i in range(10)]).with_columns(
+        session_id=pl.Series([f"s{i // 2}" for i in range(10)]), turn=pl.Series([i % 2 for i in range(10)], dtype=pl.Int64),
+        think_time_s=pl.Series([None if i % 2 == 0 else 0.05 for i in range(10)], dtype=pl.Float64))
+    engine, spec = null_engine
+    result = run_production_replay(engine, sessions, spec, time_scale=0.1, shape_interval_s=10.0, lag_bounds=LENIENT)
+    assert result.validity == "valid", result.invalid_reason
+    assert result.overall.requests == 10
+    assert (result.sessions.sessions, result.sessions.later_turns, result.sessions.early_turns) == (5, 5, 0)
+    forced = run_production_replay(engine, sessions, spec, time_scale=0.1, shape_interval_s=10.0, lag_bounds=LENIENT,
+                                   sessions=False)
+    assert forced.sessions is None and forced.overall.requests == 10
 
 
 def test_calibration_finds_a_sustained_rate(tmp_path, monkeypatch):

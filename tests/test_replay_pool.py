@@ -19,7 +19,8 @@ from replay import sample_logs
 from replay.build import PoolBuild, build_pool, engine_block_size, profile_from_pool, profile_paths
 from replay.fidelity import TrafficProfile, fidelity_report
 from replay.sample_logs import planted_pii_logs
-from replay.schema import POOL_SCHEMA
+from replay.schema import POOL_SCHEMA, SESSION_SCHEMA
+from replay.sessions import SessionTracker
 from replay.tokenize import ChatTokenizer
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
@@ -54,7 +55,7 @@ def test_sample_pool_passes_fidelity_and_keeps_requests_intact(sample_build: Poo
     b = sample_build
     assert b.fidelity.passed, b.table()
     pool = b.pool
-    assert list(pool.columns) == list(POOL_SCHEMA) and pool.height == 600
+    assert list(pool.columns) == list(POOL_SCHEMA) + list(SESSION_SCHEMA) and pool.height == 600
     assert pool["arrival_offset_s"].min() == 0.0 and pool["arrival_offset_s"].is_sorted()
     assert pool["prefix_group"].n_unique() == len(sample_logs.TENANTS)
     originals = [json.loads(line)["request"] for line in sample_logs.bundled_sample().read_text().splitlines()[:600]]
@@ -73,6 +74,8 @@ def test_sample_pool_passes_fidelity_and_keeps_requests_intact(sample_build: Poo
     assert json.loads(b.pool_path.with_suffix(".lineage.json").read_text()) == lineage
     saved = TrafficProfile.load(profile_paths(b.pool_path)[0])
     assert np.array_equal(saved.prompt_tokens, b.pool_profile.prompt_tokens) and saved.cached_fraction == b.pool_profile.cached_fraction
+    assert np.array_equal(saved.session_turns, b.pool_profile.session_turns)
+
     # redaction keeps token lengths close, request by request
     rel = np.abs(b.pool_profile.prompt_tokens - b.production_profile.prompt_tokens) / b.production_profile.prompt_tokens
     assert rel.mean() < 0.005 and rel.max() < 0.05
@@ -236,3 +239,19 @@ def test_request_log_output_cap_applies_to_pool_bodies_and_production_alike(supp
 def test_prompt_transforms_are_refused_for_request_logs(support: EndpointSpec) -> None:
     with pytest.raises(ValueError, match="token-count traces only"):
         _with_traffic(support, kind="sample", max_prompt_tokens=100)
+
+
+def test_sample_sessions_match_its_conversations_by_user_and_by_history(sample_build: PoolBuild) -> None:
+    """The sample's conversations carry a user id; the pool groups them alike, and the resent
+    message history alone (user ids removed) finds the same sessions."""
+    pool = sample_build.pool
+    lines = [json.loads(line) for line in sample_logs.bundled_sample().read_text().splitlines()[:600]]
+    users = [x["request"]["user"] for x in lines]
+    partition = lambda keys: sorted(sorted(i for i, k in enumerate(keys) if k == key) for key in set(keys))
+    assert partition(pool["session_id"].to_list()) == partition(users)
+    assert pool["turn"].max() >= 2 and pool.filter(pl.col("turn") == 0)["think_time_s"].null_count() == pool.filter(pl.col("turn") == 0).height
+    tracker = SessionTracker()
+    by_history = [tracker.add(0.0, {k: v for k, v in x["request"].items() if k != "user"})[0] for x in lines]
+    assert partition(by_history) == partition(users)
+    rows = {r.name: r for r in sample_build.fidelity.rows}
+    assert rows["turns_per_session_ks"].ok and rows["think_time_ks"].ok
