@@ -49,7 +49,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
             spec = _apply_sets(working_spec(endpoint), config.set, config.unset)
         except UsageError as exc:
             raise dg.Failure(str(exc)) from None
-        folder = paths.runs_dir() / "units" / name / f"{config.label}-{context.run_id[:8]}"
+        folder = paths.runs_dir() / "units" / name / f"{config.label}-{context.run.run_id[:8]}"
         spec_file = write_experiment(spec, folder, repeats=config.repeats, label=config.label)
         context.log.info(f"experiment unit {spec_file}: {' '.join(spec.engine.args)}")
         client: dg.PipesSubprocessClient = getattr(context.resources, PIPES_CLIENT)

@@ -37,7 +37,9 @@ def _table(rows: list[dict]) -> dict:
 
     def column_type(name: str) -> str:
         seen = {kinds.get(type(r.get(name)), "string") for r in rows if r.get(name) is not None}
-        return seen.pop() if len(seen) == 1 else "float" if seen <= {"int", "float"} else "string"
+        if len(seen) == 1:
+            return seen.pop()
+        return "float" if seen == {"int", "float"} else "string"  # mixed numbers, or nothing to go by
 
     types = {n: column_type(n) for n in names}
     records = [{n: (r.get(n) if types[n] != "string" or r.get(n) is None else str(r.get(n))) for n in names}
@@ -102,9 +104,10 @@ def _log_tail(out_dir: Path, result: ExperimentResult) -> str | None:
 
 
 def in_pipes() -> bool:
-    from dagster_pipes import is_dagster_pipes_process
+    """Launched by Dagster Pipes (its context in the environment, as every Pipes client passes it)?"""
+    from dagster_pipes import PipesEnvVarParamsLoader
 
-    return is_dagster_pipes_process()
+    return PipesEnvVarParamsLoader().is_dagster_pipes_process()
 
 
 def run_unit(spec_path: Path, out_dir: Path) -> ExperimentResult:
