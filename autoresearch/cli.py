@@ -137,10 +137,15 @@ def cmd_experiment(args) -> int:
     if args.action == "spec":
         return _experiment_spec(args)
     from autoresearch.experiment_unit import run_unit
+    from research.experiment import ExperimentSpec
 
     spec_path = Path(args.target)
     if not spec_path.is_file():
         raise UsageError(f"{spec_path}: no such spec file (write one with `autoresearch experiment spec ENDPOINT --out DIR`)")
+    try:
+        ExperimentSpec.read(spec_path)
+    except ValueError as exc:  # pydantic's ValidationError, or JSON that is not a spec
+        raise UsageError(f"{spec_path}: not an experiment spec: {exc}") from None
     out = Path(args.out) if args.out else spec_path.parent
     result = run_unit(spec_path, out)
     capacities = ", ".join(f"{c:.3g}" for c in result.capacities) or "none"
