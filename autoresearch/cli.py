@@ -149,6 +149,46 @@ def cmd_loadgen(args) -> int:
     return 0
 
 
+# --- experiment unit ------------------------------------------------------------------------
+
+def cmd_experiment(args) -> int:
+    if args.action == "spec":
+        return _experiment_spec(args)
+    from autoresearch.experiment_unit import run_unit
+    from research.experiment import ExperimentSpec
+
+    spec_path = Path(args.target)
+    if not spec_path.is_file():
+        raise UsageError(f"{spec_path}: no such spec file (write one with `autoresearch experiment spec ENDPOINT --out DIR`)")
+    try:
+        ExperimentSpec.read(spec_path)
+    except ValueError as exc:  # pydantic's ValidationError, or JSON that is not a spec
+        raise UsageError(f"{spec_path}: not an experiment spec: {exc}") from None
+    out = Path(args.out) if args.out else spec_path.parent
+    result = run_unit(spec_path, out)
+    capacities = ", ".join(f"{c:.3g}" for c in result.capacities) or "none"
+    print(f"experiment {result.label} on {result.endpoint}: verdict {result.verdict}; capacity per repeat {capacities} "
+          f"req/s; result in {out / 'result.json'}")
+    if result.verdict == "invalid":
+        print(f"experiment {result.label} on {result.endpoint} invalid: {result.invalid_reason}", file=sys.stderr)
+        return 0 if args.invalid_ok else 5
+    return 0
+
+
+def _experiment_spec(args) -> int:
+    from autoresearch.workflows import write_experiment
+    from loadgen.results import NoiseFloor
+
+    if not args.out:
+        raise UsageError("experiment spec needs --out DIR (spec.json and pool.parquet are written there)")
+    spec = _apply_sets(_endpoint(args, args.target), args.set, args.unset)
+    noise = NoiseFloor.model_validate_json(Path(args.noise_floor).read_text()) if args.noise_floor else None
+    path = write_experiment(spec, Path(args.out), repeats=args.repeats, label=args.label, noise=noise,
+                            cuda_visible_devices=args.cuda_visible_devices)
+    print(f"wrote {path} and {path.parent / 'pool.parquet'}; run it with `autoresearch experiment run {path}`")
+    return 0
+
+
 # --- campaign -------------------------------------------------------------------------------
 
 def cmd_campaign(args) -> int:
@@ -294,6 +334,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--senders", type=int, default=1, help="sender processes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_loadgen)
+
+    p = sub.add_parser("experiment", help="one experiment unit: write its spec, or run it (start, sweep, judge, stop)")
+    p.add_argument("action", choices=["run", "spec"])
+    p.add_argument("target", help="run: the spec file (spec.json); spec: the endpoint name")
+    p.add_argument("--out", help="run: folder for result.json and engine.log (default: the spec's folder); "
+                   "spec: folder for spec.json and pool.parquet")
+    p.add_argument("--invalid-ok", action="store_true",
+                   help="run: exit 0 on an invalid verdict (the launcher reads the verdict from the result)")
+    p.add_argument("--set", action="append", metavar="engine.ARG=VALUE", help="spec: override an engine argument")
+    p.add_argument("--unset", action="append", metavar="engine.ARG", help="spec: drop an engine argument")
+    p.add_argument("--repeats", type=int, default=1, help="spec: capacity sweeps of the one engine start")
+    p.add_argument("--label", default="experiment", help="spec: a name for the unit")
+    p.add_argument("--noise-floor", metavar="JSON", help="spec: a noise floor (JSON) to judge against")
+    p.add_argument("--cuda-visible-devices", metavar="IDS", help="spec: GPUs the engine may use")
+    p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser("campaign", help="run a research campaign headless")
     p.add_argument("action", choices=["run"])

@@ -96,6 +96,17 @@ def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 
     return sweeps
 
 
+def write_experiment(spec: EndpointSpec, folder: Path, *, repeats: int = 1, label: str = "experiment",
+                     noise=None, reference=None, cuda_visible_devices: str | None = None) -> Path:
+    """Write an experiment unit measuring ``spec`` as configured (spec.json + the endpoint's replay
+    pool as pool.parquet) into ``folder``; return the spec file. See research.experiment."""
+    from research.experiment import ExperimentSpec
+
+    unit = ExperimentSpec.for_endpoint(spec, repeats=repeats, label=label, noise_floor=noise, reference=reference,
+                                       cuda_visible_devices=cuda_visible_devices)
+    return unit.write(folder, load_pool(spec))
+
+
 # --- campaigns ------------------------------------------------------------------------------
 
 def resolve_campaign(definitions: DefinitionSet, name: str) -> tuple[CampaignSpec, EndpointSpec]:

@@ -13,6 +13,7 @@ import dagster as dg
 
 from assets import campaign as campaign_stage
 from assets import engine as engine_stage
+from assets import experiment as experiment_stage
 from assets import measurement as measurement_stage
 from assets import replay as replay_stage
 from assets import research as research_stage
@@ -22,7 +23,7 @@ from dagster_project.resources import ResearchMemory
 from sensors import continuation as continuation_sensors
 from sensors import drift as drift_sensors
 
-STAGES = [engine_stage, replay_stage, measurement_stage, research_stage, campaign_stage]
+STAGES = [engine_stage, replay_stage, measurement_stage, experiment_stage, research_stage, campaign_stage]
 
 
 def endpoint_definitions(definitions: DefinitionSet, definitions_dir: Path) -> list:
@@ -50,5 +51,6 @@ def build_definitions(definitions_dir: Path | None = None) -> dg.Definitions:
         asset_checks=checks,
         jobs=jobs,
         sensors=sensors,
-        resources={"memory": ResearchMemory(path=str(paths.memory_db_path()))},
+        resources={"memory": ResearchMemory(path=str(paths.memory_db_path())),
+                   experiment_stage.PIPES_CLIENT: dg.PipesSubprocessClient()},
     )
