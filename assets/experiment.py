@@ -11,7 +11,8 @@ import sys
 
 import dagster as dg
 
-from assets.common import GPU_POOL, key
+from assets.common import key
+from dagster_project.pools import pool_for
 from autoresearch.config import EndpointSpec
 
 PIPES_CLIENT = "pipes_subprocess_client"  # resource key of the launcher
@@ -35,7 +36,7 @@ def unit_command(spec_file, out_dir) -> list[str]:
 def build(endpoint: EndpointSpec, definitions=None) -> list:
     name = endpoint.name
 
-    @dg.asset(key=key(name, "experiment_unit"), group_name=name, deps=[key(name, "replay_pool")], pool=GPU_POOL,
+    @dg.asset(key=key(name, "experiment_unit"), group_name=name, deps=[key(name, "replay_pool")], pool=pool_for(endpoint),
               kinds={endpoint.engine.kind, "pipes"}, required_resource_keys={PIPES_CLIENT},
               description=f"One configuration of {name} (the working baseline, changed by the run config's set/unset) "
               "measured by the experiment unit in its own process, launched through Dagster Pipes: engine start, "
