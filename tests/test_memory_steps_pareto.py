@@ -179,3 +179,23 @@ def test_cli_memory_export_parquet(memory: MemoryStore, tmp_path: Path):
                            "--db", str(memory.path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (out / "endpoint=gpu_chat" / "steps.parquet").exists() and "2 endpoint partition(s)" in done.stdout
+
+
+def test_review_cost_and_energy_agree_with_the_memory(memory: MemoryStore, tmp_path: Path):
+    """The review report's figures at capacity are the memory's (same step, same formulas); a CPU host
+    and a missing price are said plainly."""
+    from research.review import capacity_economics, economics_lines
+
+    big = spec("gpu_chat", ["--max-num-seqs", "64"], 2, 4.0)
+    sweeps = [sweep(big, [(2, 14, 50), (8, 25, 120), (16, 40, 300)], power_w=350.0) for _ in range(2)]
+    report = capacity_economics(sweeps, big)
+    with memory.connect() as con:
+        point = next(p for p in pareto_points(con, "gpu_chat") if p["config_hash"] == big.launch_config_hash())
+    for column in ("output_tokens_per_s_per_gpu", "usd_per_million_output_tokens", "joules_per_output_token"):
+        assert report[column] == pytest.approx(point[column], rel=1e-9)
+    cpu = spec("cpu_chat", [], 0, None)
+    cpu_report = capacity_economics([sweep(cpu, [(1, 30, 100)], power_w=None)], cpu)
+    assert cpu_report["joules_per_output_token"] is None and cpu_report["usd_per_million_output_tokens"] is None
+    text = "\n".join(economics_lines([("baseline", [sweep(cpu, [(1, 30, 100)], power_w=None)])], cpu))
+    assert "Energy: no power telemetry (CPU host)." in text and "no price per GPU-hour" in text
+    assert "$4 per GPU-hour x 2" in "\n".join(economics_lines([("candidate", sweeps)], big))
