@@ -21,7 +21,7 @@ WITH s AS (
            coalesce(s.price_per_gpu_hour_usd, ep.price_per_gpu_hour_usd) AS price_per_gpu_hour_usd,
            s.step_index,
            (st->>'target_rate')::DOUBLE AS target_rate,
-           coalesce((st->>'users')::INTEGER, (st->>'concurrency')::INTEGER) AS users,
+           (st->>'users')::INTEGER AS users,  -- concurrency sweeps: closed-loop users held (NULL: open loop)
            (st->>'achieved_rate')::DOUBLE AS achieved_rate,
            (st->>'throughput_rps')::DOUBLE AS throughput_rps,
            (st->>'output_tokens_per_s')::DOUBLE AS output_tokens_per_s,
@@ -53,7 +53,7 @@ WITH s AS (
            (st->'device_metrics'->>'memory_used_max_bytes')::DOUBLE AS gpu_memory_used_max_bytes,
            (st->'device_metrics'->>'power_mean_w')::DOUBLE AS gpu_power_mean_w,
            (st->'device_metrics'->>'energy_j')::DOUBLE AS gpu_energy_j,
-           to_timestamp((st->>'started_at')::DOUBLE)::TIMESTAMP AS step_started_at
+           make_timestamp(((st->>'started_at')::DOUBLE * 1e6)::BIGINT) AS step_started_at  -- UTC, like every column
     FROM s LEFT JOIN endpoints ep ON ep.endpoint = s.endpoint
 )
 SELECT *,
@@ -65,13 +65,13 @@ SELECT *,
        price_per_gpu_hour_usd * gpu_divisor / 3600.0 / nullif(output_tokens_per_s, 0) * 1e6 AS usd_per_million_output_tokens
 FROM flat;
 
--- Per run, the step at capacity: the highest tested rate that held the SLA (valid runs only;
+-- Per run, the step at capacity: the highest tested rate (or number of users) that held the SLA (valid runs only;
 -- production replays and recipe steps are not capacity sweeps).
 CREATE OR REPLACE VIEW v_run_capacity_steps AS
 SELECT * FROM v_run_steps
 WHERE run_validity = 'valid' AND step_validity = 'valid' AND within_sla
   AND kind NOT IN ('production_replay', 'recipe')
-QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY target_rate DESC, step_index DESC) = 1;
+QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY users DESC NULLS LAST, target_rate DESC, step_index DESC) = 1;
 
 -- One point per endpoint and configuration, across every run and experiment in memory: median over
 -- its repeats of throughput per GPU and per-user speed at capacity, labelled with the technique and
