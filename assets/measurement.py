@@ -16,10 +16,12 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
               description=f"{endpoint.sweep.repeats} identical capacity sweeps of the working baseline on the "
               "replay pool (open loop, warm-up and prefix-cache reset per step).")
     def baseline_runs(context: dg.AssetExecutionContext) -> list[dict]:
-        from autoresearch.workflows import baseline_sweeps, load_pool, working_spec
+        from autoresearch.workflows import baseline_sweeps, load_pool, record_runs, working_spec
 
         spec = working_spec(endpoint)
         sweeps = baseline_sweeps(spec, load_pool(spec), spec.sweep.repeats, progress=context.log.info)
+        record_runs(spec, sweeps, kind="baseline", run_prefix=context.run_id, campaign_id=f"{name}-interactive",
+                    dagster_run_id=context.run_id)
         context.add_output_metadata({
             "engine_args": " ".join(spec.engine.args),
             "repeats": md_table([{"repeat": s.label, "capacity_rps": s.capacity_rps, "knee_rps": s.knee_rate,

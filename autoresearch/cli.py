@@ -242,6 +242,16 @@ def cmd_memory(args) -> int:
     if args.action == "ingest":
         print(f"ingested {store.ingest()} spooled record(s); {store.pending()} still pending")
         return 0
+    if args.action == "export" and args.parquet:
+        from memory_db.export import export_parquet
+
+        if args.sql:
+            raise UsageError("memory export --parquet DIR writes every endpoint; leave the endpoint name out")
+        written = export_parquet(store, args.parquet)
+        print(f"wrote {len(written)} endpoint partition(s) of v_run_steps under {args.parquet}")
+        for path in written:
+            print(f"  {path}")
+        return 0
     if not args.sql:
         raise UsageError(f"memory {args.action} needs {'SQL' if args.action == 'query' else 'an endpoint name'}")
     if args.action == "query":
@@ -373,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", action="store_true")
     p.add_argument("--out", help="export: write markdown here")
+    p.add_argument("--parquet", metavar="DIR", help="export: every sweep step (v_run_steps) as Parquet under DIR, "
+                   "partitioned by endpoint (DIR/endpoint=NAME/steps.parquet)")
     p.set_defaults(func=cmd_memory)
     return parser
 

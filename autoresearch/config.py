@@ -63,6 +63,9 @@ class HardwareSpec(Strict):
     gpu_count: int = Field(default=0, ge=0)
     # Memory bandwidth for the roofline (GB/s); None = the GPU's data sheet, or measured on a CPU host.
     memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    # What one GPU (or, on a CPU host, the host) costs per hour: gives $ per million output tokens at
+    # capacity in the review report, the research memory and the Pareto plot. None = no cost shown.
+    price_per_gpu_hour_usd: float | None = Field(default=None, gt=0)
 
     @property
     def capacity_divisor(self) -> int:
@@ -260,7 +263,8 @@ class EndpointSpec(Strict):
     def launch_config_hash(self) -> str:
         """Stable hash of everything that changes what the engine does."""
         payload = {"model": self.model.model_dump(), "engine": self.engine.model_dump(exclude={"startup_timeout_s"}),
-                   "hardware": self.hardware.model_dump()}
+                   # the price changes no engine behaviour (and leaves existing hashes as they were)
+                   "hardware": self.hardware.model_dump(exclude={"price_per_gpu_hour_usd"})}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def with_engine_args(self, args: list[str]) -> "EndpointSpec":

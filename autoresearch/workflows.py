@@ -242,6 +242,20 @@ def conditions_for(spec: EndpointSpec, pool: pl.DataFrame):
     return conditions(spec, workload_signature(pool), engine_identity(spec).engine_version)
 
 
+def record_runs(spec: EndpointSpec, sweeps, *, kind: str, run_prefix: str, campaign_id: str | None = None,
+                experiment_id: str | None = None, dagster_run_id: str | None = None, memory=None) -> None:
+    """Keep every sweep (all its steps) in the research memory: the Pareto front, the per-step view and
+    the cost and energy figures are computed from these, across every experiment of the endpoint."""
+    from memory_db.records import RunRecord
+    from memory_db.store import MemoryStore
+
+    memory = memory or MemoryStore(paths.memory_db_path())
+    for i, sweep in enumerate(sweeps):
+        memory.record_run(RunRecord.from_sweep(
+            sweep, run_id=f"{run_prefix}-{kind}-{i}", kind=kind, campaign_id=campaign_id, experiment_id=experiment_id,
+            dagster_run_id=dagster_run_id, price_per_gpu_hour_usd=spec.hardware.price_per_gpu_hour_usd))
+
+
 def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, repeats: int, campaign_id: str,
                  dagster_run_id: str | None = None, progress: Callable[[str], None] = print) -> dict:
     """Run one proposal through the shared harness, unless memory already decided it; record either way.
@@ -284,6 +298,8 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
         evidence=c.evidence if c else (result.invalid_reason or ""),
         dagster_run_ids=[dagster_run_id] if dagster_run_id else [],
         asset_keys=[f"{spec.name}/candidate_runs/{proposal.proposal_id}"]))
+    record_runs(spec, result.sweeps, kind="candidate", run_prefix=experiment_id, campaign_id=campaign_id,
+                experiment_id=experiment_id, dagster_run_id=dagster_run_id, memory=memory)
     return {"result": result.model_dump(mode="json"), "experiment_id": experiment_id,
             "engine_args": candidate_args, "lossy": iv.lossy}
 

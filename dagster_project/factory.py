@@ -15,6 +15,7 @@ from assets import campaign as campaign_stage
 from assets import engine as engine_stage
 from assets import experiment as experiment_stage
 from assets import measurement as measurement_stage
+from assets import pareto as pareto_stage
 from assets import replay as replay_stage
 from assets import research as research_stage
 from autoresearch import paths
@@ -23,7 +24,8 @@ from dagster_project.resources import ResearchMemory
 from sensors import continuation as continuation_sensors
 from sensors import drift as drift_sensors
 
-STAGES = [engine_stage, replay_stage, measurement_stage, experiment_stage, research_stage, campaign_stage]
+STAGES = [engine_stage, replay_stage, measurement_stage, experiment_stage, research_stage, campaign_stage,
+          pareto_stage]
 
 
 def endpoint_definitions(definitions: DefinitionSet, definitions_dir: Path) -> list:

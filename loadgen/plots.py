@@ -120,3 +120,58 @@ def users_curve_png(sweep: SweepResult, sla: SLASpec | None, path: str | Path, t
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def pareto_png(points: list[dict], curves: list[dict], path: str | Path, title: str | None = None) -> Path:
+    """Throughput per GPU against per-user speed, one point per configuration (at capacity), front marked.
+
+    ``points`` and ``curves`` are rows of memory_db's v_pareto_points and v_run_steps (see
+    memory_db.queries.pareto_points / pareto_curves). Points are labelled with their configuration and,
+    where known, $ per million output tokens and joules per token; faint lines are each configuration's
+    steps (rate rising: per-user speed falls as throughput climbs)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    plotted = [p for p in points if p["output_tokens_per_s_per_gpu"] is not None and p["user_tokens_per_s_p50"] is not None]
+    colour_of = {p["config_hash"]: colours[k % len(colours)] for k, p in enumerate(plotted)}
+    first = True
+    for config, colour in colour_of.items():
+        for run in sorted({c["run_id"] for c in curves if c["config_hash"] == config}):
+            pts = [(c["user_tokens_per_s_p50"], c["output_tokens_per_s_per_gpu"]) for c in curves
+                   if c["run_id"] == run and c["user_tokens_per_s_p50"] is not None]
+            if len(pts) > 1:
+                ax.plot(*zip(*pts), "-", color=colour, alpha=0.25, lw=1,
+                        label="each sweep's steps (thin: rate rising)" if first else None)
+                first = False
+    for p in plotted:
+        front = bool(p["on_front"])
+        ax.scatter(p["user_tokens_per_s_p50"], p["output_tokens_per_s_per_gpu"], s=90 if front else 45,
+                   color=colour_of[p["config_hash"]], edgecolor="black" if front else "none", zorder=3,
+                   marker="*" if front else "o")
+        extra = []
+        if p.get("usd_per_million_output_tokens") is not None:
+            extra.append(f"${p['usd_per_million_output_tokens']:.3g}/M tok")
+        if p.get("joules_per_output_token") is not None:
+            extra.append(f"{p['joules_per_output_token']:.3g} J/tok")
+        text = p["label"] if len(p["label"]) <= 48 else p["label"][:45] + "..."
+        ax.annotate(text + (f"\n{', '.join(extra)}" if extra else ""),
+                    (p["user_tokens_per_s_p50"], p["output_tokens_per_s_per_gpu"]), textcoords="offset points",
+                    xytext=(6, 6), fontsize=7)
+    front = sorted((p for p in plotted if p["on_front"]), key=lambda p: p["user_tokens_per_s_p50"])
+    if front:
+        ax.plot([p["user_tokens_per_s_p50"] for p in front], [p["output_tokens_per_s_per_gpu"] for p in front],
+                color="black", lw=1.2, ls="--", label="Pareto front (stars; dots: dominated)")
+    if plotted:
+        ax.legend(fontsize=8)
+        ax.margins(0.12)
+    ax.set_xlabel("per-user speed: output tokens/s per request (p50, 1 / time per output token)")
+    ax.set_ylabel("throughput: output tokens/s per GPU (at capacity)")
+    ax.grid(alpha=0.3)
+    if not plotted:
+        ax.text(0.5, 0.5, "no configuration held the SLA at any tested rate yet", ha="center", transform=ax.transAxes)
+    ax.set_title(title or "Pareto front")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

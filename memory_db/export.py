@@ -136,3 +136,26 @@ def export_markdown(store: MemoryStore, out_dir: str | Path, only: list[str] | N
             path.write_text(endpoint_markdown(con, name), encoding="utf-8")
             written.append(path)
     return written
+
+
+def export_parquet(store: MemoryStore, out_dir: str | Path, view: str = "v_run_steps") -> list[Path]:
+    """Write the per-step view as Parquet, hive-partitioned by endpoint (``<out_dir>/endpoint=<name>/``).
+
+    Analysts read it without the database or this package:
+    ``duckdb -c "SELECT * FROM read_parquet('DIR/**/*.parquet', hive_partitioning = true)"`` or
+    ``polars.scan_parquet('DIR/**/*.parquet', hive_partitioning=True)``.
+    """
+    if not re.fullmatch(r"v_[a-z_]+", view):
+        raise ValueError(f"not a view of the research memory: {view!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with store.connect() as con:
+        frame = con.execute(f"SELECT * FROM {view} ORDER BY endpoint, run_id, step_index").pl()
+    written: list[Path] = []
+    for (name,), part in frame.partition_by("endpoint", as_dict=True, maintain_order=True).items():
+        folder = out / f"endpoint={re.sub(r'[^A-Za-z0-9_.-]', '_', name)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "steps.parquet"
+        part.drop("endpoint").write_parquet(path)  # the folder name carries it (hive partitioning)
+        written.append(path)
+    return written

@@ -191,3 +191,18 @@ def experiments(con: duckdb.DuckDBPyConnection, endpoint: str | None = None,
 def skips(con: duckdb.DuckDBPyConnection, campaign_id: str) -> list[SkipRecord]:
     rows = _rows(con, "SELECT * FROM skips WHERE campaign_id = ? ORDER BY created_at, skip_id", [campaign_id])
     return [SkipRecord.from_row(row) for row in rows]
+
+
+def pareto_points(con: duckdb.DuckDBPyConnection, endpoint: str) -> list[dict[str, Any]]:
+    """Every configuration of the endpoint at capacity, with ``on_front`` (v_pareto_points), best throughput first."""
+    return _rows(con, "SELECT * FROM v_pareto_points WHERE endpoint = ? "
+                      "ORDER BY output_tokens_per_s_per_gpu DESC NULLS LAST, config_hash", [endpoint])
+
+
+def pareto_curves(con: duckdb.DuckDBPyConnection, endpoint: str) -> list[dict[str, Any]]:
+    """Every valid step of every run of the endpoint: how each configuration trades per-user speed for
+    throughput as the rate rises (drawn behind the capacity points)."""
+    return _rows(con, "SELECT config_hash, run_id, target_rate, output_tokens_per_s_per_gpu, user_tokens_per_s_p50, "
+                      "within_sla FROM v_run_steps WHERE endpoint = ? AND run_validity = 'valid' "
+                      "AND step_validity = 'valid' AND kind NOT IN ('production_replay', 'recipe') "
+                      "ORDER BY config_hash, run_id, target_rate", [endpoint])

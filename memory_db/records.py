@@ -133,6 +133,7 @@ class EndpointRecord(Record):
     engine_args: list[str] = Field(default_factory=list)
     sla: dict[str, Any] = Field(default_factory=dict)
     traffic_kind: str | None = None
+    price_per_gpu_hour_usd: float | None = None  # hardware.price_per_gpu_hour_usd, when the YAML gives one
     updated_at: datetime = Field(default_factory=utcnow)
 
     @classmethod
@@ -141,7 +142,8 @@ class EndpointRecord(Record):
         return cls(endpoint=spec.name, description=spec.description, model=spec.model.served_name or spec.model.path,
                    model_revision=spec.model.revision, hardware=spec.hardware.gpu_type,
                    gpu_count=spec.hardware.gpu_count, engine=spec.engine.kind, engine_version=engine_version,
-                   engine_args=list(spec.engine.args), sla=spec.sla.model_dump(), traffic_kind=spec.traffic.kind)
+                   engine_args=list(spec.engine.args), sla=spec.sla.model_dump(), traffic_kind=spec.traffic.kind,
+                   price_per_gpu_hour_usd=spec.hardware.price_per_gpu_hour_usd)
 
 
 class CampaignRecord(Record):
@@ -362,6 +364,8 @@ class RunRecord(Record):
     validity: Literal["valid", "invalid"] = "valid"
     invalid_reason: str | None = None
     steps: list[dict[str, Any]] = Field(default_factory=list)  # StepResult dumps
+    gpu_divisor: int | None = None  # what capacity_per_gpu and tokens/s/GPU divide by (1 on a CPU host)
+    price_per_gpu_hour_usd: float | None = None  # the price that held when it was measured, for $ / M tokens
     started_at: datetime | None = None
     dagster_run_id: str | None = None
     asset_key: str | None = None
@@ -370,8 +374,8 @@ class RunRecord(Record):
     @classmethod
     def from_sweep(cls, sweep: Any, *, run_id: str, kind: str = "other", campaign_id: str | None = None,
                    experiment_id: str | None = None, dagster_run_id: str | None = None,
-                   asset_key: str | None = None) -> "RunRecord":
-        """Build from a :class:`loadgen.results.SweepResult`."""
+                   asset_key: str | None = None, price_per_gpu_hour_usd: float | None = None) -> "RunRecord":
+        """Build from a :class:`loadgen.results.SweepResult` (price: the endpoint's, for cost per token)."""
         started = None
         if sweep.started_at:
             started = datetime.fromtimestamp(sweep.started_at, timezone.utc).replace(tzinfo=None)
@@ -380,6 +384,7 @@ class RunRecord(Record):
                    capacity_rps=sweep.capacity_rps, capacity_per_gpu=sweep.capacity_per_gpu,
                    knee_rate=sweep.knee_rate, validity=sweep.validity, invalid_reason=sweep.invalid_reason,
                    steps=[s.model_dump(mode="json") for s in sweep.steps], started_at=started,
+                   gpu_divisor=sweep.gpu_divisor, price_per_gpu_hour_usd=price_per_gpu_hour_usd,
                    dagster_run_id=dagster_run_id, asset_key=asset_key)
 
 

@@ -401,7 +401,8 @@ class _Campaign:
         from memory_db.records import RunRecord
 
         self._memory("run", lambda: self.memory.record_run(RunRecord.from_sweep(
-            sweep, run_id=run_id, kind=kind, campaign_id=self.state.campaign_id, experiment_id=experiment)))
+            sweep, run_id=run_id, kind=kind, campaign_id=self.state.campaign_id, experiment_id=experiment,
+            price_per_gpu_hour_usd=self.endpoint.hardware.price_per_gpu_hour_usd)))
 
     def _campaign_record(self, status: str):
         from memory_db.records import CampaignRecord

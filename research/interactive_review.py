@@ -9,7 +9,7 @@ from pathlib import Path
 from autoresearch import paths
 from autoresearch.config import EndpointSpec
 from loadgen.results import SweepResult
-from research.review import _diff_table, load_curves_png
+from research.review import _diff_table, economics_lines, load_curves_png
 
 
 def interactive_report(endpoint: EndpointSpec, best: dict | None, run: dict | None, baseline_runs: list[dict],
@@ -43,6 +43,7 @@ def interactive_report(endpoint: EndpointSpec, best: dict | None, run: dict | No
         f"- prediction: {run['proposal']['prediction']}",
         f"- falsification: {run['proposal']['falsification']}",
         "",
+        *economics_lines([("baseline", before), ("candidate", after)], endpoint),
         "## Reproduce",
         "```bash",
         f"autoresearch sweep {endpoint.name}   # the baseline",

@@ -158,7 +158,7 @@ def _materialize(defs, instance, names: list[str], partition: str | None = None)
 def research_graph(tmp_path_factory, engine_slot: EngineSlot) -> Iterator[ResearchGraph]:
     """The quick endpoint's whole research graph materialised in-process (real engines, real DuckDB):
     replay pool -> baseline sweeps -> noise floor -> load curve -> diagnosis -> proposals ->
-    candidate run + verdict (one dynamic partition) -> confirmed baseline -> review report."""
+    candidate run + verdict (one dynamic partition) -> confirmed baseline -> review report -> Pareto front."""
     engine_slot.release()  # the graph starts its own engines: keep one server at a time
     graph = ResearchGraph(tmp_path_factory.mktemp("research_graph"))
     with pytest.MonkeyPatch.context() as patch:
@@ -172,5 +172,5 @@ def research_graph(tmp_path_factory, engine_slot: EngineSlot) -> Iterator[Resear
             _materialize(defs, instance, QUICK_STAGES)
             for partition in instance.get_dynamic_partitions("quick__candidates"):
                 _materialize(defs, instance, ["candidate_runs", "verdicts"], partition=partition)
-            _materialize(defs, instance, ["confirmed_baseline", "review_report"])
+            _materialize(defs, instance, ["confirmed_baseline", "review_report", "pareto_front"])
     yield graph  # the environment is restored: later tests see their own state root

@@ -106,3 +106,14 @@ def test_shipped_engine_args_are_known_flags() -> None:
     defs = load_definitions(definitions_dir())
     for spec in defs.endpoints.values():
         assert adapter_for(spec, 0, Path(".")).validate_flags(spec.engine.args) == [], spec.name
+
+
+def test_price_per_gpu_hour_is_optional_positive_and_leaves_the_config_hash(tmp_path: Path) -> None:
+    priced = GOOD + "  hardware:\n    gpu_type: H200\n    gpu_count: 2\n    price_per_gpu_hour_usd: 3.5\n"
+    write(tmp_path, priced)
+    spec = load_definitions(tmp_path).endpoint("demo")
+    assert spec.hardware.price_per_gpu_hour_usd == 3.5
+    unpriced = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"price_per_gpu_hour_usd": None})})
+    assert spec.launch_config_hash() == unpriced.launch_config_hash()  # a price changes no engine behaviour
+    [issue] = issues_of(tmp_path, priced.replace("3.5", "-1"))
+    assert (issue.line, issue.field) == (15, "endpoint.hardware.price_per_gpu_hour_usd")

@@ -59,3 +59,24 @@ def test_confirmation_is_the_next_working_baseline_in_memory(research_graph):
     rows = memory.query("select verdict, technique from v_experiments where endpoint = 'quick'")
     assert rows.height == 1 and rows["verdict"][0] == "better"
     assert os.environ.get("AUTORESEARCH_HOME") != str(research_graph.home)  # the fixture cleaned up its env
+
+
+def test_pareto_front_plots_every_configuration_the_graph_ran(research_graph):
+    """Baseline and candidate sweeps of the real engine are in memory, one row per step; the Pareto asset
+    plots them with the front marked and says plainly that a CPU host has no power telemetry."""
+    from memory_db.store import MemoryStore
+
+    memory = MemoryStore(research_graph.home / "memory.duckdb")
+    steps = memory.query("select kind, config_hash, output_tokens_per_s_per_gpu, user_tokens_per_s_p50, "
+                         "joules_per_output_token from v_run_steps where endpoint = 'quick'")
+    assert set(steps["kind"]) == {"baseline", "candidate"} and steps["config_hash"].n_unique() == 2
+    assert steps["joules_per_output_token"].null_count() == steps.height  # CPU host: no NVML power
+    points = memory.query("select label, on_front from v_pareto_points where endpoint = 'quick'")
+    with research_graph.instance() as instance:
+        meta = latest(instance, "pareto_front")
+    assert meta["pareto_plot"].value.startswith("![pareto front](data:image/png;base64,")
+    assert meta["configurations"].value == points.height >= 1
+    assert meta["on_front"].value == points["on_front"].sum() >= 1
+    table = meta["points"].value
+    assert sorted(r.data["label"] for r in table.records) == sorted(points["label"].to_list())
+    assert meta["energy"].value == "no power telemetry (CPU host)"
