@@ -70,7 +70,7 @@ def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path
     log1 = open(tmp_path / "first.log", "w")
     first = subprocess.Popen(cmd, stdout=log1, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
     state_file = state_dir / "resume_test.state.json"
-    active = state_dir / "resume_test.runs" / "active_engine.json"
+    runs = state_dir / "resume_test.runs"  # active_engine.<label>.json: one per running engine
     finished_id, orphan_pid = None, None
     deadline = time.monotonic() + 600
     try:
@@ -83,9 +83,13 @@ def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path
             except ValueError:
                 continue
             done = [e for e in state["experiments"].values() if e["verdict"] != "skipped" and e["sweeps"]]
-            if done and active.exists():  # first experiment recorded and the next engine is running
+            active = sorted(runs.glob("active_engine*.json"))
+            if done and active:  # first experiment recorded and the next engine is running
+                try:
+                    orphan_pid = json.loads(active[0].read_text())["pid"]
+                except (FileNotFoundError, ValueError):  # that engine just stopped: look again
+                    continue
                 finished_id = done[0]["experiment_id"]
-                orphan_pid = json.loads(active.read_text())["pid"]
                 break
             if done and finished_id is None:
                 finished_id = done[0]["experiment_id"]
@@ -113,7 +117,7 @@ def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path
     assert kept.started_at == recorded.started_at and kept.sweeps == recorded.sweeps
     assert len(after.experiments) >= 2  # the rest of the round ran after the restart
     assert after.reference.sweeps == before.reference.sweeps  # the baseline was not re-measured either
-    assert not active.exists()
+    assert not list(runs.glob("active_engine*.json"))
 
 
 @long_measurement
