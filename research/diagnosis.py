@@ -175,6 +175,8 @@ def engine_stats(sweeps: Sequence[SweepResult]) -> dict[str, float]:
         rows["low_itl_p50_ms"].append(low.itl_ms.p50)
         rows["low_tpot_p50_ms"].append(low.tpot_ms.p50)
         rows["low_ttft_p50_ms"].append(low.ttft_ms.p50)
+        rows["low_ttft_p95_ms"].append(low.ttft_ms.p95)
+        rows["low_itl_p95_ms"].append(low.itl_ms.p95)
         for key, value in (getattr(low, "device_metrics", None) or {}).items():
             rows[f"low_{key}"].append(value)
         for label, step in (("at_cap", at_cap), ("over", over)):
@@ -270,6 +272,17 @@ def _batch_limit(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
                         f"{_f(e.get('over_rate'))} req/s (rate x mean end-to-end latency) against a limit of "
                         f"{limit} ({limit_flag} {limit}): the rest wait")
         severities.append(min(1.0, 0.5 + 0.5 * (in_flight - limit) / limit))
+    # Client side, without any count: TTFT grows with the offered load while ITL stays flat, so
+    # requests wait before they start (a queue), not while they decode.
+    ttft_low, ttft_over = e.get("low_ttft_p95_ms"), e.get("over_ttft_p95_ms")
+    itl_low, itl_over = e.get("low_itl_p95_ms"), e.get("over_itl_p95_ms")
+    if (limit is not None and ttft_breaks and ttft_low and ttft_over and ttft_over >= 2 * ttft_low
+            and (not itl_low or not itl_over or itl_over <= 1.5 * itl_low)):
+        growth = ttft_over / ttft_low
+        evidence.append(f"TTFT p95 grows {growth:.1f}x from the lowest load ({_f(e.get('low_rate'))} req/s) to "
+                        f"{_f(e.get('over_rate'))} req/s while ITL p95 stays flat ({_f(itl_low, 0)} -> "
+                        f"{_f(itl_over, 0)} ms): requests wait before they start, behind {limit_flag} {limit}")
+        severities.append(min(0.9, 0.4 + 0.2 * float(np.log2(growth))))
     if not severities:
         if not (limit is not None and limit <= 4 and ttft_breaks):
             return None

@@ -211,3 +211,23 @@ def test_sparse_queue_gauges_do_not_veto_the_client_side_queue():
     # Exactly at the limit nothing has to wait: no queue is claimed.
     at_limit = sparse.model_copy(update={"steps": [sparse.steps[0], step(1.0, False, 0.3, 0.3, ttft=800, itl=14, e2e=1250)]})
     assert diagnose(make_pool(), [at_limit], args).bottleneck("batch_limit") is None
+
+
+def test_ttft_growing_with_load_while_itl_stays_flat_is_a_queue():
+    """Measured on a quiet host (the asset-graph endpoint, --max-num-seqs 1): neither the gauges nor
+    the in-flight count (1.1 against 1) are conclusive, but TTFT p95 grows 3.2x from 0.5 to 1 req/s
+    while ITL p95 stays flat: the requests waited before they started."""
+    args = ["--max-num-seqs", "1"]
+    quiet = SweepResult(endpoint="quick", engine_args=args, launch_config_hash="h", started_at=0.0, capacity_rps=0.66,
+                        steps=[step(0.5, True, 0.2, 0.0, ttft=577, itl=16, e2e=1529),
+                               step(1.0, False, 0.2, 0.2, ttft=1861, itl=12, e2e=1400,
+                                    violations=["ttft p95 1861ms > 1000ms"])])
+    diagnosis = diagnose(make_pool(), [quiet], args, endpoint="quick")
+    assert diagnosis.engine_stats["over_in_flight_mean"] < 1.2
+    assert diagnosis.bottlenecks[0].name == "batch_limit", diagnosis.bottlenecks
+    assert any("grows 3.2x" in e and "ITL p95 stays flat" in e for e in diagnosis.bottlenecks[0].evidence)
+    # ITL growing as fast as TTFT is decode slowing down, not a queue: this signal stays silent.
+    slower = quiet.model_copy(update={"steps": [quiet.steps[0], step(1.0, False, 0.2, 0.2, ttft=1861, itl=60, e2e=1400,
+                                                                      violations=["ttft p95 1861ms > 1000ms"])]})
+    batch = diagnose(make_pool(), [slower], args).bottleneck("batch_limit")
+    assert batch is None or not any("stays flat" in e for e in batch.evidence)
