@@ -196,8 +196,9 @@ def test_stop_kills_a_leftover_that_ignores_sigterm_by_pid(tmp_path):
 
 
 def test_stop_of_a_clean_group_kills_nothing(tmp_path):
-    proc = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "engine.log",
-                          env={**os.environ}).start()
+    proc = ManagedProcess([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                          tmp_path / "engine.log", env={**os.environ}).start()
+    _wait_for(tmp_path / "engine.log", "ready", timeout_s=60)  # running, past the interpreter's start-up
     assert proc.stop(leftover_grace_s=0.5) == -15
     report = proc.stop_report
     assert report.leftover_pids == [] and not report.group_killed and report.warnings == []
