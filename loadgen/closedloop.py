@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from loadgen.results import RequestRecord, SessionDrift
-from loadgen.runner import (CLIENT_ERRNOS, CLIENT_ERROR_PREFIX, LagBounds, RunOutcome, _compact, _Conn, _new_loop,
-                            _raise_nofile, _Req, _summary_ms, _without)
+from loadgen.runner import (LagBounds, RunOutcome, _compact, _Conn, _ConnectionClient, _new_loop, _raise_nofile,
+                            _Req, _summary_ms, _without)
 from loadgen.sse import http_request, prepare_body
 
 _now = time.monotonic
@@ -56,7 +56,7 @@ class _TurnReq(_Req):
     __slots__ = ("user", "turn", "k")
 
 
-class _ClosedClient:
+class _ClosedClient(_ConnectionClient):
     """Sends each user's requests one after the other; connection handling as the open-loop client."""
 
     def __init__(self, loop, host: str, port: int, payloads: list[bytes], users: Sequence[UserScript], t0: float,
@@ -76,15 +76,6 @@ class _ClosedClient:
         self.timers: set = set()
         self.finished = loop.create_future()
         self.min_requests = 0
-
-    async def _open(self) -> _Conn:
-        _, conn = await self.loop.create_connection(lambda: _Conn(self), self.host, self.port)
-        self.connections_opened += 1
-        return conn
-
-    async def warm(self, count: int):
-        results = await asyncio.gather(*(self._open() for _ in range(count)), return_exceptions=True)
-        self.idle += [c for c in results if isinstance(c, _Conn) and not c.closed]
 
     def start(self):
         for u, user in enumerate(self.users):
@@ -129,34 +120,6 @@ class _ClosedClient:
             self.pending_sends += 1
             self.loop.create_task(self._open_and_send(req, payload))
 
-    def _write(self, conn: _Conn, req: _Req, payload: bytes):
-        conn.req, conn.state, conn.buf = req, 0, b""
-        self.busy.add(conn)
-        conn.transport.write(payload)
-
-    async def _open_and_send(self, req: _TurnReq, payload: bytes):
-        began = _now()
-        try:
-            conn = await self._open()
-            req.connect = _now() - began
-        except OSError as exc:
-            self.pending_sends -= 1
-            if exc.errno in CLIENT_ERRNOS:
-                self.client_errors += 1
-                req.error = f"{CLIENT_ERROR_PREFIX} could not open a connection ({exc}); raise the open-files limit"
-            else:
-                req.error = f"connect failed: {exc}"
-            req.t_end = _now()
-            self._next(req)
-            return
-        self.pending_sends -= 1
-        if self.aborted is not None:
-            req.error, req.sent = f"not sent: run aborted ({self.aborted})", None
-            conn.transport.close()
-            self._maybe_complete()
-            return
-        self._write(conn, req, payload)
-
     def done(self, conn: _Conn, req: _TurnReq, keep: bool):
         self.busy.discard(conn)
         if keep and not conn.closed and self.aborted is None:
@@ -168,6 +131,9 @@ class _ClosedClient:
 
     def lost(self, conn: _Conn):
         self.busy.discard(conn)
+
+    def _unsent(self, req: _TurnReq):
+        self._next(req)  # a failed connect ends the turn too: the user goes on
 
     def _next(self, req: _TurnReq):
         """The user's next request: due at this reply's end plus its think time (a failed reply
@@ -199,10 +165,7 @@ class _ClosedClient:
         if reason and self.aborted is None:
             self.abort(reason)
             return
-        for conn in list(self.busy):
-            req = conn.req
-            if req is not None and req.sent is not None and now - req.sent > self.timeout_s:
-                conn._fail(now, f"timeout: no complete response after {self.timeout_s:g}s")
+        self._fail_overdue(now)
         self.loop.call_later(0.1, self.housekeeping)
 
     def abort(self, reason: str):

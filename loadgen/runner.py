@@ -253,7 +253,71 @@ class _Conn(asyncio.Protocol):
         self.client.lost(self)
 
 
-class _Client:
+class _ConnectionClient:
+    """Connection handling every client shares: open, warm, write, connect-then-send, timeouts.
+
+    A subclass sets loop, host, port, idle, busy, pending_sends, connections_opened, client_errors,
+    aborted and timeout_s, and says what follows a request that could not be sent (``_unsent``)."""
+
+    def _factory(self):
+        return _Conn(self)
+
+    async def _open(self) -> _Conn:
+        _, conn = await self.loop.create_connection(self._factory, self.host, self.port)
+        self.connections_opened += 1
+        return conn
+
+    async def warm(self, count: int):
+        """Open ``count`` connections before the run starts."""
+        results = await asyncio.gather(*(self._open() for _ in range(count)), return_exceptions=True)
+        for conn in results:
+            if isinstance(conn, _Conn) and not conn.closed:
+                self.idle.append(conn)
+
+    def _write(self, conn: _Conn, req: _Req, payload: bytes):
+        conn.req = req
+        conn.state = 0
+        conn.buf = b""
+        self.busy.add(conn)
+        conn.transport.write(payload)
+
+    async def _open_and_send(self, req: _Req, payload: bytes):
+        began = _now()
+        try:
+            conn = await self._open()
+            req.connect = _now() - began
+        except OSError as exc:
+            self.pending_sends -= 1
+            if exc.errno in CLIENT_ERRNOS:
+                self.client_errors += 1
+                req.error = f"{CLIENT_ERROR_PREFIX} could not open a connection ({exc}); raise the open-files limit"
+            else:
+                req.error = f"connect failed: {exc}"
+            req.t_end = _now()
+            self._unsent(req)
+            return
+        self.pending_sends -= 1
+        if self.aborted is not None:
+            req.error = f"not sent: run aborted ({self.aborted})"
+            req.sent = None
+            conn.transport.close()
+            self._maybe_complete()
+            return
+        self._write(conn, req, payload)
+
+    def _unsent(self, req: _Req):
+        """A request whose connection could not be opened has ended (with its error)."""
+        self._maybe_complete()
+
+    def _fail_overdue(self, now: float):
+        """Fail requests with no complete response after ``timeout_s``."""
+        for conn in list(self.busy):
+            req = conn.req
+            if req is not None and req.sent is not None and now - req.sent > self.timeout_s:
+                conn._fail(now, f"timeout: no complete response after {self.timeout_s:g}s")
+
+
+class _Client(_ConnectionClient):
     """One sender: schedule loop, connection pool, timeouts, abort checks. Runs inside one event loop."""
 
     def __init__(self, loop, host: str, port: int, payloads: list[bytes], indices: np.ndarray, offsets: np.ndarray,
@@ -283,14 +347,6 @@ class _Client:
         self._timer = None
 
     # -- connections ---------------------------------------------------------------------
-    def _factory(self):
-        return _Conn(self)
-
-    async def _open(self) -> _Conn:
-        _, conn = await self.loop.create_connection(self._factory, self.host, self.port)
-        self.connections_opened += 1
-        return conn
-
     async def _open_spare(self):
         self.opening += 1
         try:
@@ -302,13 +358,6 @@ class _Client:
         if not conn.closed:
             conn.last_used = _now()
             self.idle.append(conn)
-
-    async def warm(self, count: int):
-        """Open ``count`` connections before the run starts."""
-        results = await asyncio.gather(*(self._open() for _ in range(count)), return_exceptions=True)
-        for conn in results:
-            if isinstance(conn, _Conn) and not conn.closed:
-                self.idle.append(conn)
 
     def _take_idle(self) -> _Conn | None:
         idle = self.idle
@@ -352,37 +401,6 @@ class _Client:
         if len(self.idle) < self.spare // 2:
             self._refill()
 
-    def _write(self, conn: _Conn, req: _Req, payload: bytes):
-        conn.req = req
-        conn.state = 0
-        conn.buf = b""
-        self.busy.add(conn)
-        conn.transport.write(payload)
-
-    async def _open_and_send(self, req: _Req, payload: bytes):
-        began = _now()
-        try:
-            conn = await self._open()
-            req.connect = _now() - began
-        except OSError as exc:
-            self.pending_sends -= 1
-            if exc.errno in CLIENT_ERRNOS:
-                self.client_errors += 1
-                req.error = f"{CLIENT_ERROR_PREFIX} could not open a connection ({exc}); raise the open-files limit"
-            else:
-                req.error = f"connect failed: {exc}"
-            req.t_end = _now()
-            self._maybe_complete()
-            return
-        self.pending_sends -= 1
-        if self.aborted is not None:
-            req.error = f"not sent: run aborted ({self.aborted})"
-            req.sent = None
-            conn.transport.close()
-            self._maybe_complete()
-            return
-        self._write(conn, req, payload)
-
     def _maybe_complete(self):
         if self.next >= len(self.indices) and not self.busy and not self.pending_sends:
             self._complete()
@@ -424,10 +442,7 @@ class _Client:
         if reason and self.aborted is None:
             self.abort(reason)
             return
-        for conn in list(self.busy):
-            req = conn.req
-            if req is not None and req.sent is not None and now - req.sent > self.timeout_s:
-                conn._fail(now, f"timeout: no complete response after {self.timeout_s:g}s")
+        self._fail_overdue(now)
         if self.idle:
             fresh = []
             for conn in self.idle:
