@@ -516,14 +516,7 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
             break
         emit("warmup", rate, f"step {len(steps) + 1}: warm-up and prefix-cache reset")
         step_began = time.monotonic()
-        _wait_idle(engine, idle_timeout_s)
-        try:
-            runner.warmup(cfg.warmup_requests, max_tokens=cfg.warmup_max_tokens, timeout_s=cfg.warmup_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - the step's watcher will classify a dead engine
-            notes.append(f"warm-up before {rate:g} req/s failed: {exc}")
-        _wait_idle(engine, idle_timeout_s)
-        runner.reset()
-        warmup_wall = time.monotonic() - step_began
+        warmup_wall = _warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{rate:g} req/s")
         emit("step", rate, f"step {len(steps) + 1}: {rate:g} req/s for {duration:g}s")
         step_s = max(duration, min(min_requests / rate, 4 * duration))
         schedule = arrivals.schedule(cfg.arrival, rate, step_s, burstiness=cfg.burstiness,
@@ -611,6 +604,20 @@ def _step_line(step: StepResult) -> str:
             f"errors {step.error_rate:.1%} -> {mark}")
 
 
+def _warm_up_and_reset(runner, engine, cfg: SweepSpec, idle_timeout_s: float, notes: list[str], before: str) -> float:
+    """Before a step: wait for an idle engine, warm it up, wait again, reset the prefix cache.
+    A failed warm-up is a note (the step's watcher classifies a dead engine). Returns its wall time."""
+    began = time.monotonic()
+    _wait_idle(engine, idle_timeout_s)
+    try:
+        runner.warmup(cfg.warmup_requests, max_tokens=cfg.warmup_max_tokens, timeout_s=cfg.warmup_timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the step's watcher will classify a dead engine
+        notes.append(f"warm-up before {before} failed: {exc}")
+    _wait_idle(engine, idle_timeout_s)
+    runner.reset()
+    return time.monotonic() - began
+
+
 def sla_of(sweep: SweepResult) -> SLASpec | None:
     """The SLA a sweep was judged against (stored with it)."""
     return SLASpec(**sweep.sla) if sweep.sla else None
@@ -689,14 +696,7 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
     for count in sorted(int(u) for u in counts):
         emit("warmup", f"{count} users: warm-up and prefix-cache reset", count=count)
         began = time.monotonic()
-        _wait_idle(engine, idle_timeout_s)
-        try:
-            runner.warmup(cfg.warmup_requests, max_tokens=cfg.warmup_max_tokens, timeout_s=cfg.warmup_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - the step's watcher will classify a dead engine
-            notes.append(f"warm-up before {count} users failed: {exc}")
-        _wait_idle(engine, idle_timeout_s)
-        runner.reset()
-        warmup_wall = time.monotonic() - began
+        warmup_wall = _warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{count} users")
         emit("step", f"{count} users for {duration:g}s", count=count)
         step = runner.run_closed(user_scripts(ordered, count, think), f"{repeats_label or 'users'}-{count}",
                                  stop_sending_s=duration, drain_s=drain, user_count=count,
