@@ -202,6 +202,13 @@ class SweepSpec(Strict):
     # cut after warmup_timeout_s (it warms the engine, it measures nothing).
     warmup_max_tokens: int = Field(default=16, ge=1)
     warmup_timeout_s: float = Field(default=10.0, gt=0)
+    # Once per engine start, before its first step: an open-loop run of this many seconds at
+    # engine_warmup_rps (None = half the ladder's highest rate), replies clipped to warmup_max_tokens,
+    # measured by nobody. Engines that capture CUDA graphs per batch shape as they first meet it
+    # (transformers serve) otherwise spend their first sweep capturing: on the H200 every
+    # configuration's first sweep held 3.6 req/s and its second 5.1 (docs/gpu.md). 0 = none.
+    engine_warmup_s: float = Field(default=0.0, ge=0)
+    engine_warmup_rps: float | None = Field(default=None, gt=0)
     # Concurrency mode (loadgen.closedloop): numbers of concurrent users, each sending its next
     # request when its previous reply ended plus a think time; swept after the open-loop rates.
     # None = no concurrency sweep. The open-loop capacity stays the basis of verdicts.

@@ -10,8 +10,9 @@ code as ``gpu_transformers_serve.py prepare`` into ``.gpubench/``.
 restores the campaign's state from ``.gpubench/state.tgz`` when a previous call left one, and runs
 ``research.campaign.run_campaign`` with ``stop_after_s``: the campaign pauses before an experiment
 that would not end within the call and resumes in the next call. ``--hand-tuned`` then measures
-the best configuration found by hand through the same harness (``research.harness.run_candidate``)
-against the campaign's reference noise floor, if the call has time left. Everything comes back as
+the best configuration found by hand as one experiment unit, through the unit's own entry point
+(``autoresearch experiment run``, the same harness), judged against the campaign's best, if the call
+has time left. Everything comes back as
 ``$OUT/state.tgz`` plus a log.
 
 ``report`` (here): unpacks the last state, records the campaign into this host's research memory
@@ -25,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tarfile
 import time
@@ -123,16 +125,18 @@ def run(args) -> None:
 
 
 def hand_tuned(spec, left_s: float, call: dict) -> None:
-    """The hand-tuned reference through the same harness, judged against the campaign's reference."""
+    """The hand-tuned reference as one experiment unit, started through the unit's own entry point
+    (``autoresearch experiment run SPEC --out DIR``, what a Dagster asset runs through Pipes and a
+    Modal container runs), judged against the campaign's best (its working baseline's noise floor)."""
     from research.campaign import estimate_seconds
-    from research.harness import run_candidate
+    from research.experiment import ExperimentResult, ExperimentSpec
     from research.state import StateStore
 
     path = STATE / "hand_tuned.json"
     if path.exists():
         return
     state = StateStore(STATE, CAMPAIGN).load()
-    if state is None or state.reference is None:
+    if state is None or state.reference is None or state.working is None:
         call["hand_tuned"] = "not run: the campaign has no measured reference yet"
         return
     need = estimate_seconds(state, spec, 2)
@@ -140,11 +144,19 @@ def hand_tuned(spec, left_s: float, call: dict) -> None:
         call["hand_tuned"] = f"not run: needs about {need:.0f} s, {left_s:.0f} s left in this call"
         log(call["hand_tuned"])
         return
-    log(f"hand-tuned reference: {' '.join(HAND_TUNED)}")
-    result = run_candidate(spec, HAND_TUNED, pool(), state.reference.noise, 2, workdir=STATE / "hand_tuned.runs",
-                           progress=log)
-    path.write_text(result.model_dump_json(indent=1, exclude={"reference"}))
-    call["hand_tuned"] = {"verdict": result.verdict, "capacities": result.capacities}
+    unit = STATE / "hand_tuned.unit"
+    spec_file = ExperimentSpec(label="hand_tuned", endpoint=spec, engine_args=HAND_TUNED, repeats=2,
+                               noise_floor=state.working.noise).write(unit, pool())
+    command = [sys.executable, "-m", "autoresearch.cli", "experiment", "run", str(spec_file), "--out", str(unit),
+               "--invalid-ok"]
+    log(f"hand-tuned reference as an experiment unit: {' '.join(command)}")
+    began = time.monotonic()
+    subprocess.run(command, check=False, timeout=max(60.0, left_s))
+    result = ExperimentResult.read(unit)
+    path.write_text(result.candidate.model_dump_json(indent=1, exclude={"reference"}))
+    call["hand_tuned"] = {"verdict_vs_best": result.verdict, "capacities": result.capacities,
+                          "unit": {"entry_point": command[2:5], "host": result.host, "wall_s": round(result.wall_s, 1),
+                                   "subprocess_wall_s": round(time.monotonic() - began, 1)}}
 
 
 def report(args) -> Path:
@@ -198,7 +210,8 @@ def report(args) -> Path:
         "hand_tuned_args": HAND_TUNED,
         "hand_tuned_capacity": sum(hand_caps) / len(hand_caps) if hand_caps else None,
         "hand_tuned_capacities": hand_caps,
-        "hand_tuned_verdict_vs_reference": hand_result.verdict if hand_result else None,
+        # the harness's verdict on the hand-tuned configuration against the campaign's best (its noise floor)
+        "hand_tuned_verdict_vs_best": hand_result.verdict if hand_result else None,
         "capacity_unit": "req/s within the declared SLA (TTFT p95 <= 1500 ms, ITL p95 <= 100 ms, errors <= 1%)",
         "gpu_minutes": round(sum(c.get("wall_s", 0.0) for c in calls) / 60, 2),
         "calls": len(calls), "call_log": calls,

@@ -18,6 +18,10 @@ first failing rate and that failure (see :func:`interpolated_capacity`); the kne
 before latency takes off (see :func:`knee_rate`). A crashed engine or a client that fell behind
 makes its step and the sweep invalid; steps already measured are kept.
 
+With ``sweep.engine_warmup_s``, the first sweep on an engine is preceded by an uncounted open-loop
+run (:func:`warm_engine`), so engines that build CUDA graphs or compiled kernels per shape as they
+first meet it are measured in their steady state, not while they build.
+
 Steps are short: the warm-up is a burst of ``warmup_requests`` with replies clipped to
 ``warmup_max_tokens``, cut after ``warmup_timeout_s``; requests still in flight ``drain_s`` after
 the schedule ends are cut and counted (``StepResult.cut_requests``, judged worst-case, see
@@ -491,6 +495,8 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
                                    else min(steps_cap, len(ladder) + cfg.refine_steps),
                                    rate, message, step))
 
+    if warm_engine(engine, bodies, ids, spec, ladder, bounds, timeout, notes):
+        emit("warmup", None, f"engine warm-up done ({cfg.engine_warmup_s:g}s, not counted)")
     next_rate: float | None
     if ladder is None:
         emit("probe", None, "probing single-request latency")
@@ -604,6 +610,33 @@ def _step_line(step: StepResult) -> str:
             f"errors {step.error_rate:.1%} -> {mark}")
 
 
+def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: EndpointSpec, ladder: list[float] | None,
+                lag_bounds: LagBounds, timeout_s: float, notes: list[str]) -> bool:
+    """Once per engine: an uncounted open-loop run of ``sweep.engine_warmup_s`` seconds at
+    ``sweep.engine_warmup_rps`` (default half the ladder's top rate, 1 req/s without a ladder),
+    replies clipped to ``warmup_max_tokens``; in-flight requests are cut 5 s after it. Marks the
+    engine (``warmed_up``) so later sweeps on it skip it. Returns whether it ran; a failure is a note."""
+    cfg = spec.sweep
+    if cfg.engine_warmup_s <= 0 or getattr(engine, "warmed_up", False):
+        return False
+    rate = cfg.engine_warmup_rps or (max(ladder) / 2 if ladder else 1.0)
+    clipped = [_clip_output(b, cfg.warmup_max_tokens) for b in bodies]
+    runner = _StepRunner(engine, spec, clipped, ids, senders=1, lag_bounds=LagBounds(1e9, 0.0, 10**9),
+                         timeout_s=timeout_s, records_dir=None, reset_cache=False)
+    schedule = arrivals.schedule("constant", rate, cfg.engine_warmup_s, seed=cfg.seed)
+    try:
+        step = runner.run(schedule, cfg.engine_warmup_s, rate, "engine-warmup", drain_s=5.0)
+        notes.append(f"engine warm-up (not counted): {step.requests} requests at {rate:g} req/s over "
+                     f"{cfg.engine_warmup_s:g}s, replies clipped at {cfg.warmup_max_tokens} tokens")
+    except Exception as exc:  # noqa: BLE001 - the first step's watcher classifies a dead engine
+        notes.append(f"engine warm-up failed: {exc}")
+    try:
+        engine.warmed_up = True
+    except AttributeError:  # an engine object without attributes of its own: warm it every sweep
+        pass
+    return True
+
+
 def _warm_up_and_reset(runner, engine, cfg: SweepSpec, idle_timeout_s: float, notes: list[str], before: str) -> float:
     """Before a step: wait for an idle engine, warm it up, wait again, reset the prefix cache.
     A failed warm-up is a note (the step's watcher classifies a dead engine). Returns its wall time."""
@@ -693,6 +726,8 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
         if progress:
             progress(SweepProgress(phase, len(steps), len(counts), count, message, step))
 
+    if warm_engine(engine, bodies, ids, spec, list(cfg.rates or []), bounds, timeout, notes):
+        emit("warmup", f"engine warm-up done ({cfg.engine_warmup_s:g}s, not counted)")
     for count in sorted(int(u) for u in counts):
         emit("warmup", f"{count} users: warm-up and prefix-cache reset", count=count)
         began = time.monotonic()

@@ -104,3 +104,30 @@ def test_calibration_finds_a_sustained_rate(tmp_path, monkeypatch):
                                  bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.5))
     assert result.max_rate == 100 and [p.rate for p in result.points] == [50, 100]
     assert calibrate.load_calibration(1).max_rate == 100
+
+
+def test_engine_warmup_runs_once_per_engine_before_its_first_sweep_and_is_not_counted(tmp_path, monkeypatch):
+    """Engines that build graphs per shape as they meet it get an uncounted warm-up run, once per start."""
+    from engines import start_engine
+
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    with nullserver.start() as server:
+        spec = EndpointSpec(name="null", model={"path": "none", "served_name": nullserver.NULL_MODEL},
+                            engine={"kind": "external", "url": server.url}, sla={"ttft_ms": 500, "itl_ms": 100},
+                            traffic={"kind": "sample"},
+                            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "engine_warmup_s": 2.0,
+                                   "engine_warmup_rps": 10})
+        engine = start_engine(spec)
+        events = []
+        first = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[20], progress=events.append, lag_bounds=LENIENT)
+        second = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[20], lag_bounds=LENIENT)
+        again = run_sweep(start_engine(spec), pool([0.0, 1.0]), spec, rates=[20], lag_bounds=LENIENT)
+    warm = [n for n in first.notes if n.startswith("engine warm-up")]
+    assert len(warm) == 1 and "20 requests at 10 req/s" in warm[0], first.notes  # 2 s at 10 req/s, really sent
+    assert not any(n.startswith("engine warm-up") for n in second.notes)  # the same engine: already warm
+    assert any(n.startswith("engine warm-up") for n in again.notes)  # a new engine start warms again
+    # the warm-up is no step: the steps and their request counts are the same with and without it
+    assert [s.target_rate for s in first.steps] == [s.target_rate for s in second.steps] == [20]
+    assert first.steps[0].requests == second.steps[0].requests
+    phases = [e.phase for e in events]
+    assert phases.index("warmup") < phases.index("step") and "engine warm-up" in events[0].message
