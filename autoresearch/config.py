@@ -203,8 +203,8 @@ class SweepSpec(Strict):
     warmup_max_tokens: int = Field(default=16, ge=1)
     warmup_timeout_s: float = Field(default=10.0, gt=0)
     # Once per engine start, before its first step: an open-loop run of this many seconds at
-    # engine_warmup_rps (None = half the ladder's highest rate), replies clipped to warmup_max_tokens,
-    # measured by nobody. Engines that capture CUDA graphs per batch shape as they first meet it
+    # engine_warmup_rps (None = half the ladder's highest rate) with the pool's own replies, measured
+    # by nobody. Engines that capture CUDA graphs per batch shape as they first meet it
     # (transformers serve) otherwise spend their first sweep capturing: on the H200 every
     # configuration's first sweep held 3.6 req/s and its second 5.1 (docs/gpu.md). 0 = none.
     engine_warmup_s: float = Field(default=0.0, ge=0)

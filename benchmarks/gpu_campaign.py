@@ -159,6 +159,24 @@ def hand_tuned(spec, left_s: float, call: dict) -> None:
                                    "subprocess_wall_s": round(time.monotonic() - began, 1)}}
 
 
+def unit(args) -> None:
+    """One experiment unit on this machine through its entry point (``autoresearch experiment run``):
+    the endpoint as shipped with ``--set``-style engine arguments, no verdict (no noise floor)."""
+    from research.experiment import ExperimentSpec
+
+    models = WORK / "models"
+    if not (models / MODEL_NAME / "config.json").exists():
+        build_model(models / MODEL_NAME, WORK / "tokenizer", args.model_size)
+    _, spec = definitions(models, args.engine_python)
+    sweep = spec.sweep.model_copy(update=json.loads(args.sweep)) if args.sweep else spec.sweep
+    folder = Path(args.out) / args.label
+    spec_file = ExperimentSpec(label=args.label, endpoint=spec.model_copy(update={"sweep": sweep}),
+                               engine_args=args.engine_args, repeats=args.repeats).write(folder, pool())
+    command = [sys.executable, "-m", "autoresearch.cli", "experiment", "run", str(spec_file), "--invalid-ok"]
+    log(" ".join(command))
+    subprocess.run(command, check=False)
+
+
 def report(args) -> Path:
     """Record the campaign here and write ``benchmarks/results/gpu_campaign.json`` with its review."""
     from autoresearch import paths
@@ -241,6 +259,14 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--hand-tuned", action="store_true", help="then measure the hand-tuned reference if time is left")
     r.add_argument("--hand-tuned-first", action="store_true",
                    help="measure the hand-tuned reference before resuming the campaign")
+    u = sub.add_parser("unit", help="one experiment unit through `autoresearch experiment run` (GPU machine)")
+    u.add_argument("--out", required=True)
+    u.add_argument("--label", default="unit")
+    u.add_argument("--repeats", type=int, default=1)
+    u.add_argument("--sweep", help="JSON of sweep fields to change (e.g. the engine warm-up)")
+    u.add_argument("--engine-python", default=sys.executable)
+    u.add_argument("--model-size", default="442m")
+    u.add_argument("engine_args", nargs=argparse.REMAINDER, help="the engine's arguments (after --)")
     q = sub.add_parser("report", help="record the campaign into memory and write gpu_campaign.json (here)")
     q.add_argument("--state", help="a state.tgz brought back from the GPU machine")
     q.add_argument("--memory", help="DuckDB file (default: the project's research memory)")
@@ -249,6 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         prepare()
     elif args.stage == "run":
         run(args)
+    elif args.stage == "unit":
+        args.engine_args = [a for a in args.engine_args if a != "--"]
+        unit(args)
     else:
         report(args)
 

@@ -613,21 +613,21 @@ def _step_line(step: StepResult) -> str:
 def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: EndpointSpec, ladder: list[float] | None,
                 lag_bounds: LagBounds, timeout_s: float, notes: list[str]) -> bool:
     """Once per engine: an uncounted open-loop run of ``sweep.engine_warmup_s`` seconds at
-    ``sweep.engine_warmup_rps`` (default half the ladder's top rate, 1 req/s without a ladder),
-    replies clipped to ``warmup_max_tokens``; in-flight requests are cut 5 s after it. Marks the
-    engine (``warmed_up``) so later sweeps on it skip it. Returns whether it ran; a failure is a note."""
+    ``sweep.engine_warmup_rps`` (default half the ladder's top rate, 1 req/s without a ladder), with
+    the pool's own replies (the batch grows to the sizes a step meets: clipped replies left the H200's
+    first sweep as slow as before); in-flight requests are cut 5 s after it. Marks the engine
+    (``warmed_up``) so later sweeps on it skip it. Returns whether it ran; a failure is a note."""
     cfg = spec.sweep
     if cfg.engine_warmup_s <= 0 or getattr(engine, "warmed_up", False):
         return False
     rate = cfg.engine_warmup_rps or (max(ladder) / 2 if ladder else 1.0)
-    clipped = [_clip_output(b, cfg.warmup_max_tokens) for b in bodies]
-    runner = _StepRunner(engine, spec, clipped, ids, senders=1, lag_bounds=LagBounds(1e9, 0.0, 10**9),
+    runner = _StepRunner(engine, spec, bodies, ids, senders=1, lag_bounds=LagBounds(1e9, 0.0, 10**9),
                          timeout_s=timeout_s, records_dir=None, reset_cache=False)
     schedule = arrivals.schedule("constant", rate, cfg.engine_warmup_s, seed=cfg.seed)
     try:
         step = runner.run(schedule, cfg.engine_warmup_s, rate, "engine-warmup", drain_s=5.0)
         notes.append(f"engine warm-up (not counted): {step.requests} requests at {rate:g} req/s over "
-                     f"{cfg.engine_warmup_s:g}s, replies clipped at {cfg.warmup_max_tokens} tokens")
+                     f"{cfg.engine_warmup_s:g}s, {step.cut_requests} cut 5 s after")
     except Exception as exc:  # noqa: BLE001 - the first step's watcher classifies a dead engine
         notes.append(f"engine warm-up failed: {exc}")
     try:
