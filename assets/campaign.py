@@ -15,7 +15,12 @@ def campaign_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefinitio
     return dg.DynamicPartitionsDefinition(name=f"{endpoint.name}__campaigns")
 
 
-def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
+def job_name(endpoint: EndpointSpec) -> str:
+    """The job that runs one campaign partition (the drift sensors start it)."""
+    return f"{endpoint.name}__campaign_job"
+
+
+def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
     name = endpoint.name
     partitions = campaign_partitions(endpoint)
     settings = campaign_for(definitions, endpoint)
@@ -51,6 +56,6 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
         context.add_output_metadata(metadata)
         return outcome.model_dump(mode="json")
 
-    job = dg.define_asset_job(f"{name}__campaign_job", selection=[campaign_key],
+    job = dg.define_asset_job(job_name(endpoint), selection=[campaign_key],
                               description=f"Run one campaign partition of {name}")
-    return [campaign, job]
+    return dg.Definitions(assets=[campaign], jobs=[job])

@@ -7,7 +7,7 @@ from assets.common import key, md_table
 from autoresearch.config import EndpointSpec
 
 
-def build(endpoint: EndpointSpec, definitions=None) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     @dg.asset(
         key=key(endpoint.name, "engine_identity"),
         group_name=endpoint.name,
@@ -36,4 +36,4 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
         })
         return record
 
-    return [engine_identity]
+    return dg.Definitions(assets=[engine_identity])

@@ -33,7 +33,7 @@ def unit_command(spec_file, out_dir) -> list[str]:
             "--invalid-ok"]
 
 
-def build(endpoint: EndpointSpec, definitions=None) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     name = endpoint.name
 
     @dg.asset(key=key(name, "experiment_unit"), group_name=name, deps=[key(name, "replay_pool")], pool=pool_for(endpoint),
@@ -43,12 +43,13 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
               "repeated capacity sweeps, stop. Metadata: capacity per repeat, load curve, verdict inputs, engine log.")
     def experiment_unit(context: dg.AssetExecutionContext, config: ExperimentUnitConfig):
         from autoresearch import paths
-        from autoresearch.cli import UsageError, _apply_sets
+        from autoresearch.engine_args import OverrideError, apply_diff, override_diff
         from autoresearch.workflows import working_spec, write_experiment
 
+        spec = working_spec(endpoint)
         try:
-            spec = _apply_sets(working_spec(endpoint), config.set, config.unset)
-        except UsageError as exc:
+            spec = spec.with_engine_args(apply_diff(spec.engine.args, override_diff(config.set, config.unset)))
+        except OverrideError as exc:
             raise dg.Failure(str(exc)) from None
         folder = paths.runs_dir() / "units" / name / f"{config.label}-{context.run.run_id[:8]}"
         spec_file = write_experiment(spec, folder, repeats=config.repeats, label=config.label)
@@ -56,4 +57,4 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
         client: dg.PipesSubprocessClient = getattr(context.resources, PIPES_CLIENT)
         return client.run(context=context, command=unit_command(spec_file, folder)).get_materialize_result()
 
-    return [experiment_unit]
+    return dg.Definitions(assets=[experiment_unit])

@@ -7,7 +7,7 @@ from autoresearch.config import EndpointSpec
 from dagster_project.pools import pool_for
 
 
-def build(endpoint: EndpointSpec, definitions=None) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     name = endpoint.name
     pool_key = key(name, "replay_pool")
 
@@ -97,4 +97,4 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
         })
         return result.model_dump(mode="json")
 
-    return [baseline_runs, noise_floor, load_curve, production_replay]
+    return dg.Definitions(assets=[baseline_runs, noise_floor, load_curve, production_replay])

@@ -19,7 +19,7 @@ COLUMNS = [
 ]
 
 
-def build(endpoint: EndpointSpec, definitions=None) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     name = endpoint.name
 
     @dg.asset(key=key(name, "pareto_front"), group_name=name,
@@ -52,7 +52,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
         })
         return points
 
-    return [pareto_front]
+    return dg.Definitions(assets=[pareto_front])
 
 
 def _cell(value):

@@ -11,7 +11,7 @@ from assets.common import key, md_image, md_table
 from autoresearch.config import EndpointSpec
 
 
-def build(endpoint: EndpointSpec, definitions=None) -> list:
+def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     name = endpoint.name
     logs_key, pool_key = key(name, "production_logs"), key(name, "replay_pool")
     source = endpoint.traffic.path or "bundled sample support logs"
@@ -57,4 +57,4 @@ def build(endpoint: EndpointSpec, definitions=None) -> list:
                       "length_distributions": md_image(plot, "pool vs production token lengths")},
         )
 
-    return [production_logs, replay_pool]
+    return dg.Definitions(assets=[production_logs, replay_pool])

@@ -18,7 +18,12 @@ def candidate_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefiniti
     return dg.DynamicPartitionsDefinition(name=f"{endpoint.name}__candidates")
 
 
-def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
+def round_job_name(endpoint: EndpointSpec) -> str:
+    """The job that measures the working baseline again and proposes (the continuation sensor starts it)."""
+    return f"{endpoint.name}__research_round"
+
+
+def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
     name = endpoint.name
     settings = campaign_for(definitions, endpoint)
     candidates = candidate_partitions(endpoint)
@@ -171,7 +176,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> list:
         return text
 
     round_job = dg.define_asset_job(
-        f"{name}__research_round",
+        round_job_name(endpoint),
         selection=[key(name, k) for k in ("baseline_runs", "noise_floor", "load_curve", "diagnosis", "proposals")],
         description=f"Measure the working baseline of {name} again, diagnose it and propose the next candidates")
-    return [diagnosis, proposals, candidate_runs, verdicts, confirmed_baseline, review_report, round_job]
+    return dg.Definitions(assets=[diagnosis, proposals, candidate_runs, verdicts, confirmed_baseline, review_report],
+                          jobs=[round_job])

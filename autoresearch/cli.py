@@ -96,18 +96,12 @@ def cmd_replay(args) -> int:
 
 def _apply_sets(spec, sets: list[str] | None, unsets: list[str] | None = None):
     """``--set engine.ARG=VALUE`` (empty VALUE = a bare switch) and ``--unset engine.ARG`` on the endpoint."""
-    from autoresearch.engine_args import REMOVE, apply_diff
+    from autoresearch.engine_args import OverrideError, apply_diff, override_diff
 
-    diff: dict[str, str | None] = {}
-    for item in sets or []:
-        if "=" not in item or not item.startswith("engine."):
-            raise UsageError(f"--set {item!r}: expected engine.ARG=VALUE, e.g. --set engine.max-num-seqs=8")
-        name, value = item.removeprefix("engine.").split("=", 1)
-        diff["--" + name.lstrip("-").replace("_", "-")] = None if value == "" else value
-    for item in unsets or []:
-        if not item.startswith("engine.") or "=" in item:
-            raise UsageError(f"--unset {item!r}: expected engine.ARG, e.g. --unset engine.enforce-eager")
-        diff["--" + item.removeprefix("engine.").lstrip("-").replace("_", "-")] = REMOVE
+    try:
+        diff = override_diff(sets, unsets)
+    except OverrideError as exc:
+        raise UsageError(str(exc)) from None
     return spec.with_engine_args(apply_diff(spec.engine.args, diff)) if diff else spec
 
 

@@ -58,3 +58,23 @@ def diff_args(before: list[str], after: list[str]) -> dict[str, str | None]:
     diff: dict[str, str | None] = {flag: value for flag, value in b.items() if flag not in a or a[flag] != value}
     diff.update({flag: REMOVE for flag in a if flag not in b})
     return diff
+
+
+class OverrideError(ValueError):
+    """An ``engine.ARG=VALUE`` override that does not parse (the message says the expected form)."""
+
+
+def override_diff(sets: list[str] | None, unsets: list[str] | None = None) -> dict[str, str | None]:
+    """``engine.ARG=VALUE`` (empty VALUE = a bare switch) and ``engine.ARG`` to drop, as a diff for
+    :func:`apply_diff`: the CLI's ``--set``/``--unset`` and the experiment asset's run config."""
+    diff: dict[str, str | None] = {}
+    for item in sets or []:
+        if "=" not in item or not item.startswith("engine."):
+            raise OverrideError(f"--set {item!r}: expected engine.ARG=VALUE, e.g. --set engine.max-num-seqs=8")
+        name, value = item.removeprefix("engine.").split("=", 1)
+        diff["--" + name.lstrip("-").replace("_", "-")] = None if value == "" else value
+    for item in unsets or []:
+        if not item.startswith("engine.") or "=" in item:
+            raise OverrideError(f"--unset {item!r}: expected engine.ARG, e.g. --unset engine.enforce-eager")
+        diff["--" + item.removeprefix("engine.").lstrip("-").replace("_", "-")] = REMOVE
+    return diff

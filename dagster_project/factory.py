@@ -1,8 +1,8 @@
 """Turn the YAML definitions into Dagster definitions: one asset group per endpoint.
 
-Each stage module in ``assets/`` exposes ``build(endpoint, definitions) -> list`` of assets,
-checks and jobs; this factory only loops over endpoints and stages, so adding a stage is adding
-a module to STAGES. Sensors are built per endpoint from ``sensors/``.
+Each stage module in ``assets/`` exposes ``build(endpoint, definitions) -> dg.Definitions`` (its
+assets and jobs); this factory only merges them per endpoint, so adding a stage is adding a module
+to STAGES. Sensors are built per endpoint from ``sensors/`` and target the jobs the stages named.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from assets import pareto as pareto_stage
 from assets import replay as replay_stage
 from assets import research as research_stage
 from autoresearch import paths
-from autoresearch.config import DefinitionSet, load_definitions
+from autoresearch.config import DefinitionSet, EndpointSpec, load_definitions
 from dagster_project.resources import ResearchMemory
 from sensors import continuation as continuation_sensors
 from sensors import drift as drift_sensors
@@ -28,31 +28,24 @@ STAGES = [engine_stage, replay_stage, measurement_stage, experiment_stage, resea
           pareto_stage]
 
 
-def endpoint_definitions(definitions: DefinitionSet, definitions_dir: Path) -> list:
-    built: list = []
-    for endpoint in definitions.endpoints.values():
-        for stage in STAGES:
-            built.extend(stage.build(endpoint, definitions))
-        jobs = {d.name: d for d in built if type(d).__name__ in ("JobDefinition", "UnresolvedAssetJobDefinition")}
-        built.extend(drift_sensors.build(endpoint, definitions_dir, jobs[f"{endpoint.name}__campaign_job"],
-                                         campaign_stage.campaign_partitions(endpoint)))
-        built.extend(continuation_sensors.build(endpoint, campaign_stage.campaign_for(definitions, endpoint),
-                                                jobs[f"{endpoint.name}__research_round"]))
-    return built
+def endpoint_definitions(endpoint: EndpointSpec, definitions: DefinitionSet, definitions_dir: Path) -> dg.Definitions:
+    """One endpoint's asset group: every stage's definitions, and the sensors that start its jobs."""
+    stages = dg.Definitions.merge(*(stage.build(endpoint, definitions) for stage in STAGES))
+    jobs = {job.name: job for job in stages.jobs or []}
+    sensors = [
+        *drift_sensors.build(endpoint, definitions_dir, jobs[campaign_stage.job_name(endpoint)],
+                             campaign_stage.campaign_partitions(endpoint)),
+        *continuation_sensors.build(endpoint, campaign_stage.campaign_for(definitions, endpoint),
+                                    jobs[research_stage.round_job_name(endpoint)]),
+    ]
+    return dg.Definitions.merge(stages, dg.Definitions(sensors=sensors))
 
 
 def build_definitions(definitions_dir: Path | None = None) -> dg.Definitions:
     definitions_dir = Path(definitions_dir or paths.definitions_dir())
-    built = endpoint_definitions(load_definitions(definitions_dir), definitions_dir)
-    checks = [d for d in built if isinstance(d, dg.AssetChecksDefinition)]
-    assets = [d for d in built if isinstance(d, (dg.AssetsDefinition, dg.AssetSpec)) and d not in checks]
-    jobs = [d for d in built if type(d).__name__ in ("JobDefinition", "UnresolvedAssetJobDefinition")]
-    sensors = [d for d in built if isinstance(d, dg.SensorDefinition)]
-    return dg.Definitions(
-        assets=assets,
-        asset_checks=checks,
-        jobs=jobs,
-        sensors=sensors,
-        resources={"memory": ResearchMemory(path=str(paths.memory_db_path())),
-                   experiment_stage.PIPES_CLIENT: dg.PipesSubprocessClient()},
-    )
+    definitions = load_definitions(definitions_dir)
+    resources = dg.Definitions(resources={"memory": ResearchMemory(path=str(paths.memory_db_path())),
+                                          experiment_stage.PIPES_CLIENT: dg.PipesSubprocessClient()})
+    return dg.Definitions.merge(
+        *(endpoint_definitions(endpoint, definitions, definitions_dir) for endpoint in definitions.endpoints.values()),
+        resources)

@@ -174,3 +174,8 @@ def research_graph(tmp_path_factory, engine_slot: EngineSlot) -> Iterator[Resear
                 _materialize(defs, instance, ["candidate_runs", "verdicts"], partition=partition)
             _materialize(defs, instance, ["confirmed_baseline", "review_report", "pareto_front"])
     yield graph  # the environment is restored: later tests see their own state root
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The fast definitions snapshot runs first: a broken definition fails CI in seconds."""
+    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_definitions_snapshot.py") else 1)
