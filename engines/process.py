@@ -162,6 +162,19 @@ def _pgid_of(pid: int) -> int | None:
     return int(fields[2]) if len(fields) > 2 else None
 
 
+def _sigterm_state(pid: int) -> str:
+    """Why a process may outlive SIGTERM, from /proc: its state, and whether SIGTERM is ignored,
+    blocked or caught (a handler that does not exit)."""
+    try:
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    except OSError:
+        return "no /proc status"
+    bit = 1 << (signal.SIGTERM - 1)
+    marks = [name for name, key in (("ignored", "SigIgn"), ("blocked", "SigBlk"), ("caught", "SigCgt"), ("pending", "ShdPnd"))
+             if int(status.get(key, "0").strip() or "0", 16) & bit]
+    return f"state {status.get('State', '?').strip()}, SIGTERM {' and '.join(marks) or 'default'}"
+
+
 def _cmdline(pid: int) -> str:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -323,8 +336,8 @@ class ManagedProcess:
         self._wait(lambda: self._popen.poll() is not None or not group_alive(pgid), deadline)
         if self._popen.poll() is None:
             report.group_killed = True
-            report.warnings.append(f"engine process {pgid} ignored SIGTERM for {term_timeout_s:.0f}s: "
-                                   "SIGKILL to its process group")
+            report.warnings.append(f"engine process {pgid} ignored SIGTERM for {term_timeout_s:.0f}s "
+                                   f"({_sigterm_state(pgid)}): SIGKILL to its process group")
             self._signal_group(pgid, signal.SIGKILL)
         elif not self._wait_group(pgid, min(leftover_grace_s, max(0.0, deadline - time.monotonic()))):
             self._kill_leftovers(pgid, report)

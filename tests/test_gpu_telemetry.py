@@ -199,7 +199,20 @@ def test_stop_of_a_clean_group_kills_nothing(tmp_path):
     proc = ManagedProcess([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
                           tmp_path / "engine.log", env={**os.environ}).start()
     _wait_for(tmp_path / "engine.log", "ready", timeout_s=60)  # running, past the interpreter's start-up
-    assert proc.stop(leftover_grace_s=0.5) == -15
+    code = proc.stop(leftover_grace_s=0.5)
     report = proc.stop_report
+    assert code == -15, report.warnings  # the warning says the child's state and SIGTERM disposition
     assert report.leftover_pids == [] and not report.group_killed and report.warnings == []
     assert report.gpu is not None and (report.gpu.status == "no-nvml") == NO_NVML
+
+
+def test_a_leader_that_ignores_sigterm_is_killed_and_the_warning_says_why(tmp_path):
+    """The SIGKILL path names the cause from /proc, so a stop that took the whole timeout explains itself."""
+    proc = ManagedProcess([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                           "print('ready', flush=True); time.sleep(60)"],
+                          tmp_path / "engine.log", env={**os.environ}).start()
+    _wait_for(tmp_path / "engine.log", "ready", timeout_s=60)
+    code = proc.stop(term_timeout_s=1.0, leftover_grace_s=0.5)
+    report = proc.stop_report
+    assert code == -9 and report.group_killed and not group_alive(proc.pgid)
+    assert any("ignored SIGTERM" in w and "SIGTERM ignored" in w for w in report.warnings), report.warnings
