@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -162,6 +163,20 @@ def _pgid_of(pid: int) -> int | None:
     return int(fields[2]) if len(fields) > 2 else None
 
 
+# Run before the engine's own program when this process ignores SIGTERM or SIGINT: an ignored signal
+# survives exec, so the engine would ignore our stop. Dagster maps SIGTERM to SIGINT's handler after
+# an in-process run, and SIGINT is ignored under a non-interactive shell's `&`: then SIGTERM is too.
+_EXEC_WITH_DEFAULT_SIGNALS = ("import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+                              "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def _with_default_signals(argv: list[str]) -> list[str]:
+    """``argv``, behind an exec shim that restores SIGTERM/SIGINT when this process ignores either
+    (the shim execs in place: same pid, same process group). Thread-safe, unlike ``preexec_fn``."""
+    ignored = any(signal.getsignal(sig) == signal.SIG_IGN for sig in (signal.SIGTERM, signal.SIGINT))
+    return [sys.executable, "-c", _EXEC_WITH_DEFAULT_SIGNALS, *argv] if ignored else list(argv)
+
+
 def _sigterm_state(pid: int) -> str:
     """Why a process may outlive SIGTERM, from /proc: its state, and whether SIGTERM is ignored,
     blocked or caught (a handler that does not exit)."""
@@ -247,7 +262,7 @@ class ManagedProcess:
         with open(self.log_path, "ab") as log:
             try:
                 self._popen = subprocess.Popen(  # noqa: S603 - argument list, never a shell
-                    self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    _with_default_signals(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=self.env, cwd=self.cwd, start_new_session=True, close_fds=True, pass_fds=self.pass_fds,
                 )
             except OSError as exc:

@@ -216,3 +216,23 @@ def test_a_leader_that_ignores_sigterm_is_killed_and_the_warning_says_why(tmp_pa
     report = proc.stop_report
     assert code == -9 and report.group_killed and not group_alive(proc.pgid)
     assert any("ignored SIGTERM" in w and "SIGTERM ignored" in w for w in report.warnings), report.warnings
+
+
+def test_an_engine_started_while_this_process_ignores_sigterm_still_stops_on_sigterm(tmp_path):
+    """After an in-process Dagster run, SIGTERM takes SIGINT's handler, which is SIG_IGN under a shell's
+    `&`; an ignored signal survives exec, so without care every engine started then ignores our stop."""
+    import signal
+
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = ManagedProcess([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                              tmp_path / "engine.log", env={**os.environ}).start()
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+    _wait_for(tmp_path / "engine.log", "ready", timeout_s=60)
+    assert "time.sleep(60)" in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()  # the shim exec'd in place
+    code = proc.stop(term_timeout_s=10.0, leftover_grace_s=0.5)
+    assert code == -15 and not proc.stop_report.group_killed, proc.stop_report.warnings
