@@ -691,7 +691,8 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
                    think_time_s: float | None = None, step_duration_s: float | None = None,
                    lag_bounds: LagBounds | None = None, timeout_s: float | None = None,
                    records_dir: Path | None = None, progress: ProgressFn | None = None,
-                   idle_timeout_s: float = 60.0, repeats_label: str | None = None) -> SweepResult:
+                   idle_timeout_s: float = 60.0, repeats_label: str | None = None,
+                   client_retries: int = 1) -> SweepResult:
     """Concurrency mode: hold each number of closed-loop users for a step; report the load curve
     against users and the highest count within the SLA (``capacity_users``).
 
@@ -699,7 +700,8 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
     server's speed sets the request rate: this answers "how many users at once", the open-loop
     sweep "how much traffic"; capacity verdicts stay on the open loop, whose offered load does not
     bend to the server. Steps as in :func:`run_sweep` (idle wait, warm-up, cache reset, drain cut,
-    held past ``step_duration_s`` until ``sweep.min_requests`` were sent, at most 4x); the sweep
+    held past ``step_duration_s`` until ``sweep.min_requests`` were sent, at most 4x, a step the
+    client fell behind on repeated ``client_retries`` times before it invalidates the sweep); the sweep
     stops after two failing counts in a row.
     """
     cfg = spec.sweep
@@ -733,9 +735,19 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
         began = time.monotonic()
         warmup_wall = _warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{count} users")
         emit("step", f"{count} users for {duration:g}s", count=count)
-        step = runner.run_closed(user_scripts(ordered, count, think), f"{repeats_label or 'users'}-{count}",
-                                 stop_sending_s=duration, drain_s=drain, user_count=count,
-                                 min_requests=cfg.min_requests)
+        label = f"{repeats_label or 'users'}-{count}"
+        step = runner.run_closed(user_scripts(ordered, count, think), label, stop_sending_s=duration, drain_s=drain,
+                                 user_count=count, min_requests=cfg.min_requests)
+        for attempt in range(client_retries):  # as in run_sweep: a busy host, not the engine, gets one more try
+            if not client_bound(step):
+                break
+            notes.append(f"step at {count} users repeated: {step.invalid_reason}")
+            emit("step", f"{count} users: client fell behind, repeating", count=count)
+            _wait_idle(engine, idle_timeout_s)
+            runner.reset()
+            step = runner.run_closed(user_scripts(ordered, count, think), f"{label}-retry{attempt + 1}",
+                                     stop_sending_s=duration, drain_s=drain, user_count=count,
+                                     min_requests=cfg.min_requests)
         step = step.model_copy(update={"wall_s": time.monotonic() - began, "warmup_wall_s": warmup_wall})
         steps.append(step)
         emit("step_done", _users_line(step), step, count)
