@@ -131,3 +131,19 @@ def test_engine_warmup_runs_once_per_engine_before_its_first_sweep_and_is_not_co
     assert first.steps[0].requests == second.steps[0].requests
     phases = [e.phase for e in events]
     assert phases.index("warmup") < phases.index("step") and "engine warm-up" in events[0].message
+
+
+def test_a_users_step_the_client_fell_behind_on_is_repeated_once_then_invalidates(null_engine, tmp_path, monkeypatch):
+    """Send-lag bounds no client can meet make every step client-bound: the step is repeated once
+    (and says so), then the sweep is invalid, as in the rate sweep."""
+    from loadgen.sweep import run_user_sweep
+
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    engine, spec = null_engine
+    impossible = LagBounds(p99_ms=1e-6, min_rate_ratio=1.0)
+    result = run_user_sweep(engine, pool([0.0] * 8), spec, users=[2], step_duration_s=1.0, lag_bounds=impossible)
+    assert not result.valid and "client" in result.invalid_reason
+    assert any(n.startswith("step at 2 users repeated: client") for n in result.notes), result.notes
+    no_retry = run_user_sweep(engine, pool([0.0] * 8), spec, users=[2], step_duration_s=1.0, lag_bounds=impossible,
+                              client_retries=0)
+    assert not no_retry.valid and not any("repeated" in n for n in no_retry.notes)
