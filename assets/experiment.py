@@ -7,13 +7,12 @@ the verdict's inputs as this asset's materialization. The launcher is only the r
 remote one (a GPU host, Modal) runs the same files with the same entry point.
 """
 
-import sys
-
 import dagster as dg
 
 from assets.common import key
 from dagster_project.pools import pool_for
 from autoresearch.config import EndpointSpec
+from autoresearch.experiment_unit import unit_command
 
 PIPES_CLIENT = "pipes_subprocess_client"  # resource key of the launcher
 
@@ -27,12 +26,6 @@ class ExperimentUnitConfig(dg.Config):
     label: str = "experiment"
 
 
-def unit_command(spec_file, out_dir) -> list[str]:
-    """The unit's entry point as the launcher runs it (an invalid verdict is data, not a failed step)."""
-    return [sys.executable, "-m", "autoresearch", "experiment", "run", str(spec_file), "--out", str(out_dir),
-            "--invalid-ok"]
-
-
 def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     name = endpoint.name
 
@@ -43,12 +36,11 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               "repeated capacity sweeps, stop. Metadata: capacity per repeat, load curve, verdict inputs, engine log.")
     def experiment_unit(context: dg.AssetExecutionContext, config: ExperimentUnitConfig):
         from autoresearch import paths
-        from autoresearch.engine_args import OverrideError, apply_diff, override_diff
+        from autoresearch.engine_args import OverrideError, apply_overrides
         from autoresearch.workflows import working_spec, write_experiment
 
-        spec = working_spec(endpoint)
         try:
-            spec = spec.with_engine_args(apply_diff(spec.engine.args, override_diff(config.set, config.unset)))
+            spec = apply_overrides(working_spec(endpoint), config.set, config.unset)
         except OverrideError as exc:
             raise dg.Failure(str(exc)) from None
         folder = paths.runs_dir() / "units" / name / f"{config.label}-{context.run.run_id[:8]}"

@@ -96,13 +96,12 @@ def cmd_replay(args) -> int:
 
 def _apply_sets(spec, sets: list[str] | None, unsets: list[str] | None = None):
     """``--set engine.ARG=VALUE`` (empty VALUE = a bare switch) and ``--unset engine.ARG`` on the endpoint."""
-    from autoresearch.engine_args import OverrideError, apply_diff, override_diff
+    from autoresearch.engine_args import OverrideError, apply_overrides
 
     try:
-        diff = override_diff(sets, unsets)
+        return apply_overrides(spec, sets, unsets)
     except OverrideError as exc:
         raise UsageError(str(exc)) from None
-    return spec.with_engine_args(apply_diff(spec.engine.args, diff)) if diff else spec
 
 
 def cmd_sweep(args) -> int:

@@ -78,3 +78,10 @@ def override_diff(sets: list[str] | None, unsets: list[str] | None = None) -> di
             raise OverrideError(f"--unset {item!r}: expected engine.ARG, e.g. --unset engine.enforce-eager")
         diff["--" + item.removeprefix("engine.").lstrip("-").replace("_", "-")] = REMOVE
     return diff
+
+
+def apply_overrides(spec, sets: list[str] | None, unsets: list[str] | None = None):
+    """``spec`` (an endpoint) with ``engine.ARG=VALUE`` / ``engine.ARG`` overrides applied to its engine
+    arguments (unchanged when there are none); raises :class:`OverrideError` on a malformed one."""
+    diff = override_diff(sets, unsets)
+    return spec.with_engine_args(apply_diff(spec.engine.args, diff)) if diff else spec

@@ -128,6 +128,7 @@ def hand_tuned(spec, left_s: float, call: dict) -> None:
     """The hand-tuned reference as one experiment unit, started through the unit's own entry point
     (``autoresearch experiment run SPEC --out DIR``, what a Dagster asset runs through Pipes and a
     Modal container runs), judged against the campaign's best (its working baseline's noise floor)."""
+    from autoresearch.experiment_unit import unit_command
     from research.campaign import estimate_seconds
     from research.experiment import ExperimentResult, ExperimentSpec
     from research.state import StateStore
@@ -147,21 +148,21 @@ def hand_tuned(spec, left_s: float, call: dict) -> None:
     unit = STATE / "hand_tuned.unit"
     spec_file = ExperimentSpec(label="hand_tuned", endpoint=spec, engine_args=HAND_TUNED, repeats=2,
                                noise_floor=state.working.noise).write(unit, pool())
-    command = [sys.executable, "-m", "autoresearch.cli", "experiment", "run", str(spec_file), "--out", str(unit),
-               "--invalid-ok"]
+    command = unit_command(spec_file, unit)
     log(f"hand-tuned reference as an experiment unit: {' '.join(command)}")
     began = time.monotonic()
     subprocess.run(command, check=False, timeout=max(60.0, left_s))
     result = ExperimentResult.read(unit)
     path.write_text(result.candidate.model_dump_json(indent=1, exclude={"reference"}))
     call["hand_tuned"] = {"verdict_vs_best": result.verdict, "capacities": result.capacities,
-                          "unit": {"entry_point": command[2:5], "host": result.host, "wall_s": round(result.wall_s, 1),
+                          "unit": {"entry_point": command[1:5], "host": result.host, "wall_s": round(result.wall_s, 1),
                                    "subprocess_wall_s": round(time.monotonic() - began, 1)}}
 
 
 def unit(args) -> None:
     """One experiment unit on this machine through its entry point (``autoresearch experiment run``):
     the endpoint as shipped with ``--set``-style engine arguments, no verdict (no noise floor)."""
+    from autoresearch.experiment_unit import unit_command
     from research.experiment import ExperimentSpec
 
     models = WORK / "models"
@@ -172,7 +173,7 @@ def unit(args) -> None:
     folder = Path(args.out) / args.label
     spec_file = ExperimentSpec(label=args.label, endpoint=spec.model_copy(update={"sweep": sweep}),
                                engine_args=args.engine_args, repeats=args.repeats).write(folder, pool())
-    command = [sys.executable, "-m", "autoresearch.cli", "experiment", "run", str(spec_file), "--invalid-ok"]
+    command = unit_command(spec_file, folder)
     log(" ".join(command))
     subprocess.run(command, check=False)
 

@@ -495,7 +495,7 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
                                    else min(steps_cap, len(ladder) + cfg.refine_steps),
                                    rate, message, step))
 
-    if warm_engine(engine, bodies, ids, spec, ladder, bounds, timeout, notes):
+    if warm_engine(engine, bodies, ids, spec, ladder, timeout, notes):
         emit("warmup", None, f"engine warm-up done ({cfg.engine_warmup_s:g}s, not counted)")
     next_rate: float | None
     if ladder is None:
@@ -529,15 +529,12 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
                                      seed=step_seed(cfg.seed, rate))
         label = f"{repeats_label or 'sweep'}-{len(steps):02d}-{rate:g}"
         offset = int(np.random.default_rng(step_seed(cfg.seed, rate)).integers(len(bodies)))  # same in every repeat
-        step = runner.run(schedule, step_s, rate, label, offset=offset, drain_s=drain)
-        for attempt in range(client_retries):
-            if not client_bound(step):
-                break
-            notes.append(f"step at {rate:g} req/s repeated: {step.invalid_reason}")
+        def rerun(attempt: int) -> StepResult:
             emit("step", rate, f"step {len(steps) + 1}: client fell behind, repeating {rate:g} req/s")
-            _wait_idle(engine, idle_timeout_s)
-            runner.reset()
-            step = runner.run(schedule, step_s, rate, f"{label}-retry{attempt + 1}", offset=offset, drain_s=drain)
+            return runner.run(schedule, step_s, rate, f"{label}-retry{attempt}", offset=offset, drain_s=drain)
+
+        step = _repeat_if_client_bound(runner.run(schedule, step_s, rate, label, offset=offset, drain_s=drain),
+                                       client_retries, rerun, runner, engine, idle_timeout_s, notes, f"{rate:g} req/s")
         step = step.model_copy(update={"wall_s": time.monotonic() - step_began, "warmup_wall_s": warmup_wall})
         if step.cut_requests:
             notes.append(f"{rate:g} req/s: {step.cut_requests} of {step.requests} requests cut {drain:g}s after "
@@ -611,7 +608,7 @@ def _step_line(step: StepResult) -> str:
 
 
 def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: EndpointSpec, ladder: list[float] | None,
-                lag_bounds: LagBounds, timeout_s: float, notes: list[str]) -> bool:
+                timeout_s: float, notes: list[str]) -> bool:
     """Once per engine: an uncounted open-loop run of ``sweep.engine_warmup_s`` seconds at
     ``sweep.engine_warmup_rps`` (default half the ladder's top rate, 1 req/s without a ladder), with
     the pool's own replies (the batch grows to the sizes a step meets: clipped replies left the H200's
@@ -635,6 +632,20 @@ def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: Endpoin
     except AttributeError:  # an engine object without attributes of its own: warm it every sweep
         pass
     return True
+
+
+def _repeat_if_client_bound(step: StepResult, retries: int, rerun: Callable[[int], StepResult], runner, engine,
+                            idle_timeout_s: float, notes: list[str], what: str) -> StepResult:
+    """A step the client fell behind on (a busy host, not the engine) is run again, up to ``retries``
+    times, after an idle wait and a cache reset; each repeat is noted. ``rerun(n)`` runs repeat n."""
+    for attempt in range(1, retries + 1):
+        if not client_bound(step):
+            break
+        notes.append(f"step at {what} repeated: {step.invalid_reason}")
+        _wait_idle(engine, idle_timeout_s)
+        runner.reset()
+        step = rerun(attempt)
+    return step
 
 
 def _warm_up_and_reset(runner, engine, cfg: SweepSpec, idle_timeout_s: float, notes: list[str], before: str) -> float:
@@ -728,7 +739,7 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
         if progress:
             progress(SweepProgress(phase, len(steps), len(counts), count, message, step))
 
-    if warm_engine(engine, bodies, ids, spec, list(cfg.rates or []), bounds, timeout, notes):
+    if warm_engine(engine, bodies, ids, spec, list(cfg.rates or []), timeout, notes):
         emit("warmup", f"engine warm-up done ({cfg.engine_warmup_s:g}s, not counted)")
     for count in sorted(int(u) for u in counts):
         emit("warmup", f"{count} users: warm-up and prefix-cache reset", count=count)
@@ -736,18 +747,17 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
         warmup_wall = _warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{count} users")
         emit("step", f"{count} users for {duration:g}s", count=count)
         label = f"{repeats_label or 'users'}-{count}"
-        step = runner.run_closed(user_scripts(ordered, count, think), label, stop_sending_s=duration, drain_s=drain,
-                                 user_count=count, min_requests=cfg.min_requests)
-        for attempt in range(client_retries):  # as in run_sweep: a busy host, not the engine, gets one more try
-            if not client_bound(step):
-                break
-            notes.append(f"step at {count} users repeated: {step.invalid_reason}")
+
+        def run_users(name: str) -> StepResult:
+            return runner.run_closed(user_scripts(ordered, count, think), name, stop_sending_s=duration,
+                                     drain_s=drain, user_count=count, min_requests=cfg.min_requests)
+
+        def rerun(attempt: int) -> StepResult:
             emit("step", f"{count} users: client fell behind, repeating", count=count)
-            _wait_idle(engine, idle_timeout_s)
-            runner.reset()
-            step = runner.run_closed(user_scripts(ordered, count, think), f"{label}-retry{attempt + 1}",
-                                     stop_sending_s=duration, drain_s=drain, user_count=count,
-                                     min_requests=cfg.min_requests)
+            return run_users(f"{label}-retry{attempt}")
+
+        step = _repeat_if_client_bound(run_users(label), client_retries, rerun, runner, engine, idle_timeout_s,
+                                       notes, f"{count} users")
         step = step.model_copy(update={"wall_s": time.monotonic() - began, "warmup_wall_s": warmup_wall})
         steps.append(step)
         emit("step_done", _users_line(step), step, count)
