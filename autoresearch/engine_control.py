@@ -57,6 +57,7 @@ def up(spec: EndpointSpec) -> dict:
     if state and _alive(state):
         return state
     engine = start_engine(spec)
+    engine.process.detach()  # `engine down` stops it, not this command's exit
     state = {"endpoint": spec.name, "pid": engine.pid, "pgid": os.getpgid(engine.pid), "argv": engine.command,
              "base_url": engine.base_url, "served_model": engine.served_model, "log_path": str(engine.log_path),
              "engine_version": engine.identity.engine_version, "started_at": time.time()}

@@ -397,6 +397,11 @@ class ManagedProcess:
         visible = self.visible_gpus
         return gpu.wait_memory_released(self.gpu_at_start, lambda: gpu.memory_used(visible)[0],
                                         before_stop=before_stop, timeout_s=timeout_s)
+    def detach(self) -> None:
+        """Leave the server running after this interpreter exits (``autoresearch engine up``): the
+        exit hook that stops leftover engines no longer takes it."""
+        _LIVE.discard(self)
+
     def kill(self) -> None:
         """SIGKILL the whole group now (used by crash tests and as a last resort)."""
         if self._popen is not None:
