@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from autoresearch import paths
-from autoresearch.config import DefinitionSet, load_definitions
-from autoresearch.yaml_source import DefinitionError
+from autoresearch.config import DefinitionError, DefinitionSet
+from dagster_project.lib import load_definitions
 from launchers import LaunchRefused
 
 
@@ -36,7 +36,7 @@ def _endpoint(args, name: str):
 # --- validate -------------------------------------------------------------------------------
 
 def cmd_validate(args) -> int:
-    target = Path(args.path) if args.path else paths.definitions_dir()
+    target = Path(args.path or args.definitions or paths.definitions_dir())
     if not target.exists():
         raise UsageError(f"{target} does not exist")
     definitions = load_definitions(target)
@@ -45,6 +45,20 @@ def cmd_validate(args) -> int:
     for name, spec in sorted(definitions.endpoints.items()):
         print(f"  endpoint {name:<24} engine={spec.engine.kind:<12} launcher={spec.launcher.kind:<6} "
               f"model={spec.model.path}")
+    return 0
+
+
+def cmd_migrate(args) -> int:
+    """Old-layout YAML (top-level endpoint:/campaign:/recipe: keys) -> one defs.yaml per declaration."""
+    from dagster_project.lib.migrate import migrate_folder
+
+    old, new = Path(args.old), Path(args.new)
+    if not old.is_dir():
+        raise UsageError(f"{old} is not a folder")
+    for source, written in migrate_folder(old, new):
+        print(f"{source} -> {written}")
+    load_definitions(new)  # the result must load (exit 1 with file:line errors otherwise)
+    print(f"{new}: valid; check it with `dg check defs` and remove {old} when done")
     return 0
 
 
@@ -299,12 +313,18 @@ def cmd_pools(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autoresearch", description=__doc__.splitlines()[0])
-    parser.add_argument("--definitions", help="definitions folder (default: ./definitions or $AUTORESEARCH_DEFINITIONS)")
+    parser.add_argument("--definitions", help="defs folder of defs.yaml files (default: dagster_project/defs or "
+                        "$AUTORESEARCH_DEFINITIONS)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="validate YAML definitions (exit 1 with file:line errors)")
     p.add_argument("path", nargs="?")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("migrate", help="turn old-layout YAML (definitions/*.yaml) into defs.yaml files")
+    p.add_argument("old", help="folder of old-layout YAML files")
+    p.add_argument("new", help="defs folder to write (e.g. dagster_project/defs)")
+    p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("engine", help="bring an endpoint's engine up or down, or show its status")
     p.add_argument("action", choices=["up", "down", "status"])

@@ -1,7 +1,9 @@
-"""Typed, validated definitions: endpoints, campaigns and diagnostic recipes (YAML under definitions/).
+"""Typed, validated declarations: endpoints, campaigns and diagnostic recipes.
 
-Every model forbids unknown fields so a typo is an error, not a silently ignored setting.
-Load with :func:`load_definitions`; errors name the file, the line and the field.
+These models are the schemas of the Dagster component types in ``dagster_project.lib`` (one
+``defs.yaml`` per endpoint, campaign or recipe under ``dagster_project/defs/``). Every model forbids
+unknown fields so a typo is an error, not a silently ignored setting. This module is the bottom
+layer: it imports nothing of the project. Load a folder with ``dagster_project.lib.load_definitions``.
 """
 
 from __future__ import annotations
@@ -10,14 +12,48 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from autoresearch.yaml_source import DefinitionError, DefinitionIssue, load_yaml, validate
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"  # usable as a Dagster group name and asset key part
+
+
+_ENV_REF = re.compile(r"\$\{([A-Z0-9_]+)\}")
+
+
+def _expand_env(value):
+    """``${VAR}`` in a path expands from the environment (an unset one stays as written, so the error
+    names it); secrets never live in YAML."""
+    return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), m.group(0)), value) if isinstance(value, str) else value
+
+
+EnvPath = Annotated[str, BeforeValidator(_expand_env)]
+
+
+@dataclass(frozen=True)
+class DefinitionIssue:
+    """One problem in one YAML file, located precisely enough to fix it."""
+
+    file: Path
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}"
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class DefinitionError(ValueError):
+    """One or more declarations are invalid; lists every issue found."""
+
+    def __init__(self, issues: list[DefinitionIssue]):
+        self.issues = issues
+        super().__init__("\n".join(str(i) for i in issues))
 
 
 class Strict(BaseModel):
@@ -31,7 +67,7 @@ class ModelSpec(Strict):
     for the models this project builds itself (see autoresearch.models).
     """
 
-    path: str
+    path: EnvPath
     served_name: str | None = None
     revision: str = "main"
 
@@ -139,7 +175,7 @@ class TrafficSpec(Strict):
     """
 
     kind: Literal["request_log", "azure", "mooncake", "sample"]
-    path: str | None = None
+    path: EnvPath | None = None
     seed: int = 0
     # Cap on requests taken from the source (None = all); token-count traces are long.
     limit: int | None = Field(default=None, gt=0)
@@ -321,7 +357,7 @@ class RecipeSpec(Strict):
 
 
 class DefinitionSet(BaseModel):
-    """Everything declared under one definitions/ folder."""
+    """Everything declared under one defs folder (see dagster_project.lib)."""
 
     endpoints: dict[str, EndpointSpec] = {}
     campaigns: dict[str, CampaignSpec] = {}
@@ -335,73 +371,8 @@ class DefinitionSet(BaseModel):
         return self.endpoints[name]
 
 
-_KINDS = {"endpoint": EndpointSpec, "campaign": CampaignSpec, "recipe": RecipeSpec}
-_ENV_REF = re.compile(r"\$\{([A-Z0-9_]+)\}")
-
-
-def _expand_env(value):
-    """Expand ``${VAR}`` in strings (paths only need it; secrets never live in YAML)."""
-    if isinstance(value, str):
-        return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), m.group(0)), value)
-    if isinstance(value, list):
-        return [_expand_env(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _expand_env(v) for k, v in value.items()}
-    return value
-
-
-def load_file(path: Path) -> list[EndpointSpec | CampaignSpec | RecipeSpec]:
-    """Load one YAML file holding one or more top-level ``endpoint:``/``campaign:``/``recipe:`` keys."""
-    path = Path(path)
-    data, lines = load_yaml(path)
-    if data is None:
-        return []
-    if not isinstance(data, dict):
-        raise DefinitionError([DefinitionIssue(path, 1, "", "expected a mapping with endpoint:, campaign: or recipe:")])
-    items, issues = [], []
-    for key, body in data.items():
-        kind = key.rstrip("s")
-        if kind not in _KINDS:
-            issues.append(DefinitionIssue(path, lines.get((key,), 1), key,
-                                          "unknown top-level key; allowed: endpoint, endpoints, campaign, campaigns, recipe, recipes"))
-            continue
-        bodies = body if isinstance(body, list) else [body]
-        for index, one in enumerate(bodies):
-            prefix = (key, index) if isinstance(body, list) else (key,)
-            try:
-                items.append(validate(_KINDS[kind], _expand_env(one), path, lines, prefix=prefix))
-            except DefinitionError as exc:
-                issues.extend(exc.issues)
-    if issues:
-        raise DefinitionError(issues)
-    return items
-
-
-def load_definitions(root: Path | str) -> DefinitionSet:
-    """Load every ``*.yaml``/``*.yml`` under ``root`` (a folder or one file); collect all errors."""
-    root = Path(root)
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in {".yaml", ".yml"})
-    result, issues = DefinitionSet(), []
-    for file in files:
-        try:
-            items = load_file(file)
-        except DefinitionError as exc:
-            issues.extend(exc.issues)
-            continue
-        for item in items:
-            table = {EndpointSpec: result.endpoints, CampaignSpec: result.campaigns, RecipeSpec: result.recipes}[type(item)]
-            if item.name in table:
-                issues.append(DefinitionIssue(file, 1, "name", f"{item.name!r} already declared in {result.sources[item.name]}"))
-            table[item.name] = item
-            result.sources[item.name] = str(file)
-    for campaign in result.campaigns.values():
-        if campaign.endpoint not in result.endpoints:
-            issues.append(DefinitionIssue(Path(result.sources[campaign.name]), 1, "campaign.endpoint",
-                                          f"unknown endpoint {campaign.endpoint!r}; declared: {', '.join(sorted(result.endpoints))}"))
-        for recipe in campaign.recipes:
-            if recipe not in result.recipes:
-                issues.append(DefinitionIssue(Path(result.sources[campaign.name]), 1, "campaign.recipes",
-                                              f"unknown recipe {recipe!r}; declared: {', '.join(sorted(result.recipes))}"))
-    if issues:
-        raise DefinitionError(issues)
-    return result
+def read_declaration(file: Path, model: type[BaseModel]):
+    """One defs.yaml's ``attributes`` as ``model``, with pydantic alone: for a host without Dagster
+    (the GPU machine's minimal wheels, docs/gpu.md). Everything else reads the defs folder through
+    ``dagster_project.lib.load_definitions`` (file:line errors, checks that span files)."""
+    return model.model_validate(yaml.safe_load(Path(file).read_text(encoding="utf-8"))["attributes"])

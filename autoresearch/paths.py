@@ -16,7 +16,8 @@ def home() -> Path:
 
 
 def definitions_dir() -> Path:
-    return Path(os.environ.get("AUTORESEARCH_DEFINITIONS", REPO_ROOT / "definitions"))
+    """The defs folder: one defs.yaml per endpoint, campaign and recipe (dagster_project.lib)."""
+    return Path(os.environ.get("AUTORESEARCH_DEFINITIONS", REPO_ROOT / "dagster_project" / "defs"))
 
 
 def models_dir() -> Path:

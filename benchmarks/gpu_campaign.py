@@ -57,10 +57,11 @@ def definitions(models: Path, engine_python: str):
     """The shipped campaign and endpoint, with this machine's interpreter, model folder and the carried
     trace slice (nothing else changes: sweep, SLA and budget are as declared)."""
     os.environ["AUTORESEARCH_MODELS"] = str(models)
-    from autoresearch.config import load_definitions
+    from autoresearch.config import CampaignSpec, EndpointSpec, read_declaration  # no Dagster on the GPU machine
 
-    defs = load_definitions(REPO / "definitions")
-    campaign, spec = defs.campaigns[CAMPAIGN], defs.endpoint(ENDPOINT)
+    defs = REPO / "dagster_project" / "defs"
+    campaign = read_declaration(defs / "campaigns" / CAMPAIGN / "defs.yaml", CampaignSpec)
+    spec = read_declaration(defs / "endpoints" / ENDPOINT / "defs.yaml", EndpointSpec)
     engine = spec.engine.model_copy(update={"python": engine_python})
     traffic = spec.traffic.model_copy(update={"path": str(WORK / "azure2023_conv_slice.csv"), "limit": POOL_LIMIT})
     return campaign, spec.model_copy(update={"engine": engine, "traffic": traffic})

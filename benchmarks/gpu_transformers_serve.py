@@ -40,7 +40,7 @@ if str(REPO) not in sys.path:
 WORK = REPO / ".gpubench"
 RESULTS = REPO / "benchmarks" / "results"
 TRACE = Path("/work/shared/data/traces/azure2023_conv.csv")
-ENDPOINT_FILE = REPO / "definitions" / "endpoints" / "chat_azure_h200.yaml"
+ENDPOINT_FILE = REPO / "dagster_project" / "defs" / "endpoints" / "chat_azure_h200" / "defs.yaml"
 MODEL_NAME = "qwen3-random-442m"
 CONFIGS = {
     "baseline": ["--continuous-batching"],
@@ -145,9 +145,9 @@ def endpoint_spec(models_dir: Path, trace_slice: Path, engine_python: str):
     no per-step warm-up (transformers serve has no prefix cache to reset and the client drains
     every step before the next: one warm-up after start is enough)."""
     os.environ["AUTORESEARCH_MODELS"] = str(models_dir)
-    from autoresearch.config import load_definitions
+    from autoresearch.config import EndpointSpec, read_declaration
 
-    spec = load_definitions(ENDPOINT_FILE).endpoint("chat_azure_h200")
+    spec = read_declaration(ENDPOINT_FILE, EndpointSpec)
     engine = spec.engine.model_copy(update={"python": engine_python, "startup_timeout_s": 600.0})
     traffic = spec.traffic.model_copy(update={"path": str(trace_slice), "limit": POOL_LIMIT})
     sweep = spec.sweep.model_copy(update={"warmup_requests": 0})
@@ -401,7 +401,7 @@ def _verdict_block(name: str, sla, base: list, cand: list, summary: dict, lines:
 
 def report(results_dir: Path = RESULTS) -> dict:
     """Table, noise floor and verdicts (declared SLA and a relaxed ITL target), load-curve PNG."""
-    from autoresearch.config import load_definitions
+    from autoresearch.config import EndpointSpec, read_declaration
     from loadgen.plots import load_curve_png
     from loadgen.results import SweepResult
 
@@ -452,7 +452,7 @@ def report(results_dir: Path = RESULTS) -> dict:
     lines.append(f"SSE token events per output token: {_fmt(min(per_token, default=None), '.3f')}-{_fmt(max(per_token, default=None), '.3f')} "
                  "(1.0: inter-event gaps are inter-token latencies)")
     lines.append("")
-    declared = load_definitions(ENDPOINT_FILE).endpoint("chat_azure_h200").sla
+    declared = read_declaration(ENDPOINT_FILE, EndpointSpec).sla
     _verdict_block("declared SLA", declared, base, cand, summary, lines)
     relaxed = declared.model_copy(update={"itl_ms": RELAXED_ITL_MS})
     _verdict_block(f"relaxed ITL target ({RELAXED_ITL_MS:g} ms)", relaxed, base, cand, summary, lines)

@@ -86,8 +86,9 @@ def corpus(name: str, lines: int):
 
 def evaluate(name: str, lines: int, work: Path) -> str:
     import dagster as dg
-    from autoresearch.config import load_definitions
-    from dagster_project.factory import build_definitions
+    from dagster_project.definitions import build_definitions
+    from dagster_project.lib import load_definitions
+    from dagster_project.lib.migrate import write_declarations
     from memory_db.records import EndpointRecord
     from memory_db.store import MemoryStore
     from autoresearch import paths
@@ -98,7 +99,7 @@ def evaluate(name: str, lines: int, work: Path) -> str:
     defs_dir = work / f"definitions_{name}"
     defs_dir.mkdir()
     endpoint = f"pii_{name}"
-    (defs_dir / f"{endpoint}.yaml").write_text(ENDPOINT.format(name=endpoint, logs=logs))
+    write_declarations(defs_dir, ENDPOINT.format(name=endpoint, logs=logs))
     home, dagster_home = work / f"home_{name}", work / f"dagster_{name}"
     dagster_home.mkdir()
     os.environ["AUTORESEARCH_HOME"] = str(home)

@@ -27,7 +27,8 @@ def main() -> None:
     old = importlib.util.module_from_spec(spec_)
     sys.modules["redact_old"] = old
     spec_.loader.exec_module(old)
-    from autoresearch.config import TrafficSpec, load_definitions
+    from autoresearch.config import TrafficSpec
+    from dagster_project.lib import load_definitions
     from autoresearch.models import ensure_model
     from replay.build import build_from_request_log
     from replay.tokenize import ChatTokenizer
@@ -47,7 +48,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     log = tmp / "heldout.jsonl"
     log.write_text("\n".join(lines) + "\n")
-    spec = load_definitions(REPO / "definitions").endpoint("support_smollm")
+    spec = load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")
     spec = spec.model_copy(update={"traffic": TrafficSpec(kind="request_log", path=str(log))})
     tok_dir = ensure_model(spec.model.path)
     redactor = old.Redactor()

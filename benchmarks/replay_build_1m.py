@@ -41,14 +41,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "replay_build_1m.txt")
     args = parser.parse_args()
 
-    from autoresearch.config import load_definitions, TrafficSpec
+    from autoresearch.config import TrafficSpec
+    from dagster_project.lib import load_definitions
     from autoresearch.models import ensure_model
     from replay.build import build_pool
 
     args.work.mkdir(parents=True, exist_ok=True)
     log = args.work / f"support_logs_{args.lines}.jsonl"
     gen_s = _generate(log, args.lines, args.seed)
-    spec = load_definitions(REPO / "definitions").endpoint("support_smollm")
+    spec = load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")
     spec = spec.model_copy(update={"traffic": TrafficSpec(kind="request_log", path=str(log))})
     tok_dir = ensure_model(spec.model.path)
     load_before = os.getloadavg()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.experiment import PIPES_CLIENT
+from autoresearch import paths
+
 
 class ResearchMemory(dg.ConfigurableResource):
     """The shared research memory (a DuckDB file; see memory_db)."""
@@ -14,3 +17,9 @@ class ResearchMemory(dg.ConfigurableResource):
         from memory_db.store import MemoryStore
 
         return MemoryStore(self.path)
+
+
+def resources() -> dg.Definitions:
+    """The resources every endpoint's assets share: the research memory and the experiment unit's launcher."""
+    return dg.Definitions(resources={"memory": ResearchMemory(path=str(paths.memory_db_path())),
+                                     PIPES_CLIENT: dg.PipesSubprocessClient()})

@@ -1,7 +1,8 @@
 """What counts as drift: fingerprints of an endpoint's model and SLA, and traffic distances.
 
 Sensors compare these against their cursor; kept free of Dagster so they are testable alone.
-The YAML is read fresh on every call: a sensor must see an edited SLA without a code reload.
+The sensors read the endpoint's YAML afresh on every tick (sensors/drift.py): a sensor must see an
+edited SLA without a code reload.
 """
 
 from __future__ import annotations
@@ -11,12 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch.config import EndpointSpec, load_definitions
-
-
-def fresh_endpoint(definitions_dir: Path, name: str) -> EndpointSpec:
-    """The endpoint as declared on disk right now."""
-    return load_definitions(definitions_dir).endpoint(name)
+from autoresearch.config import EndpointSpec
 
 
 def sla_fingerprint(spec: EndpointSpec) -> str:

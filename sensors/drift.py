@@ -7,7 +7,7 @@ counts as drift is decided in research.drift; these are only the Dagster wiring.
 
 import hashlib
 import json
-from pathlib import Path
+from collections.abc import Callable
 
 import dagster as dg
 
@@ -24,7 +24,9 @@ def _start(partitions: dg.DynamicPartitionsDefinition, partition: str, cursor: d
     )
 
 
-def build(endpoint: EndpointSpec, definitions_dir: Path, job, partitions: dg.DynamicPartitionsDefinition) -> list:
+def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
+          partitions: dg.DynamicPartitionsDefinition) -> list:
+    """``reread`` reads the endpoint's defs.yaml afresh (an edited SLA or model counts without a reload)."""
     name = endpoint.name
     status = dg.DefaultSensorStatus.STOPPED  # an engineer turns drift detection on per endpoint
 
@@ -34,9 +36,9 @@ def build(endpoint: EndpointSpec, definitions_dir: Path, job, partitions: dg.Dyn
     def traffic_drift(context: dg.SensorEvaluationContext):
         from autoresearch.workflows import production_profile_path
         from replay.fidelity import TrafficProfile
-        from research.drift import fresh_endpoint, traffic_drift as measure
+        from research.drift import traffic_drift as measure
 
-        spec = fresh_endpoint(definitions_dir, name)
+        spec = reread()
         reference = production_profile_path(spec)
         if not reference.exists():
             return dg.SkipReason(f"no replay pool profile yet: materialize {name}/replay_pool first")
@@ -56,9 +58,7 @@ def build(endpoint: EndpointSpec, definitions_dir: Path, job, partitions: dg.Dyn
         @dg.sensor(name=f"{name}__{kind}", job=job, minimum_interval_seconds=300, default_status=status,
                    description=f"Starts one campaign when {name}'s {describe} changes.")
         def watch(context: dg.SensorEvaluationContext):
-            from research.drift import fresh_endpoint
-
-            spec = fresh_endpoint(definitions_dir, name)
+            spec = reread()
             now = fingerprint_of(spec)
             cursor = json.loads(context.cursor or "{}")
             before = cursor.get("fingerprint")

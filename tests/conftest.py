@@ -13,7 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from autoresearch.config import DefinitionSet, EndpointSpec, load_definitions
+from autoresearch.config import DefinitionSet, EndpointSpec
+from dagster_project.lib import load_definitions
+from dagster_project.lib.migrate import write_declarations
 from autoresearch.engine_args import REMOVE, apply_diff
 from autoresearch.paths import definitions_dir
 from engines import RunningEngine, start_engine
@@ -56,7 +58,7 @@ long_measurement = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def definitions() -> DefinitionSet:
-    """The shipped definitions/ folder, loaded and validated."""
+    """The shipped defs folder (dagster_project/defs), loaded and validated."""
     return load_definitions(definitions_dir())
 
 
@@ -71,7 +73,7 @@ def engine_slot() -> Iterator[EngineSlot]:
 
 @pytest.fixture
 def tiny_engine(engine_slot: EngineSlot, definitions: DefinitionSet) -> RunningEngine:
-    """vLLM serving the tiny random model exactly as definitions/endpoints/tiny_random.yaml says."""
+    """vLLM serving the tiny random model exactly as dagster_project/defs/endpoints/tiny_random/defs.yaml says."""
     return engine_slot.get(definitions.endpoint("tiny_random"))
 
 
@@ -123,7 +125,7 @@ class ResearchGraph:
 
         self.definitions_dir = root / "definitions"
         shutil.copytree(definitions_dir(), self.definitions_dir)
-        (self.definitions_dir / "endpoints" / "quick.yaml").write_text(QUICK_ENDPOINT)
+        write_declarations(self.definitions_dir, QUICK_ENDPOINT)
         self.home = root / "autoresearch_home"
         self.dagster_home = root / "dagster_home"
         self.dagster_home.mkdir()
@@ -165,7 +167,7 @@ def research_graph(tmp_path_factory, engine_slot: EngineSlot) -> Iterator[Resear
         for name, value in graph.env.items():
             patch.setenv(name, value)
         patch.delenv("AUTORESEARCH_LLM_MODEL", raising=False)  # the rule-based proposer
-        from dagster_project.factory import build_definitions
+        from dagster_project.definitions import build_definitions
 
         defs = build_definitions(graph.definitions_dir)
         with graph.instance() as instance:

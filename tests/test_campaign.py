@@ -13,7 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from autoresearch.config import BudgetSpec, CampaignSpec, EndpointSpec, load_definitions
+from autoresearch.config import BudgetSpec, CampaignSpec, EndpointSpec
+from dagster_project.lib import load_definitions
 from autoresearch.paths import definitions_dir
 from loadgen.compare import compare
 from loadgen.noise import noise_floor

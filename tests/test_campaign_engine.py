@@ -36,7 +36,8 @@ TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 
 RESUME_SCRIPT = textwrap.dedent('''
     import sys
-    from autoresearch.config import CampaignSpec, load_definitions
+    from autoresearch.config import CampaignSpec
+    from dagster_project.lib import load_definitions
     from autoresearch.paths import definitions_dir
     from research.campaign import run_campaign
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch.cli import UsageError, _apply_sets, main
-from autoresearch.config import load_definitions
+from dagster_project.lib import load_definitions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,15 +19,17 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_validate_shipped_definitions_exits_zero():
-    result = run_cli("validate", "definitions/")
+    result = run_cli("validate", "dagster_project/defs/")
     assert result.returncode == 0, result.stderr
     assert "support_smollm" in result.stdout and "all valid" in result.stdout
 
 
 def test_validate_bad_file_names_file_line_and_field(tmp_path):
-    bad = tmp_path / "bad.yaml"
+    bad = tmp_path / "endpoints" / "broken" / "defs.yaml"
+    bad.parent.mkdir(parents=True)
     bad.write_text(
-        "endpoint:\n"
+        "type: dagster_project.lib.Endpoint\n"
+        "attributes:\n"
         "  name: broken\n"
         "  model: {path: /models/x}\n"
         "  engine:\n"
@@ -35,10 +37,10 @@ def test_validate_bad_file_names_file_line_and_field(tmp_path):
         "    args: [\"--max-num-seqs\", 2]\n"
         "  traffic: {kind: sample}\n"
     )
-    result = run_cli("validate", str(bad))
+    result = run_cli("validate", str(tmp_path))
     assert result.returncode == 1
-    assert f"{bad}:6: endpoint.engine.args.1" in result.stderr
-    assert "endpoint.sla: required field is missing" in result.stderr
+    assert f"{bad}:7: attributes.engine.args.1" in result.stderr
+    assert "attributes.sla: required field is missing" in result.stderr
 
 
 def test_unknown_endpoint_is_a_usage_error_listing_known_ones(capsys):
@@ -48,7 +50,7 @@ def test_unknown_endpoint_is_a_usage_error_listing_known_ones(capsys):
 
 
 def test_set_overrides_engine_arguments():
-    spec = load_definitions(REPO / "definitions").endpoint("support_smollm")
+    spec = load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")
     changed = _apply_sets(spec, ["engine.max-num-seqs=16", "engine.enable-prefix-caching="])
     args = changed.engine.args
     assert args[args.index("--max-num-seqs") + 1] == "16"
@@ -66,15 +68,16 @@ def _campaign_home(tmp_path: Path, extra_args: list[str], deadline_minutes: floa
 
     import yaml
 
-    spec = yaml.safe_load((REPO / "definitions" / "endpoints" / "tiny_random.yaml").read_text())
-    spec["endpoint"]["engine"]["args"] += extra_args
-    spec["endpoint"]["sweep"].update({"rates": [2.0, 4.0], "step_duration_s": 4, "repeats": 2})
-    (tmp_path / "defs" / "endpoints").mkdir(parents=True)
-    (tmp_path / "defs" / "campaigns").mkdir()
-    (tmp_path / "defs" / "endpoints" / "tiny_random.yaml").write_text(yaml.safe_dump(spec))
-    (tmp_path / "defs" / "campaigns" / "c.yaml").write_text(yaml.safe_dump({"campaign": {
-        "name": "c", "endpoint": "tiny_random", "deadline_minutes": deadline_minutes, "max_rounds": 1,
-        "profile_seconds": 0}}))
+    spec = yaml.safe_load((REPO / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
+    spec["attributes"]["engine"]["args"] += extra_args
+    spec["attributes"]["sweep"].update({"rates": [2.0, 4.0], "step_duration_s": 4, "repeats": 2})
+    (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)
+    (tmp_path / "defs" / "campaigns" / "c").mkdir(parents=True)
+    (tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "defs" / "campaigns" / "c" / "defs.yaml").write_text(yaml.safe_dump({
+        "type": "dagster_project.lib.Campaign", "attributes": {
+            "name": "c", "endpoint": "tiny_random", "deadline_minutes": deadline_minutes, "max_rounds": 1,
+            "profile_seconds": 0}}))
     from autoresearch.paths import models_dir
 
     return {**os.environ, "AUTORESEARCH_HOME": str(tmp_path / "home"), "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),

@@ -48,7 +48,7 @@ def describe(defs: dg.Definitions) -> dict:
 
 def test_definitions_match_the_snapshot(monkeypatch, tmp_path):
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))  # building must not need or write project state
-    from dagster_project.factory import build_definitions
+    from dagster_project.definitions import build_definitions
 
     snapshot = describe(build_definitions(paths.definitions_dir()))
     if os.environ.get("UPDATE_SNAPSHOTS") or not SNAPSHOT.exists():

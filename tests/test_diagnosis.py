@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from autoresearch.config import load_definitions
+from dagster_project.lib import load_definitions
 from autoresearch.paths import definitions_dir
 from loadgen.results import LatencySummary, StepResult, SweepResult
 from replay.schema import POOL_SCHEMA, check_pool

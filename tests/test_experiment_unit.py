@@ -23,10 +23,10 @@ def unit_env(tmp_path: Path, sweep: dict | None = None) -> dict[str, str]:
     its own (the models stay shared): the environment that points the CLI and Dagster at them."""
     from autoresearch.paths import models_dir
 
-    spec = yaml.safe_load((REPO / "definitions" / "endpoints" / "tiny_random.yaml").read_text())
+    spec = yaml.safe_load((REPO / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
     spec["endpoint"]["sweep"].update(sweep or {})
-    (tmp_path / "defs" / "endpoints").mkdir(parents=True)
-    (tmp_path / "defs" / "endpoints" / "tiny_random.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)
+    (tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").write_text(yaml.safe_dump(spec))
     return {"AUTORESEARCH_HOME": str(tmp_path / "home"), "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),
             "AUTORESEARCH_MODELS": str(models_dir())}
 
@@ -93,7 +93,7 @@ def materialise_unit(tmp_path: Path, sweep: dict, config) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        from dagster_project.factory import build_definitions
+        from dagster_project.definitions import build_definitions
 
         defs = build_definitions(Path(env["AUTORESEARCH_DEFINITIONS"]))
         asset_key = dg.AssetKey(["tiny_random", "experiment_unit"])

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import CampaignSpec, EndpointSpec, HardwareSpec, SweepSpec, load_definitions
+from autoresearch.config import CampaignSpec, EndpointSpec, HardwareSpec, SweepSpec
+from dagster_project.lib import load_definitions
 from autoresearch.engine_args import parse_args
 from autoresearch.paths import definitions_dir
 from engines.gpu_lease import GpuUnavailable, acquire

@@ -17,7 +17,8 @@ import dagster as dg
 import pytest
 
 from autoresearch.cli import main as cli
-from autoresearch.config import load_definitions
+from dagster_project.lib import load_definitions
+from dagster_project.lib.migrate import write_declarations
 
 ENDPOINT = """\
 endpoint:
@@ -86,7 +87,7 @@ def _run(instance: dg.DagsterInstance, record: Path) -> list[tuple[float, float]
 def pooled(tmp_path: Path, monkeypatch) -> Path:
     definitions = tmp_path / "definitions"
     definitions.mkdir()
-    (definitions / "pooled.yaml").write_text(ENDPOINT)
+    write_declarations(definitions, ENDPOINT)
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -97,7 +98,7 @@ def pooled(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_pool_limits_follow_the_yaml_and_every_engine_asset_takes_its_endpoints_pool(pooled: Path):
-    from dagster_project.factory import build_definitions
+    from dagster_project.definitions import build_definitions
     from dagster_project.pools import pool_limits
 
     # the shipped definitions: the CPU endpoints share one engine at a time; a GPU endpoint whose

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import LocalLauncher, ModalLauncher, load_definitions
-from autoresearch.yaml_source import DefinitionError
+from autoresearch.config import LocalLauncher, ModalLauncher
+from dagster_project.lib import load_definitions
+from autoresearch.config import DefinitionError
 from engines import EngineError, start_engine
 from launchers import LaunchRefused, modal_credentials, preflight
 from launchers.container import collect_files, experiment_argv
@@ -24,7 +25,8 @@ from launchers.container import collect_files, experiment_argv
 REPO = Path(__file__).resolve().parents[1]
 
 ENDPOINT = """\
-endpoint:
+type: dagster_project.lib.Endpoint
+attributes:
   name: chat_modal
   model: {{path: /weights/qwen3-random-442m, served_name: qwen3-random}}
   engine:
@@ -43,18 +45,25 @@ MODAL_BLOCK = "    kind: modal\n    app_name: ar-chat\n    weights_volume: ar-we
 
 def write_endpoint(folder: Path, launcher: str = MODAL_BLOCK, engine: str = "transformers", gpu_type: str = "H200",
                    gpu_count: int = 1, campaign: bool = False) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    file = folder / "chat_modal.yaml"
+    file = folder / "endpoints" / "chat_modal" / "defs.yaml"
+    file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(ENDPOINT.format(launcher=launcher.rstrip("\n"), engine=engine, gpu_type=gpu_type,
                                     gpu_count=gpu_count))
     if campaign:
-        (folder / "campaign.yaml").write_text("campaign:\n  name: chat_modal_default\n  endpoint: chat_modal\n")
+        (folder / "campaigns" / "chat_modal_default").mkdir(parents=True, exist_ok=True)
+        (folder / "campaigns" / "chat_modal_default" / "defs.yaml").write_text(
+            "type: dagster_project.lib.Campaign\nattributes:\n  name: chat_modal_default\n  endpoint: chat_modal\n")
     return file
+
+
+def defs_of(file: Path):
+    """Everything declared in the defs folder that holds ``file`` (endpoints/<name>/defs.yaml)."""
+    return load_definitions(file.parents[2])
 
 
 def issues_of(file: Path) -> list:
     with pytest.raises(DefinitionError) as caught:
-        load_definitions(file)
+        defs_of(file)
     return caught.value.issues
 
 
@@ -66,44 +75,44 @@ def needs_modal():
 # --- YAML: the union and its file:line errors --------------------------------------------------
 
 def test_launcher_kinds_load_and_default_is_local(tmp_path):
-    modal = load_definitions(write_endpoint(tmp_path / "a")).endpoint("chat_modal")
+    modal = defs_of(write_endpoint(tmp_path / "a")).endpoint("chat_modal")
     assert isinstance(modal.launcher, ModalLauncher)
     assert (modal.launcher.app_name, modal.launcher.weights_volume, modal.launcher.timeout_s,
             modal.launcher.region) == ("ar-chat", "ar-weights", 1800, "us-east")
-    shipped = load_definitions(REPO / "definitions")
+    shipped = load_definitions(REPO / "dagster_project" / "defs")
     assert all(isinstance(e.launcher, LocalLauncher) for e in shipped.endpoints.values())
 
 
 def test_unknown_launcher_kind_names_file_line_and_allowed_kinds(tmp_path):
     file = write_endpoint(tmp_path, launcher="    kind: kubernetes\n")
     (issue,) = issues_of(file)
-    assert (issue.file, issue.line, issue.field) == (file, 11, "endpoint.launcher.kind")
+    assert (issue.file, issue.line, issue.field) == (file, 12, "attributes.launcher.kind")
     assert "'kubernetes'" in issue.message and "'local', 'modal'" in issue.message
 
 
 def test_misconfigured_modal_block_names_each_line(tmp_path):
     file = write_endpoint(tmp_path, launcher="    kind: modal\n    modal_gpu: H200\n    timeout_s: soon\n")
     issues = {i.field: i for i in issues_of(file)}
-    assert issues["endpoint.launcher.modal_gpu"].line == 12
+    assert issues["attributes.launcher.modal_gpu"].line == 13
     assert "allowed here: app_name, gpu_count, gpu_type, kind, region, timeout_s, weights_volume" in \
-        issues["endpoint.launcher.modal_gpu"].message
-    assert issues["endpoint.launcher.timeout_s"].line == 13
-    assert str(issues["endpoint.launcher.timeout_s"]).startswith(f"{file}:13: endpoint.launcher.timeout_s: ")
+        issues["attributes.launcher.modal_gpu"].message
+    assert issues["attributes.launcher.timeout_s"].line == 14
+    assert str(issues["attributes.launcher.timeout_s"]).startswith(f"{file}:14: attributes.launcher.timeout_s: ")
 
 
 def test_local_launcher_takes_no_options(tmp_path):
     file = write_endpoint(tmp_path, launcher="    kind: local\n    region: us-east\n")
     (issue,) = issues_of(file)
-    assert (issue.line, issue.field) == (12, "endpoint.launcher.region")
+    assert (issue.line, issue.field) == (13, "attributes.launcher.region")
     assert issue.message == "unknown field; allowed here: kind"
 
 
 @pytest.mark.parametrize("gpu_type,gpu_count,launcher,line,field,expected", [
-    ("cpu", 0, "    kind: modal\n", 10, "endpoint.launcher", "needs a GPU"),
-    ("H200", 0, "    kind: modal\n", 10, "endpoint.launcher", "needs a GPU"),
-    ("H200", 1, "    kind: modal\n    gpu_count: 2\n", 10, "endpoint.launcher", "differs from hardware.gpu_count"),
-    ("H200", 1, "    kind: modal\n    gpu_type: H100!\n", 10, "endpoint.launcher", "is not hardware.gpu_type"),
-    ("H200", 1, "    kind: modal\n    gpu_type: H300\n", 12, "endpoint.launcher.gpu_type", "unknown Modal GPU"),
+    ("cpu", 0, "    kind: modal\n", 11, "attributes.launcher", "needs a GPU"),
+    ("H200", 0, "    kind: modal\n", 11, "attributes.launcher", "needs a GPU"),
+    ("H200", 1, "    kind: modal\n    gpu_count: 2\n", 11, "attributes.launcher", "differs from hardware.gpu_count"),
+    ("H200", 1, "    kind: modal\n    gpu_type: H100!\n", 11, "attributes.launcher", "is not hardware.gpu_type"),
+    ("H200", 1, "    kind: modal\n    gpu_type: H300\n", 13, "attributes.launcher.gpu_type", "unknown Modal GPU"),
 ])
 def test_modal_launcher_must_fit_the_hardware(tmp_path, gpu_type, gpu_count, launcher, line, field, expected):
     file = write_endpoint(tmp_path, launcher=launcher, gpu_type=gpu_type, gpu_count=gpu_count)
@@ -112,18 +121,18 @@ def test_modal_launcher_must_fit_the_hardware(tmp_path, gpu_type, gpu_count, lau
 
 
 def test_external_engine_cannot_be_launched_on_modal(tmp_path):
-    text = write_endpoint(tmp_path).read_text().replace("kind: transformers", "kind: external\n    url: http://127.0.0.1:9")
-    (tmp_path / "chat_modal.yaml").write_text(text)
-    (issue,) = issues_of(tmp_path / "chat_modal.yaml")
-    assert issue.field == "endpoint.launcher" and "already runs elsewhere" in issue.message
+    file = write_endpoint(tmp_path)
+    file.write_text(file.read_text().replace("kind: transformers", "kind: external\n    url: http://127.0.0.1:9"))
+    (issue,) = issues_of(file)
+    assert issue.field == "attributes.launcher" and "already runs elsewhere" in issue.message
 
 
 def test_validate_cli_exits_1_with_file_line_for_a_bad_launcher(tmp_path):
     file = write_endpoint(tmp_path, launcher="    kind: modall\n")
-    result = subprocess.run([sys.executable, "-m", "autoresearch.cli", "validate", str(file)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "autoresearch.cli", "validate", str(tmp_path)], capture_output=True,
                             text=True, cwd=REPO)
     assert result.returncode == 1
-    assert f"{file}:11: endpoint.launcher.kind: unknown kind 'modall'" in result.stderr
+    assert f"{file}:12: attributes.launcher.kind: unknown kind 'modall'" in result.stderr
 
 
 # --- Modal: built offline ---------------------------------------------------------------------
@@ -131,7 +140,7 @@ def test_validate_cli_exits_1_with_file_line_for_a_bad_launcher(tmp_path):
 def test_modal_plan_gpu_string_volume_and_container_command(tmp_path):
     from launchers.modal_app import ENGINE_PACKAGES, container_endpoint, plan
 
-    endpoint = load_definitions(write_endpoint(tmp_path)).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
     p = plan(endpoint)
     assert (p.app_name, p.gpu, p.timeout_s, p.region, p.volume_name) == ("ar-chat", "H200:1", 1800, "us-east",
                                                                           "ar-weights")
@@ -151,7 +160,7 @@ def test_modal_plan_gpu_string_volume_and_container_command(tmp_path):
 def test_modal_plan_installs_the_endpoints_engine(tmp_path, engine, package):
     from launchers.modal_app import plan
 
-    endpoint = load_definitions(write_endpoint(tmp_path, engine=engine)).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path, engine=engine)).endpoint("chat_modal")
     engine_install = plan(endpoint).build_commands[1]
     assert engine_install[:2] == ("/opt/engine/bin/pip", "install") and package in engine_install
 
@@ -159,10 +168,10 @@ def test_modal_plan_installs_the_endpoints_engine(tmp_path, engine, package):
 def test_modal_gpu_defaults_from_hardware_and_takes_modal_spelling(tmp_path):
     from launchers.modal_app import plan
 
-    two = load_definitions(write_endpoint(tmp_path / "a", launcher="    kind: modal\n", gpu_type="h100",
+    two = defs_of(write_endpoint(tmp_path / "a", launcher="    kind: modal\n", gpu_type="h100",
                                           gpu_count=2)).endpoint("chat_modal")
     assert plan(two).gpu == "H100:2" and plan(two).app_name == "autoresearch-chat-modal"
-    pinned = load_definitions(write_endpoint(tmp_path / "b", launcher="    kind: modal\n    gpu_type: H100!\n",
+    pinned = defs_of(write_endpoint(tmp_path / "b", launcher="    kind: modal\n    gpu_type: H100!\n",
                                              gpu_type="H100")).endpoint("chat_modal")
     assert plan(pinned).gpu == "H100!:1" and plan(pinned).region is None
 
@@ -171,7 +180,7 @@ def test_modal_objects_built_offline_carry_the_plan(tmp_path):
     modal = needs_modal()
     from launchers.modal_app import build
 
-    endpoint = load_definitions(write_endpoint(tmp_path)).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
     built = build(endpoint)
     assert isinstance(built.app, modal.App) and built.app.name == "ar-chat"
     assert isinstance(built.image, modal.Image) and isinstance(built.volume, modal.Volume)
@@ -238,7 +247,7 @@ def test_modal_with_credentials_builds_up_to_the_sdk_and_still_launches_nothing(
 
 
 def test_credentials_come_from_the_environment(tmp_path, monkeypatch):
-    endpoint = load_definitions(write_endpoint(tmp_path)).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
     monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
     monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
     with pytest.raises(LaunchRefused, match="MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are not set"):
@@ -249,18 +258,18 @@ def test_credentials_come_from_the_environment(tmp_path, monkeypatch):
 
 
 def test_local_launcher_refuses_a_modal_endpoint(tmp_path):
-    endpoint = load_definitions(write_endpoint(tmp_path)).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
     with pytest.raises(EngineError, match="launcher.kind 'modal'.*Nothing was started"):
         start_engine(endpoint, workdir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
-    assert preflight(load_definitions(REPO / "definitions").endpoint("support_smollm")) is None
+    assert preflight(load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")) is None
 
 
 def test_container_endpoint_round_trips_as_json(tmp_path):
     from autoresearch.config import EndpointSpec
     from launchers.modal_app import container_endpoint
 
-    endpoint = load_definitions(write_endpoint(tmp_path)).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
     inside = EndpointSpec.model_validate(json.loads(container_endpoint(endpoint).model_dump_json()))
     assert inside.launcher.kind == "local" and inside.hardware == endpoint.hardware
 
@@ -304,7 +313,7 @@ def test_pipes_client_passes_bootstrap_env_and_reports_the_containers_messages(t
     needs_modal()
     monkeypatch.setenv("MODAL_TOKEN_ID", "ak-fake-for-tests")
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-fake-for-tests")
-    endpoint = load_definitions(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
     stand_in = ModalContainerStandIn()
     client = PipesModalClient(root=str(tmp_path / "container"), call=stand_in)
 
@@ -331,7 +340,7 @@ def test_pipes_client_fails_the_step_when_the_experiment_fails(tmp_path, monkeyp
     needs_modal()
     monkeypatch.setenv("MODAL_TOKEN_ID", "ak-fake-for-tests")
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-fake-for-tests")
-    endpoint = load_definitions(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
     client = PipesModalClient(root=str(tmp_path / "container"), call=ModalContainerStandIn(returncode=3))
 
     @dg.asset
@@ -350,7 +359,7 @@ def test_remote_run_without_credentials_calls_nothing(tmp_path, monkeypatch):
     monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
     monkeypatch.setenv("MODAL_TOKEN_ID", "ak-x")
     stand_in = ModalContainerStandIn()
-    endpoint = load_definitions(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
+    endpoint = defs_of(write_endpoint(tmp_path / "defs")).endpoint("chat_modal")
     with pytest.raises(LaunchRefused, match="MODAL_TOKEN_SECRET is not set"):
         run_remote(endpoint, "{}", tmp_path / "out", root=str(tmp_path / "c"), call=stand_in)
     assert stand_in.calls == [] and not (tmp_path / "out").exists()

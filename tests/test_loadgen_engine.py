@@ -15,7 +15,8 @@ import polars as pl
 import pytest
 from conftest import long_measurement
 
-from autoresearch.config import SLASpec, load_definitions
+from autoresearch.config import SLASpec
+from dagster_project.lib import load_definitions
 from autoresearch.engine_args import parse_args, render_args
 from autoresearch.paths import definitions_dir
 from loadgen.compare import compare

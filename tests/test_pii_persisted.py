@@ -19,8 +19,9 @@ import duckdb
 import polars as pl
 
 from autoresearch import paths
-from autoresearch.config import load_definitions
-from dagster_project.factory import build_definitions
+from dagster_project.lib import load_definitions
+from dagster_project.lib.migrate import write_declarations
+from dagster_project.definitions import build_definitions
 from replay.sample_logs import planted_pii_logs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -68,7 +69,7 @@ def _build_and_scan(tmp_path, monkeypatch, lines: list[str]) -> tuple[dict[Path,
     logs.write_text("\n".join(lines) + "\n")
     definitions = tmp_path / "definitions"
     definitions.mkdir()
-    (definitions / "pii_probe.yaml").write_text(ENDPOINT.format(logs=logs))
+    write_declarations(definitions, ENDPOINT.format(logs=logs))
     defs = build_definitions(definitions)
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()

@@ -145,7 +145,7 @@ def test_ordinary_capitalised_words_are_left_alone() -> None:
 def test_stand_ins_keep_token_counts_under_the_endpoint_tokenizer(planted) -> None:
     """With the endpoint's tokenizer every stand-in has the token count of the value it replaces,
     in context, so the redacted prompt has exactly the original's length."""
-    from autoresearch.config import load_definitions
+    from dagster_project.lib import load_definitions
     from autoresearch.models import ensure_model
     from autoresearch.paths import definitions_dir
     from replay.tokenize import ChatTokenizer

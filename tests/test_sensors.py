@@ -9,7 +9,8 @@ import dagster as dg
 import pytest
 
 from autoresearch import paths
-from dagster_project.factory import build_definitions
+from dagster_project.definitions import build_definitions
+from dagster_project.lib.migrate import write_declarations
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "support_logs.jsonl"
@@ -38,7 +39,7 @@ def workspace(tmp_path, monkeypatch):
 
 
 def write_endpoint(definitions: Path, logs: Path, revision: str = "r1", ttft: int = 1000) -> None:
-    (definitions / "drifty.yaml").write_text(ENDPOINT_YAML.format(revision=revision, ttft=ttft, logs=logs))
+    write_declarations(definitions, ENDPOINT_YAML.format(revision=revision, ttft=ttft, logs=logs))
 
 
 def tick(defs: dg.Definitions, name: str, instance, cursor: str | None):
@@ -60,7 +61,7 @@ def lengthen_user_turns(logs: Path) -> None:
 
 
 def test_traffic_drift_starts_exactly_one_campaign(workspace):
-    from autoresearch.config import load_definitions
+    from dagster_project.lib import load_definitions
     from autoresearch.workflows import build_replay_pool
 
     definitions, logs = workspace
