@@ -6,7 +6,7 @@ runs (or resumes) a campaign headless through research.campaign and records into
 
 import dagster as dg
 
-from assets.common import key, md_image, md_table
+from assets.common import key, md_image, table
 from autoresearch.config import DefinitionSet, EndpointSpec
 from dagster_project.pools import campaign_for, pool_for
 
@@ -41,7 +41,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             "best_capacity_rps": outcome.best_capacity,
             "total_gain": outcome.total_gain,
             "best_engine_args": " ".join(outcome.best_args),
-            "experiments": md_table([{"run": outcome.experiments_run, "skipped": outcome.experiments_skipped,
+            "experiments": table([{"run": outcome.experiments_run, "skipped": outcome.experiments_skipped,
                                       "resumed": outcome.resumed, "gpu_hours": outcome.gpu_hours_used}]),
             "open_questions": dg.MetadataValue.md("\n".join(f"- {q}" for q in outcome.open_questions) or "none"),
         }

@@ -1,4 +1,4 @@
-"""Small helpers shared by the stage modules: asset keys, metadata tables and embedded plots."""
+"""Small helpers shared by the stage modules: asset keys, table metadata and embedded plots."""
 
 from __future__ import annotations
 
@@ -8,29 +8,41 @@ from typing import Iterable, Mapping
 
 import dagster as dg
 
+
 def key(endpoint: str, name: str) -> dg.AssetKey:
     """Asset keys are ``[endpoint, stage]`` so a dozen endpoints coexist in one code location."""
     return dg.AssetKey([endpoint, name])
 
 
-def md_table(rows: Iterable[Mapping], columns: list[str] | None = None) -> dg.MetadataValue:
-    """A list of dicts as a markdown table (renders well in the asset's metadata panel)."""
+def table(rows: Iterable[Mapping], columns: list[str] | None = None) -> dg.MetadataValue:
+    """Rows of flat dicts as Dagster table metadata (records + column schema): the UI renders a
+    sortable table. A column's type is what its values are (int, float, bool), else string."""
     rows = list(rows)
-    if not rows:
-        return dg.MetadataValue.md("_(no rows)_")
-    columns = columns or list(rows[0].keys())
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |")
-    return dg.MetadataValue.md("\n".join(lines))
+    names = columns or (list(rows[0]) if rows else [])
+    types = {name: _column_type([row.get(name) for row in rows]) for name in names}
+    records = [dg.TableRecord({n: _cell(row.get(n), types[n]) for n in names}) for row in rows]
+    return dg.MetadataValue.table(records=records,
+                                  schema=dg.TableSchema(columns=[dg.TableColumn(n, types[n]) for n in names]))
 
 
-def _fmt(value) -> str:
+def _column_type(values: list) -> str:
+    kinds = {type(v) for v in values if v is not None}
+    if kinds and kinds <= {bool}:
+        return "bool"
+    if kinds and kinds <= {int}:
+        return "int"
+    if kinds and kinds <= {int, float}:
+        return "float"
+    return "string"
+
+
+def _cell(value, kind: str):
+    """A table cell: the value in its column's type (a string column shows lists and dicts as text)."""
     if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+        return None
+    if kind == "float":
+        return float(value)
+    return value if kind != "string" else (value if isinstance(value, str) else str(value))
 
 
 def md_image(path: Path, title: str = "plot") -> dg.MetadataValue:

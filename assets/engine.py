@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from assets.common import key, md_table
+from assets.common import key, table
 from autoresearch.config import EndpointSpec
 
 
@@ -30,7 +30,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
             "launch_command": list(identity.launch_command),
         }
         context.add_output_metadata({
-            "identity": md_table([{k: v for k, v in record.items() if k != "launch_command"}]),
+            "identity": table([{k: v for k, v in record.items() if k != "launch_command"}]),
             "launch_command": dg.MetadataValue.json(record["launch_command"]),
             "launch_config_hash": identity.launch_config_hash,
         })

@@ -2,9 +2,13 @@
 
 import dagster as dg
 
-from assets.common import key, md_image, md_table
+from assets.common import key, md_image, table
+from autoresearch import paths
 from autoresearch.config import EndpointSpec
 from dagster_project.pools import pool_for
+from loadgen.noise import noise_floor as measure_noise_floor
+from loadgen.report import step_table
+from loadgen.results import NoiseFloor, SweepResult
 
 
 def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
@@ -15,7 +19,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               pool=pool_for(endpoint), kinds={endpoint.engine.kind},
               description=f"{endpoint.sweep.repeats} identical capacity sweeps of the working baseline on the "
               "replay pool (open loop, warm-up and prefix-cache reset per step).")
-    def baseline_runs(context: dg.AssetExecutionContext) -> list[dict]:
+    def baseline_runs(context: dg.AssetExecutionContext) -> list[SweepResult]:
         from autoresearch.workflows import baseline_sweeps, load_pool, record_runs, working_spec
 
         spec = working_spec(endpoint)
@@ -24,51 +28,45 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
                     dagster_run_id=context.run_id)
         context.add_output_metadata({
             "engine_args": " ".join(spec.engine.args),
-            "repeats": md_table([{"repeat": s.label, "capacity_rps": s.capacity_rps, "knee_rps": s.knee_rate,
+            "repeats": table([{"repeat": s.label, "capacity_rps": s.capacity_rps, "knee_rps": s.knee_rate,
                                   "steps": len(s.steps), "validity": s.validity, "reason": s.invalid_reason}
                                  for s in sweeps]),
         })
-        return [s.model_dump(mode="json") for s in sweeps]
+        return sweeps
 
     @dg.asset(key=key(name, "noise_floor"), group_name=name, ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs"))},
               description="Spread of capacity and latency percentiles over the identical baseline sweeps: "
               "what a candidate must beat to count.")
-    def noise_floor(context: dg.AssetExecutionContext, baseline_runs: list[dict]) -> dict:
-        from loadgen.noise import noise_floor as measure
-        from loadgen.results import SweepResult
-
-        floor = measure([SweepResult.model_validate(s) for s in baseline_runs])
+    def noise_floor(context: dg.AssetExecutionContext, baseline_runs: list[SweepResult]) -> NoiseFloor:
+        floor = measure_noise_floor(baseline_runs)
         context.add_output_metadata({
             "capacity_mean_rps": floor.capacity_mean, "capacity_std_rps": floor.capacity_std,
             "relative_spread": floor.capacity_rel_spread, "threshold": floor.threshold,
             "validity": floor.validity,
-            "per_rate": md_table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
+            "per_rate": table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
         })
-        return floor.model_dump(mode="json")
+        return floor
 
     @dg.asset(key=key(name, "load_curve"), group_name=name,
               ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description="p50/p95/p99 TTFT, inter-token and end-to-end latency against arrival rate, "
               "with the SLA, the knee and the capacity within the SLA (per GPU).")
-    def load_curve(context: dg.AssetExecutionContext, baseline_runs: list[dict], noise_floor: dict) -> dict:
-        from autoresearch import paths
-        from loadgen.plots import load_curve_png
-        from loadgen.report import step_table_markdown
-        from loadgen.results import SweepResult
+    def load_curve(context: dg.AssetExecutionContext, baseline_runs: list[SweepResult], noise_floor: NoiseFloor) -> dict:
+        from loadgen.plots import load_curve_png  # matplotlib: loaded when a plot is drawn
 
-        sweeps = [SweepResult.model_validate(s) for s in baseline_runs]
+        sweeps = baseline_runs
         plot = load_curve_png(sweeps, endpoint.sla, paths.runs_dir() / "plots" / f"{name}-load-curve.png",
                               title=f"{name}: load curve ({len(sweeps)} baseline sweeps)")
         valid = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps is not None]
         summary = {"capacity_rps": min(valid) if valid else None, "capacity_per_gpu":
                    (min(valid) / endpoint.hardware.capacity_divisor) if valid else None,
-                   "knee_rps": sweeps[0].knee_rate if sweeps else None, "noise_threshold": noise_floor["threshold"],
+                   "knee_rps": sweeps[0].knee_rate if sweeps else None, "noise_threshold": noise_floor.threshold,
                    "plot_path": str(plot)}
         context.add_output_metadata({
             "load_curve_plot": md_image(plot, "load curve"),
             "capacity_rps": summary["capacity_rps"], "capacity_per_gpu": summary["capacity_per_gpu"],
             "knee_rps": summary["knee_rps"],
-            "steps": dg.MetadataValue.md(step_table_markdown(sweeps[0])) if sweeps else "no sweeps",
+            "steps": table(step_table(sweeps[0])) if sweeps else "no sweeps",  # the first repeat's load curve
         })
         return summary
 
@@ -78,7 +76,6 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               "prefix cache left warm: SLA attainment over time. Multi-turn sessions keep their order: a later "
               "turn goes out after the previous reply plus its logged think time.")
     def production_replay(context: dg.AssetExecutionContext) -> dict:
-        from autoresearch import paths
         from autoresearch.workflows import load_pool, working_spec
         from engines import start_engine
         from loadgen.replay import run_production_replay
@@ -89,7 +86,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
             result = run_production_replay(engine, pool, spec, max_duration_s=120.0)
         context.add_output_metadata({
             "attainment": result.attainment, "validity": result.validity, "reason": result.invalid_reason or "",
-            "intervals": md_table([i.model_dump() for i in result.intervals],
+            "intervals": table([i.model_dump() for i in result.intervals],
                                   ["start_s", "end_s", "target_rate", "requests", "errors", "attainment",
                                    "ttft_p95_ms", "e2e_p95_ms", "within_sla"]),
             # multi-turn pools replay session-aware: how far later turns moved from their recorded times

@@ -7,7 +7,7 @@ first thing persisted.
 
 import dagster as dg
 
-from assets.common import key, md_image, md_table
+from assets.common import key, md_image, table
 from autoresearch.config import EndpointSpec
 
 
@@ -44,15 +44,15 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
                 "rows": pool_build.stats.get("rows", 0),
                 "path": dg.MetadataValue.path(str(pool_build.pool_path)),
                 "malformed_lines": len(pool_build.malformed),
-                "malformed_examples": md_table([{"line": n, "reason": r} for n, r in pool_build.malformed[:20]]),
-                "redactions": md_table([{"category": k, "count": v} for k, v in sorted(pool_build.redaction_counts.items())]),
+                "malformed_examples": table([{"line": n, "reason": r} for n, r in pool_build.malformed[:20]]),
+                "redactions": table([{"category": k, "count": v} for k, v in sorted(pool_build.redaction_counts.items())]),
                 "lineage": dg.MetadataValue.json({k: v for k, v in pool_build.lineage.items() if k != "traffic"}),
             },
         )
         yield dg.AssetCheckResult(
             check_name="replay_fidelity", asset_key=pool_key, passed=pool_build.fidelity.passed,
             severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"distances": md_table(rows, ["metric", "pool", "production", "distance", "threshold", "ok"]),
+            metadata={"distances": table(rows, ["metric", "pool", "production", "distance", "threshold", "ok"]),
                       "failures": ", ".join(r.name for r in pool_build.fidelity.failures) or "none",
                       "length_distributions": md_image(plot, "pool vs production token lengths")},
         )

@@ -8,10 +8,13 @@ makes it the working baseline of the next round (see sensors/continuation.py).
 
 import dagster as dg
 
-from assets.common import key, md_image, md_table
+from assets.common import key, md_image, table
 from assets.campaign import campaign_for
+from autoresearch import paths
 from autoresearch.config import DefinitionSet, EndpointSpec
 from dagster_project.pools import pool_for
+from loadgen.results import NoiseFloor, SweepResult
+from research.proposals import Diagnosis, ProposalBatch
 
 
 def candidate_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefinition:
@@ -34,71 +37,66 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs"))}, deps=[key(name, "replay_pool")],
               description="Suspected bottlenecks with their evidence: request statistics, engine metrics over the "
               "sweeps, a torch-profiler breakdown under steady load, diagnostic workloads from recipes.")
-    def diagnosis(context: dg.AssetExecutionContext, baseline_runs: list[dict]) -> dict:
+    def diagnosis(context: dg.AssetExecutionContext, baseline_runs: list[SweepResult]) -> Diagnosis:
         from autoresearch.workflows import diagnose_endpoint, load_pool, working_spec
-        from loadgen.results import SweepResult
 
         spec = working_spec(endpoint)
-        found = diagnose_endpoint(spec, load_pool(spec), [SweepResult.model_validate(s) for s in baseline_runs],
+        found = diagnose_endpoint(spec, load_pool(spec), baseline_runs,
                                   recipes, profile_seconds=settings.profile_seconds, progress=context.log.info)
         metadata = {
-            "bottlenecks": md_table([{"bottleneck": b.name, "severity": b.severity, "evidence": "; ".join(b.evidence)}
+            "bottlenecks": table([{"bottleneck": b.name, "severity": b.severity, "evidence": "; ".join(b.evidence)}
                                      for b in found.bottlenecks]),
-            "traits": md_table([{"trait": k, "value": v} for k, v in found.traits.items()]),
+            "traits": table([{"trait": k, "value": v} for k, v in found.traits.items()]),
             "notes": "; ".join(found.notes) or "none",
         }
         if found.profile is not None:
-            metadata["profile"] = md_table([{"category": k, "share": v}
+            metadata["profile"] = table([{"category": k, "share": v}
                                             for k, v in sorted(found.profile.category_share.items(), key=lambda kv: -kv[1])])
         context.add_output_metadata(metadata)
-        return found.model_dump(mode="json")
+        return found
 
     @dg.asset(key=key(name, "proposals"), group_name=name,
               ins={"diagnosis": dg.AssetIn(key(name, "diagnosis")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description=f"The orchestrator's questions and its {settings.subagents} subagents' proposals "
               "(explanation, exact intervention, prediction, falsification); each valid one becomes a candidate partition.")
-    def proposals(context: dg.AssetExecutionContext, diagnosis: dict, noise_floor: dict) -> dict:
+    def proposals(context: dg.AssetExecutionContext, diagnosis: Diagnosis, noise_floor: NoiseFloor) -> ProposalBatch:
         from autoresearch.workflows import propose_for, working_spec
-        from research.proposals import Diagnosis
 
         spec = working_spec(endpoint)
-        batch = propose_for(spec, Diagnosis.model_validate(diagnosis), n=settings.subagents, mode=settings.proposer,
-                            baseline={"capacity_rps": noise_floor["capacity_mean"],
-                                      "noise_threshold": noise_floor["threshold"]},
+        batch = propose_for(spec, diagnosis, n=settings.subagents, mode=settings.proposer,
+                            baseline={"capacity_rps": noise_floor.capacity_mean,
+                                      "noise_threshold": noise_floor.threshold},
                             campaign_id=interactive_campaign)
         keys = [p.proposal_id for p in batch.proposals]
         context.instance.add_dynamic_partitions(candidates.name, keys)
         context.add_output_metadata({
             "source": batch.source, "candidate_partitions": ", ".join(keys) or "none",
-            "proposals": md_table([{"id": p.proposal_id, "bottleneck": p.bottleneck, "change": p.intervention.describe(),
+            "proposals": table([{"id": p.proposal_id, "bottleneck": p.bottleneck, "change": p.intervention.describe(),
                                     "lossy": p.intervention.lossy, "prediction": p.prediction,
                                     "falsification": p.falsification} for p in batch.proposals]),
-            "rejected": md_table([r.model_dump(mode="json") for r in batch.rejected]),
+            "rejected": table([r.model_dump(mode="json") for r in batch.rejected]),
         })
-        return batch.model_dump(mode="json")
+        return batch
 
     @dg.asset(key=key(name, "candidate_runs"), group_name=name, partitions_def=candidates, pool=pool_for(endpoint),
               kinds={endpoint.engine.kind},
               ins={"proposals": dg.AssetIn(key(name, "proposals")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description="One proposal's candidate through the shared harness: same pool, schedule and SLA as the "
               f"baseline, {settings.repeats} repeated sweeps, correctness check; skipped if memory already decided it.")
-    def candidate_runs(context: dg.AssetExecutionContext, proposals: dict, noise_floor: dict) -> dict:
-        from autoresearch.workflows import load_pool, run_proposal, save_experiment, working_spec
-        from loadgen.results import NoiseFloor
-        from research.proposals import ProposalBatch
+    def candidate_runs(context: dg.AssetExecutionContext, proposals: ProposalBatch, noise_floor: NoiseFloor) -> dict:
+        from autoresearch.workflows import load_pool, run_proposal, working_spec
 
-        batch = ProposalBatch.model_validate(proposals)
+        batch = proposals
         proposal = next((p for p in batch.proposals if p.proposal_id == context.partition_key), None)
         if proposal is None:
             raise dg.Failure(f"proposal {context.partition_key!r} is not in the latest {name}/proposals; "
                              "re-materialize proposals or pick one of: " + ", ".join(p.proposal_id for p in batch.proposals))
         spec = working_spec(endpoint)
-        outcome = run_proposal(spec, proposal, load_pool(spec), NoiseFloor.model_validate(noise_floor),
+        outcome = run_proposal(spec, proposal, load_pool(spec), noise_floor,
                                repeats=settings.repeats, campaign_id=interactive_campaign,
                                dagster_run_id=context.run_id, progress=context.log.info)
         outcome["proposal"] = proposal.model_dump(mode="json")
         outcome["baseline_args"] = list(spec.engine.args)
-        save_experiment(name, "candidate_runs", proposal.proposal_id, outcome)
         context.add_output_metadata({"change": proposal.intervention.describe(),
                                      "skipped": outcome.get("skipped") or "no"})
         return outcome
@@ -107,8 +105,6 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               ins={"candidate_runs": dg.AssetIn(key(name, "candidate_runs"))},
               description="better / same / worse / invalid against the noise floor, with the evidence.")
     def verdicts(context: dg.AssetExecutionContext, candidate_runs: dict) -> dict:
-        from autoresearch.workflows import save_experiment
-
         if "skipped" in candidate_runs:
             verdict = {"verdict": "skipped", "reason": candidate_runs["skipped"], "confirmed": False}
         else:
@@ -123,20 +119,21 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         verdict["baseline_args"] = candidate_runs["baseline_args"]
         verdict["proposal_id"] = context.partition_key
         context.add_output_metadata({k: dg.MetadataValue.text(str(v)) for k, v in verdict.items()})
-        return save_experiment(name, "verdicts", context.partition_key, verdict)
+        return verdict
 
-    @dg.asset(key=key(name, "confirmed_baseline"), group_name=name, deps=[key(name, "verdicts")],
-              ins={"proposals": dg.AssetIn(key(name, "proposals"))},
+    @dg.asset(key=key(name, "confirmed_baseline"), group_name=name,
+              ins={"proposals": dg.AssetIn(key(name, "proposals")), "verdicts": dg.AssetIn(key(name, "verdicts"))},
               description="The best confirmed lossless win becomes the working baseline (recorded in memory); "
               "lossy wins wait for human review.")
-    def confirmed_baseline(context: dg.AssetExecutionContext, proposals: dict) -> dict:
-        from autoresearch import paths
-        from autoresearch.workflows import load_experiments, verdict_contender
+    def confirmed_baseline(context: dg.AssetExecutionContext, proposals: ProposalBatch,
+                           verdicts: dict[str, dict]) -> dict:
+        from autoresearch.workflows import verdict_contender
         from memory_db.records import ConfirmationRecord
-        from research.loop import pick_winner
         from memory_db.store import MemoryStore
+        from research.loop import pick_winner
 
-        verdicts = load_experiments(name, "verdicts", [p["proposal_id"] for p in proposals["proposals"]])
+        # the latest proposals' verdicts (every partition's verdict is stored; older rounds' are not candidates)
+        verdicts = {p.proposal_id: verdicts[p.proposal_id] for p in proposals.proposals if p.proposal_id in verdicts}
 
         winner = pick_winner(verdict_contender(k, v) for k, v in verdicts.items())
         best = verdicts[winner.id] if winner is not None else None
@@ -150,25 +147,25 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         context.add_output_metadata({
             "adopted": best is not None,
             "new_engine_args": " ".join(best["engine_args"]) if best else "(unchanged)",
-            "verdicts": md_table([{"proposal": k, "verdict": v["verdict"], "confirmed": v.get("confirmed"),
+            "verdicts": table([{"proposal": k, "verdict": v["verdict"], "confirmed": v.get("confirmed"),
                                    "ratio": v.get("capacity_ratio"), "lossy": v.get("lossy")} for k, v in verdicts.items()]),
         })
         return result
 
     @dg.asset(key=key(name, "review_report"), group_name=name,
-              deps=[key(name, "candidate_runs")],
-              ins={"confirmed_baseline": dg.AssetIn(key(name, "confirmed_baseline")),
+              ins={"candidate_runs": dg.AssetIn(key(name, "candidate_runs")),
+                   "confirmed_baseline": dg.AssetIn(key(name, "confirmed_baseline")),
                    "baseline_runs": dg.AssetIn(key(name, "baseline_runs")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description="For a person to approve: config diff, load curves before/after, noise floor, repeats, "
               "correctness evidence, lossy/lossless label, the command that reproduces it. Nothing is deployed.")
-    def review_report(context: dg.AssetExecutionContext, confirmed_baseline: dict, baseline_runs: list[dict],
-                      noise_floor: dict) -> str:
-        from autoresearch.workflows import load_experiments
+    def review_report(context: dg.AssetExecutionContext, candidate_runs: dict[str, dict], confirmed_baseline: dict,
+                      baseline_runs: list[SweepResult], noise_floor: NoiseFloor) -> str:
         from research.interactive_review import interactive_report
 
         best = confirmed_baseline.get("best")
-        run = load_experiments(name, "candidate_runs", [best["proposal_id"]]).get(best["proposal_id"]) if best else None
-        text, plot = interactive_report(endpoint, best, run, baseline_runs, noise_floor)
+        run = candidate_runs.get(best["proposal_id"]) if best else None
+        text, plot = interactive_report(endpoint, best, run, [s.model_dump(mode="json") for s in baseline_runs],
+                                        noise_floor.model_dump(mode="json"))
         metadata = {"report": dg.MetadataValue.md(text)}
         if plot is not None:
             metadata["load_curves_before_after"] = md_image(plot, "before vs after")

@@ -304,33 +304,6 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
             "engine_args": candidate_args, "lossy": iv.lossy}
 
 
-def experiment_file(endpoint: str, kind: str, proposal_id: str) -> Path:
-    """Where one proposal's candidate outcome or verdict is kept as JSON (read back by the
-    unpartitioned confirmed_baseline / review_report, independent of any IO manager)."""
-    folder = paths.runs_dir() / kind / endpoint
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{proposal_id}.json"
-
-
-def save_experiment(endpoint: str, kind: str, proposal_id: str, data: dict) -> dict:
-    import json
-
-    experiment_file(endpoint, kind, proposal_id).write_text(json.dumps(data, indent=1, default=str))
-    return data
-
-
-def load_experiments(endpoint: str, kind: str, proposal_ids: list[str]) -> dict[str, dict]:
-    """The saved records of ``proposal_ids`` that exist (a proposal not yet run is simply absent)."""
-    import json
-
-    out = {}
-    for proposal_id in proposal_ids:
-        file = experiment_file(endpoint, kind, proposal_id)
-        if file.exists():
-            out[proposal_id] = json.loads(file.read_text())
-    return out
-
-
 def verdict_contender(proposal_id: str, verdict: dict):
     """A saved verdict as the adoption rule (research.loop.pick_winner) sees it."""
     from autoresearch.engine_args import diff_args

@@ -6,6 +6,7 @@ import dagster as dg
 
 from assets.experiment import PIPES_CLIENT
 from autoresearch import paths
+from dagster_project.io_manager import TypedIOManager
 
 
 class ResearchMemory(dg.ConfigurableResource):
@@ -20,6 +21,8 @@ class ResearchMemory(dg.ConfigurableResource):
 
 
 def resources() -> dg.Definitions:
-    """The resources every endpoint's assets share: the research memory and the experiment unit's launcher."""
-    return dg.Definitions(resources={"memory": ResearchMemory(path=str(paths.memory_db_path())),
+    """The resources every endpoint's assets share: the typed IO manager, the research memory and the
+    experiment unit's launcher."""
+    return dg.Definitions(resources={"io_manager": TypedIOManager(base_dir=str(paths.home() / "assets")),
+                                     "memory": ResearchMemory(path=str(paths.memory_db_path())),
                                      PIPES_CLIENT: dg.PipesSubprocessClient()})
