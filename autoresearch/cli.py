@@ -14,8 +14,16 @@ from pathlib import Path
 
 from autoresearch import paths
 from autoresearch.config import DefinitionError, DefinitionSet
-from dagster_project.lib import load_definitions
 from launchers import LaunchRefused
+
+
+def load_definitions(root: Path) -> DefinitionSet:
+    """The defs folder, read through the Dagster components (imported here, not at the top: the
+    experiment unit's entry point, ``experiment run``, reads only its spec.json and runs where Dagster
+    is not installed, on a GPU machine or in a Modal container)."""
+    from dagster_project.lib import load_definitions as load
+
+    return load(root)
 
 
 class UsageError(Exception):

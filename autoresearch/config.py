@@ -238,6 +238,12 @@ class SweepSpec(Strict):
     # cut after warmup_timeout_s (it warms the engine, it measures nothing).
     warmup_max_tokens: int = Field(default=16, ge=1)
     warmup_timeout_s: float = Field(default=10.0, gt=0)
+    # After each step's prefix-cache reset, on an engine whose cache is on: one request from each of
+    # the pool's warm_prefix_groups most frequent prefix groups (system prompt + tools), its reply
+    # clipped to one token, sent and completed. A production server keeps its hot shared prefixes
+    # cached; a step that starts cold instead charges a miss to the first request of every group,
+    # which in a short step sets TTFT p95 by itself. 0 = steps start with an empty cache.
+    warm_prefix_groups: int = Field(default=8, ge=0)
     # Once per engine start, before its first step: an open-loop run of this many seconds at
     # engine_warmup_rps (None = half the ladder's highest rate) with the pool's own replies, measured
     # by nobody. Engines that capture CUDA graphs per batch shape as they first meet it

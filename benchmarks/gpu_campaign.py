@@ -108,6 +108,9 @@ def run(args) -> None:
         call["model"] = build_model(models / MODEL_NAME, WORK / "tokenizer", args.model_size)
         log(f"model built: {call['model']['parameters']:,} parameters in {call['model']['build_s']} s")
     campaign, spec = definitions(models, args.engine_python)
+    if args.max_rounds is not None:  # the session's GPU time left, not the shipped campaign's own choice
+        campaign = campaign.model_copy(update={"max_rounds": args.max_rounds})
+        call["max_rounds"] = args.max_rounds
     try:
         if args.hand_tuned_first:  # the reference comes first when a session's GPU time is nearly spent
             hand_tuned(spec, args.window_s - (time.monotonic() - started), call)
@@ -259,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--engine-python", default=sys.executable)
     r.add_argument("--model-size", default="442m")
     r.add_argument("--hand-tuned", action="store_true", help="then measure the hand-tuned reference if time is left")
+    r.add_argument("--max-rounds", type=int, help="fewer rounds than the campaign declares (recorded in the call log)")
     r.add_argument("--hand-tuned-first", action="store_true",
                    help="measure the hand-tuned reference before resuming the campaign")
     u = sub.add_parser("unit", help="one experiment unit through `autoresearch experiment run` (GPU machine)")

@@ -113,8 +113,8 @@ class Vocabulary:
         return self.cache_block_size_cpu if cpu else self.cache_block_size_gpu
 
     def prefix_cache_on(self, args: dict[str, str | None]) -> bool:
-        if self.prefix_cache is None:
-            return False
+        if self.prefix_cache is None:  # no switch: always on (prefix_cache_default_on) or absent
+            return self.prefix_cache_default_on
         if self.prefix_cache_off_flag and self.prefix_cache_off_flag in args:
             return False
         return self.prefix_cache_default_on or all(

@@ -37,6 +37,9 @@ TRANSFORMERS_VOCABULARY = Vocabulary(
     attention_flag="--attn-implementation", attention_choices=("paged|flash_attention_2", "paged|sdpa"),
     weight_quantization=("--quantization", "bnb-8bit"), dtype_flag="--dtype",
     lossy_flags=frozenset({"--dtype", "--quantization"}),
+    # continuous batching shares cached prefix blocks between requests (allow_block_sharing, on by default,
+    # no CLI switch) and the server has no route to empty that cache: sweeps never replay a prompt on it
+    prefix_cache_default_on=True,
 )
 
 #: chat fields transformers serve answers with HTTP 422 (UNUSED_CHAT_COMPLETION_FIELDS, 5.17-5.19)

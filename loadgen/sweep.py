@@ -26,6 +26,11 @@ Steps are short: the warm-up is a burst of ``warmup_requests`` with replies clip
 ``warmup_max_tokens``, cut after ``warmup_timeout_s``; requests still in flight ``drain_s`` after
 the schedule ends are cut and counted (``StepResult.cut_requests``, judged worst-case, see
 :mod:`loadgen.stats`). Each step records its wall time (``wall_s``, ``warmup_wall_s``).
+
+The prefix-cache reset before a step is followed, on an engine whose cache is on, by one
+prefill-only request per hot prefix group of the pool (``sweep.warm_prefix_groups``): a step then
+starts where a production server stays, with its shared system prompts cached, instead of charging
+a cold miss to the first request of every group.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import numpy as np
 import polars as pl
 
 from autoresearch.config import SweepSpec, EndpointSpec, SLASpec
+from autoresearch.engine_args import parse_args
 from loadgen import arrivals
 from loadgen.results import RequestRecord, StepResult, SweepResult
 from loadgen.closedloop import UserScript, run_closed_loop
@@ -76,6 +82,17 @@ def pool_requests(pool: pl.DataFrame) -> tuple[list[str], list[str]]:
         pool = pool.sort("arrival_offset_s", maintain_order=True)
     ids = pool["request_id"].cast(pl.Utf8).to_list() if "request_id" in pool.columns else [str(i) for i in range(pool.height)]
     return pool["body"].to_list(), ids
+
+
+def prefix_representatives(pool: pl.DataFrame, groups: int) -> list[str]:
+    """One request body from each of the pool's ``groups`` most frequent prefix groups (ties: the
+    group met first), in that order; [] when the pool records no prefix groups."""
+    if groups <= 0 or "prefix_group" not in pool.columns:
+        return []
+    ranked = (pool.with_row_index("_row").filter(pl.col("prefix_group").is_not_null())
+              .group_by("prefix_group").agg(pl.len().alias("n"), pl.col("_row").min(), pl.col("body").first())
+              .sort(["n", "_row"], descending=[True, False]).head(groups))
+    return ranked["body"].to_list()
 
 
 def step_seed(seed: int, rate: float) -> int:
@@ -329,8 +346,13 @@ class _StepRunner:
     """Shared by sweeps and replays: warm-up, cache reset, one watched open-loop run."""
 
     def __init__(self, engine: Engine, spec: EndpointSpec, bodies: list[str], ids: list[str], *, senders: int,
-                 lag_bounds: LagBounds, timeout_s: float, records_dir: Path | None, reset_cache: bool = True):
+                 lag_bounds: LagBounds, timeout_s: float, records_dir: Path | None, reset_cache: bool = True,
+                 prefix_bodies: list[str] | None = None):
         self.engine, self.spec, self.bodies, self.ids = engine, spec, bodies, ids
+        self.prefix_bodies = prefix_bodies or []
+        # the engine keeps what it cached across steps (no reset route, or the reset failed): a step
+        # must then never replay a prompt this engine has already served (see take())
+        self.cache_kept = False
         self.senders, self.lag_bounds, self.timeout_s = senders, lag_bounds, timeout_s
         self.records_dir = records_dir
         self.reset_cache = reset_cache
@@ -345,7 +367,7 @@ class _StepRunner:
         ``max_tokens`` clips their replies, ``timeout_s`` cuts the burst (a warm-up, not a step)."""
         if count <= 0:
             return []
-        bodies = self.bodies[:count] or self.bodies
+        bodies = self.bodies[-count:]  # the pool's tail: steps start elsewhere (see take())
         if max_tokens is not None:
             bodies = [_clip_output(b, max_tokens) for b in bodies]
         stop = _deadline_check(None, timeout_s, "warm-up deadline") if timeout_s is not None else None
@@ -355,14 +377,49 @@ class _StepRunner:
         return [r.e2e_s for r in outcome.records if r.ok and r.e2e_s is not None]
 
     def reset(self) -> None:
+        """Empty the prefix cache, then warm the pool's hot shared prefixes (``sweep.warm_prefix_groups``)."""
         if not self.reset_cache:
             return
         try:
             self.engine.reset_prefix_cache()
         except Exception as exc:  # noqa: BLE001 - external servers cannot be reset; say so once
+            self.cache_kept = True
             if not self._reset_warned:
-                self.notes.append(f"prefix cache not reset before steps: {str(exc).splitlines()[0]}")
+                self.notes.append(f"prefix cache not reset before steps: {str(exc).splitlines()[0]}; every step "
+                                  "takes requests this engine has not served yet")
                 self._reset_warned = True
+            return
+        self.warm_prefixes()
+
+    def take(self, count: int, seeded_offset: int) -> int:
+        """Where a step's ``count`` requests start in the pool. On an engine whose cache is reset before
+        each step: the seeded place, the same in every repeat. On one that keeps its cache: the next
+        requests of this engine's own walk through the pool, so a repeat never replays prompts the
+        engine has cached (transformers serve shares prefix blocks and has no reset: on the H200 every
+        second sweep replayed the first's prompts and held 40-70% more). Each engine starts its walk
+        at the pool's start, so configurations still meet the same requests, sweep for sweep."""
+        if not self.cache_kept:
+            return seeded_offset
+        start = getattr(self.engine, "pool_cursor", 0)
+        try:
+            self.engine.pool_cursor = start + count
+        except AttributeError:  # an engine object without attributes of its own: the seeded place
+            return seeded_offset
+        return start
+
+    def warm_prefixes(self) -> int:
+        """Send one prefill-only request per hot prefix group and wait for them (the engine's cache
+        must be on: with it off they would only cost time). Returns how many completed."""
+        if not self.prefix_bodies or not _prefix_cache_on(self.engine):
+            return 0
+        bodies = [_clip_output(b, 1) for b in self.prefix_bodies]
+        outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, np.zeros(len(bodies)),
+                                omit_fields=self.omit_fields, timeout_s=self.timeout_s,
+                                lag_bounds=LagBounds(1e9, 0.0, 10**9))
+        done = sum(1 for r in outcome.records if r.ok)
+        if done < len(bodies) and not any("prefix warm-up" in n for n in self.notes):
+            self.notes.append(f"prefix warm-up: {len(bodies) - done} of {len(bodies)} requests failed")
+        return done
 
     def run(self, schedule: np.ndarray, duration_s: float, target_rate: float, label: str,
             keep: dict | None = None, offset: int = 0, drain_s: float | None = None) -> StepResult:
@@ -482,7 +539,7 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
                      "send lag is still checked on every step")
 
     runner = _StepRunner(engine, spec, bodies, ids, senders=senders, lag_bounds=bounds, timeout_s=timeout,
-                         records_dir=records_dir)
+                         records_dir=records_dir, prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups))
     steps: list[StepResult] = []
     validity, reason = "valid", None
     engine_args = list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args)
@@ -528,10 +585,13 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
         schedule = arrivals.schedule(cfg.arrival, rate, step_s, burstiness=cfg.burstiness,
                                      seed=step_seed(cfg.seed, rate))
         label = f"{repeats_label or 'sweep'}-{len(steps):02d}-{rate:g}"
-        offset = int(np.random.default_rng(step_seed(cfg.seed, rate)).integers(len(bodies)))  # same in every repeat
+        seeded = int(np.random.default_rng(step_seed(cfg.seed, rate)).integers(len(bodies)))  # same in every repeat
+        offset = runner.take(len(schedule), seeded)
+
         def rerun(attempt: int) -> StepResult:
             emit("step", rate, f"step {len(steps) + 1}: client fell behind, repeating {rate:g} req/s")
-            return runner.run(schedule, step_s, rate, f"{label}-retry{attempt}", offset=offset, drain_s=drain)
+            return runner.run(schedule, step_s, rate, f"{label}-retry{attempt}", offset=runner.take(len(schedule), offset),
+                              drain_s=drain)
 
         step = _repeat_if_client_bound(runner.run(schedule, step_s, rate, label, offset=offset, drain_s=drain),
                                        client_retries, rerun, runner, engine, idle_timeout_s, notes, f"{rate:g} req/s")
@@ -622,7 +682,9 @@ def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: Endpoin
                          timeout_s=timeout_s, records_dir=None, reset_cache=False)
     schedule = arrivals.schedule("constant", rate, cfg.engine_warmup_s, seed=cfg.seed)
     try:
-        step = runner.run(schedule, cfg.engine_warmup_s, rate, "engine-warmup", drain_s=5.0)
+        start = getattr(engine, "pool_cursor", 0)  # an engine that keeps its cache then starts past these
+        step = runner.run(schedule, cfg.engine_warmup_s, rate, "engine-warmup", offset=start, drain_s=5.0)
+        engine.pool_cursor = start + len(schedule)
         notes.append(f"engine warm-up (not counted): {step.requests} requests at {rate:g} req/s over "
                      f"{cfg.engine_warmup_s:g}s, {step.cut_requests} cut 5 s after")
     except Exception as exc:  # noqa: BLE001 - the first step's watcher classifies a dead engine
@@ -646,6 +708,15 @@ def _repeat_if_client_bound(step: StepResult, retries: int, rerun: Callable[[int
         runner.reset()
         step = rerun(attempt)
     return step
+
+
+def _prefix_cache_on(engine: Engine) -> bool:
+    """Whether the running engine's arguments keep a prefix cache (asks the adapter's vocabulary)."""
+    vocab = getattr(getattr(engine, "adapter", None), "vocabulary", None)
+    args = getattr(getattr(engine, "spec", None), "engine", None)
+    if vocab is None or args is None:
+        return False
+    return vocab.prefix_cache_on(parse_args(list(args.args)))
 
 
 def _warm_up_and_reset(runner, engine, cfg: SweepSpec, idle_timeout_s: float, notes: list[str], before: str) -> float:
@@ -727,7 +798,7 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
     bounds = lag_bounds or sweep_lag_bounds(sla, cfg)
     drain = drain_cap(sla, cfg)
     runner = _StepRunner(engine, spec, bodies, ids, senders=1, lag_bounds=bounds, timeout_s=timeout,
-                         records_dir=records_dir)
+                         records_dir=records_dir, prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups))
     steps: list[StepResult] = []
     notes: list[str] = []
     validity, reason = "valid", None

@@ -147,3 +147,32 @@ def test_a_users_step_the_client_fell_behind_on_is_repeated_once_then_invalidate
     no_retry = run_user_sweep(engine, pool([0.0] * 8), spec, users=[2], step_duration_s=1.0, lag_bounds=impossible,
                               client_retries=0)
     assert not no_retry.valid and not any("repeated" in n for n in no_retry.notes)
+
+
+def test_an_engine_whose_cache_cannot_be_reset_never_meets_a_prompt_twice(tmp_path, monkeypatch):
+    """Without a cache reset (transformers serve, external servers) a repeat that replayed the first
+    sweep's prompts would find them cached: each step takes the next requests of the engine's own walk
+    through the pool, and a new engine walks the same requests again (paired across configurations)."""
+    from engines import start_engine
+
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    requests = pool([0.01 * i for i in range(400)])
+    with nullserver.start() as server:
+        spec = EndpointSpec(name="null", model={"path": "none", "served_name": nullserver.NULL_MODEL},
+                            engine={"kind": "external", "url": server.url}, sla={"ttft_ms": 500, "itl_ms": 100},
+                            traffic={"kind": "sample"},
+                            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "min_requests": 5})
+
+        def ids(sweep):
+            return [i for s in sweep.steps for i in pl.read_parquet(s.records_path)["request_id"].to_list()]
+
+        engine = start_engine(spec)
+        first = run_sweep(engine, requests, spec, rates=[10, 20], records_dir=tmp_path / "a", lag_bounds=LENIENT)
+        second = run_sweep(engine, requests, spec, rates=[10, 20], records_dir=tmp_path / "b", lag_bounds=LENIENT)
+        other = run_sweep(start_engine(spec), requests, spec, rates=[10, 20], records_dir=tmp_path / "c",
+                          lag_bounds=LENIENT)
+    assert all(s.validity == "valid" for s in (first, second, other))
+    served = ids(first) + ids(second)
+    assert len(served) == len(set(served)) > 40  # two sweeps on one engine: no request id twice
+    assert ids(other) == ids(first)  # another engine's first sweep meets the same requests, in order
+    assert any("has not served yet" in n for n in first.notes)
