@@ -285,6 +285,46 @@ def cmd_memory(args) -> int:
     return 0
 
 
+# --- drafter --------------------------------------------------------------------------------
+
+def cmd_drafter(args) -> int:
+    """Train a draft model on the endpoint's own traffic and record it (docs/research_loop.md)."""
+    from memory_db.store import MemoryStore
+
+    store = MemoryStore(args.db or paths.memory_db_path())
+    if args.action == "list":
+        rows = store.drafters(args.endpoint)
+        if not rows:
+            print(f"no drafter recorded for {args.endpoint}")
+        for r in rows:
+            acc = r.acceptance_offline.get("acceptance_length")
+            served = r.acceptance_served.get("acceptance_length")
+            print(f"{r.drafter_id}  {r.status:<5}  L{r.layers} k={r.num_speculative_tokens} steps={r.steps} "
+                  f"data={r.train_examples} ex/{r.train_tokens} tok  offline accept len "
+                  f"{acc if acc is None else f'{acc:.2f}'}  served {served if served is None else f'{served:.2f}'}  "
+                  f"verdict {r.verdict or '-'}  {r.path}" + (f"  ({r.stale_reason})" if r.stale_reason else ""))
+        return 0
+    from autoresearch.workflows import load_pool
+    from research.drafter import DrafterError, speculative_config, train_for_endpoint
+
+    spec = _endpoint(args, args.endpoint)
+    workdir = Path(args.out) if args.out else paths.home() / "drafters" / spec.name
+    try:
+        rec = train_for_endpoint(spec, load_pool(spec), workdir, examples=args.examples, heldout=args.heldout,
+                                 max_tokens=args.max_tokens, layers=args.layers, steps=args.steps, lr=args.lr,
+                                 k=args.k, baseline=not args.no_control)
+    except DrafterError as exc:
+        raise UsageError(str(exc)) from None
+    store.record_drafter(rec)
+    off = rec.acceptance_offline
+    print(json.dumps(rec.model_dump(mode="json"), indent=1) if args.json else
+          f"drafter {rec.drafter_id}: {rec.train_examples} examples ({rec.train_tokens} reply tokens), {rec.steps} steps "
+          f"in {rec.train_s:.0f} s\n  offline acceptance length {off['acceptance_length']:.2f} "
+          f"(per position {', '.join(f'{p:.2f}' for p in off['accepted_per_position'])}) on {rec.heldout_examples} "
+          f"held-out replies\n  candidate: --speculative-config '{speculative_config(Path(rec.path), rec.num_speculative_tokens)}'")
+    return 0
+
+
 # --- pools ----------------------------------------------------------------------------------
 
 def cmd_pools(args) -> int:
@@ -396,6 +436,23 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(show: compare with the instance, exit 1 if they differ; apply: set them)")
     p.add_argument("action", choices=["show", "apply"])
     p.set_defaults(func=cmd_pools)
+
+    p = sub.add_parser("drafter", help="train a speculative-decoding draft model on an endpoint's own traffic "
+                                       "(on-policy data, training, offline acceptance; recorded in memory), or list them")
+    p.add_argument("action", choices=["train", "list"])
+    p.add_argument("endpoint")
+    p.add_argument("--examples", type=int, default=120, help="pool requests to ask the engine (train + held out)")
+    p.add_argument("--heldout", type=int, default=20, help="the last N of them, for offline acceptance")
+    p.add_argument("--max-tokens", type=int, help="reply length to ask for (default: each request's own)")
+    p.add_argument("--layers", type=int, default=4, help="the target's first N layers form the draft")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    p.add_argument("--no-control", action="store_true", help="skip evaluating the untrained truncation")
+    p.add_argument("--out", help="work folder (default: $AUTORESEARCH_HOME/drafters/ENDPOINT)")
+    p.add_argument("--db", help="DuckDB file (default: $AUTORESEARCH_MEMORY_DB)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_drafter)
 
     p = sub.add_parser("memory", help="query or export the shared research memory")
     p.add_argument("action", choices=["query", "export", "ingest"])

@@ -17,6 +17,7 @@ from memory_db.records import (
     CampaignRecord,
     Conditions,
     ConfirmationRecord,
+    DrafterRecord,
     EndpointRecord,
     ExperimentRecord,
     FindingRecord,
@@ -36,7 +37,7 @@ def query(sql: str, path: str | Path | None = None, params: list | None = None) 
 
 
 __all__ = [
-    "CampaignRecord", "Conditions", "ConfirmationRecord", "ConfirmedImprovement", "EndpointRecord",
+    "CampaignRecord", "Conditions", "ConfirmationRecord", "ConfirmedImprovement", "DrafterRecord", "EndpointRecord",
     "ExperimentRecord", "FindingRecord", "MemoryBusyError", "MemoryStore", "OpenQuestion", "PriorResult",
     "RecipeResult", "RunRecord", "SecretInRecordError", "SkipRecord", "change_signature", "check_no_secrets",
     "query", "stable_id",

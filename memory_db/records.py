@@ -388,6 +388,45 @@ class RunRecord(Record):
                    dagster_run_id=dagster_run_id, asset_key=asset_key)
 
 
+class DrafterRecord(Record):
+    """A draft model trained on an endpoint's traffic (issue 15): what it was trained on, how well it
+    drafts (offline and as served), and the harness's verdict. ``status`` turns ``stale`` when the
+    endpoint's model drifts (its fingerprint no longer equals ``model_signature``): retrain, never reuse."""
+
+    TABLE: ClassVar[str] = "drafters"
+    ID_FIELD: ClassVar[str] = "drafter_id"
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("acceptance_offline", "acceptance_served", "train")
+
+    drafter_id: str = ""
+    endpoint: str
+    model_signature: str  # research.drift.model_fingerprint of the endpoint when trained
+    data_signature: str  # research.drafter.data_signature of the on-policy examples
+    method: str = "draft_model"
+    path: str
+    num_speculative_tokens: int
+    layers: int
+    steps: int
+    train_examples: int
+    train_tokens: int
+    heldout_examples: int = 0
+    train_s: float
+    train: dict[str, Any] = Field(default_factory=dict)  # lr, loss, data generation time, ...
+    acceptance_offline: dict[str, Any] = Field(default_factory=dict)  # research.drafter.OfflineAcceptance
+    acceptance_served: dict[str, Any] = Field(default_factory=dict)  # ServedAcceptance, once measured
+    verdict: Verdict | None = None  # the harness's, once the candidate ran
+    correctness: str | None = None  # its correctness label
+    status: Literal["fresh", "stale"] = "fresh"
+    stale_reason: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="after")
+    def _derive(self) -> "DrafterRecord":
+        if not self.drafter_id:
+            self.drafter_id = stable_id("drafter", self.endpoint, self.model_signature, self.data_signature,
+                                        self.layers, self.steps, self.num_speculative_tokens)
+        return self
+
+
 RECORD_TYPES: dict[str, type[Record]] = {cls.TABLE: cls for cls in (
     EndpointRecord, CampaignRecord, ExperimentRecord, ConfirmationRecord, SkipRecord, FindingRecord,
-    OpenQuestion, RecipeResult, RunRecord)}
+    OpenQuestion, RecipeResult, RunRecord, DrafterRecord)}

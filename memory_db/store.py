@@ -40,6 +40,7 @@ from memory_db.records import (
     CampaignRecord,
     Conditions,
     ConfirmationRecord,
+    DrafterRecord,
     EndpointRecord,
     ExperimentRecord,
     FindingRecord,
@@ -150,6 +151,28 @@ class MemoryStore:
 
     def record_run(self, rec: RunRecord) -> str:
         return self.record(rec)
+
+    def record_drafter(self, rec: DrafterRecord) -> str:
+        return self.record(rec)
+
+    def drafters(self, endpoint: str | None = None) -> list[DrafterRecord]:
+        """Drafters recorded for ``endpoint`` (every endpoint when None), newest first."""
+        where, params = ("WHERE endpoint = ?", [endpoint]) if endpoint else ("", [])
+        with self.connect() as con:
+            result = con.execute(f"SELECT * FROM drafters {where} ORDER BY created_at DESC", params)
+            cols = [d[0] for d in result.description]
+            return [DrafterRecord.from_row(dict(zip(cols, row))) for row in result.fetchall()]
+
+    def mark_drafters_stale(self, endpoint: str, model_signature: str) -> list[str]:
+        """Mark stale every fresh drafter of ``endpoint`` trained on another model than
+        ``model_signature`` (the model drifted: its acceptance no longer holds). Returns their ids."""
+        marked = []
+        for rec in self.drafters(endpoint):
+            if rec.status == "fresh" and rec.model_signature != model_signature:
+                self.record(rec.model_copy(update={
+                    "status": "stale", "stale_reason": f"model changed: {rec.model_signature} -> {model_signature}"}))
+                marked.append(rec.drafter_id)
+        return marked
 
     def record_skip(self, *, endpoint: str, campaign_id: str, conditions: Conditions, technique: str,
                     change: str | dict[str, str | None], prior: queries.PriorResult | None = None,

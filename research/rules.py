@@ -16,6 +16,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from autoresearch.engine_args import REMOVE, parse_args
 from engines.base import ArgDiff, Knob, Vocabulary
 from engines.registry import ADAPTERS
@@ -419,3 +421,85 @@ def _proposal(question: ResearchQuestion, b: Bottleneck, options: list[Intervent
                     explanation=explanation, observations=list(b.evidence), intervention=main,
                     alternatives=options[1:], prediction=prediction, predicted_capacity_ratio=ratio,
                     falsification=falsification, source="rules")
+
+
+# ---------------------------------------------------------------- drafter training (issue 15)
+
+class DrafterSuggestion(BaseModel):
+    """A proposal to train a draft model on the endpoint's traffic (not an engine diff: a drafter must
+    be trained first, with ``command``, and then runs through the harness as a candidate)."""
+
+    endpoint: str
+    explanation: str
+    evidence: list[str]
+    k: int
+    draft_cost_ratio: float  # one draft step / one target step (bytes read)
+    verify_cost: float  # one verification step of k+1 tokens / one plain decode step, at this load
+    break_even_acceptance_length: float  # tokens per target step above which drafting pays
+    ngram_acceptance_length: float | None = None  # observed with n-gram speculation, if it ran
+    command: str
+
+
+#: Tokens per step at which a decode step stops being memory-bound (peak FLOP/s over bandwidth,
+#: in tokens for bf16 weights). Order of magnitude only: GPUs several hundred, one CPU core tens.
+RIDGE_TOKENS = {"gpu": 256.0, "cpu": 16.0}
+
+
+def drafter_training(diagnosis: Diagnosis, *, k: int = 3, draft_cost_ratio: float = 0.3, gpu_count: int = 0,
+                     ridge_tokens: float | None = None) -> DrafterSuggestion | None:
+    """Propose training a drafter when decode limits the endpoint, stays memory-bound at its load, and
+    the traffic is predictable; None otherwise.
+
+    Memory-bound at load: the running batch times the k+1 verified positions stays under the ridge
+    (``RIDGE_TOKENS``), so verifying costs about one plain step. Predictable: n-gram speculation
+    already ran and accepted >= 30% of its drafts (the cheap first signal), else structured or tool
+    outputs make >= 20% of replies (a weaker signal, said so in the evidence). The break-even
+    acceptance length is ``k * draft_cost_ratio + verify_cost`` (research.drafter.break_even_acceptance).
+    """
+    decode = diagnosis.bottleneck("decode_bound")
+    if decode is None:
+        return None
+    e, r = diagnosis.engine_stats, diagnosis.request_stats
+    batch = max(e.get("at_cap_requests_running_mean") or 0.0, e.get("at_cap_in_flight_mean") or 0.0, 1.0)
+    ridge = ridge_tokens or RIDGE_TOKENS["gpu" if gpu_count else "cpu"]
+    tokens = batch * (k + 1)
+    if tokens > ridge:
+        return None  # compute-bound at this load: verifying k+1 tokens per sequence costs k+1 steps
+    verify_cost = 1.0 + tokens / ridge * 0.5  # approaching the ridge, verification starts to cost
+    evidence = list(decode.evidence)
+    evidence.append(f"about {batch:.1f} sequences run at capacity: {tokens:.0f} verified tokens per step, under the "
+                    f"ridge of ~{ridge:.0f} ({'GPU' if gpu_count else 'CPU'}): decode stays memory-bound")
+    rate = e.get("spec_decode_acceptance_rate")
+    ngram_len = None
+    if rate is not None:
+        ngram_len = 1.0 + rate * k
+        if rate < 0.3:
+            return None  # speculation already ran here and its drafts were mostly wrong
+        evidence.append(f"n-gram speculation accepted {rate:.0%} of draft tokens (acceptance length ~{ngram_len:.2f}): "
+                        "replies are predictable from context")
+    else:
+        predictable = r.get("structured_output_fraction", 0.0) + r.get("tool_result_fraction", 0.0)
+        if predictable < 0.2:
+            return None
+        evidence.append(f"no speculation observed yet; {predictable:.0%} of requests are structured or tool outputs "
+                        "(a weaker signal: run n-gram speculation first for a measured one)")
+    overhead = e.get("roofline_ratio")
+    if overhead and overhead > 1.0:
+        # A step that takes `overhead` x its bandwidth bound is mostly fixed per-step cost (launches,
+        # scheduling), which a small draft pays in full: its step costs that share plus its bytes.
+        draft_cost_ratio = (1.0 - 1.0 / overhead) + draft_cost_ratio / overhead
+        evidence.append(f"decode steps take {overhead:.0f}x their bandwidth bound: a draft step costs about "
+                        f"{draft_cost_ratio:.0%} of a target step, not its share of the bytes")
+    break_even = k * draft_cost_ratio + verify_cost
+    explanation = (f"Decode limits {diagnosis.endpoint} and is memory-bound at its load, so verifying {k + 1} tokens "
+                   f"costs about one step ({verify_cost:.2f}); a draft reading {draft_cost_ratio:.0%} of the target's "
+                   f"bytes pays off above an acceptance length of {break_even:.2f} tokens per target step"
+                   + (f" (n-gram reached {ngram_len:.2f})" if ngram_len else "") + ".")
+    if break_even >= k + 1:
+        evidence.append(f"break-even acceptance length {break_even:.2f} is beyond the {k + 1} a round can yield: "
+                        "no drafter of this size can pay off here")
+        return None
+    return DrafterSuggestion(endpoint=diagnosis.endpoint, explanation=explanation, evidence=evidence, k=k,
+                             draft_cost_ratio=round(draft_cost_ratio, 3), verify_cost=round(verify_cost, 3),
+                             break_even_acceptance_length=round(break_even, 3), ngram_acceptance_length=ngram_len,
+                             command=f"autoresearch drafter train {diagnosis.endpoint} --k {k}")

@@ -1,0 +1,106 @@
+"""The drafter's pure parts: vLLM's spec-decode counters, the candidate's arguments, the break-even
+model, the proposer rule and the drafter records in the research memory (no engine, no torch)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory_db import DrafterRecord, MemoryStore
+from research import drafter
+from research.proposals import Bottleneck, Diagnosis
+from research.rules import drafter_training
+
+METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 191.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 573.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 5.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 4.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 1.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 0.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+"""
+
+
+def test_spec_decode_counters_are_read_per_position():
+    got = drafter.scrape_spec_decode(METRICS)
+    assert got == {"num_drafts": 191.0, "num_draft_tokens": 573.0, "num_accepted_tokens": 5.0,
+                   "accepted_pos0": 4.0, "accepted_pos1": 1.0, "accepted_pos2": 0.0}
+
+
+def test_served_acceptance_accumulates_deltas_over_sweeps():
+    served = drafter.ServedAcceptance()
+    zero = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0,
+            "accepted_pos0": 0.0, "accepted_pos1": 0.0}
+    first = {"num_drafts": 10.0, "num_draft_tokens": 20.0, "num_accepted_tokens": 12.0,
+             "accepted_pos0": 8.0, "accepted_pos1": 4.0}
+    second = {"num_drafts": 30.0, "num_draft_tokens": 60.0, "num_accepted_tokens": 22.0,
+              "accepted_pos0": 16.0, "accepted_pos1": 6.0}
+    served.add(zero, first)
+    served.add(first, second)
+    assert served.drafts == 30 and served.accepted_tokens == 22
+    assert served.accepted_per_position == pytest.approx([16 / 30, 6 / 30])
+    assert served.acceptance_length == pytest.approx(1 + 22 / 30)
+
+
+def test_candidate_args_replace_any_earlier_speculation(tmp_path):
+    args = ["--max-num-seqs", "2", "--speculative-config", '{"method":"ngram"}', "--enforce-eager"]
+    out = drafter.candidate_args(args, tmp_path / "d", 3)
+    assert out[:3] == ["--max-num-seqs", "2", "--enforce-eager"]
+    assert out[3] == "--speculative-config"
+    assert json.loads(out[4]) == {"method": "draft_model", "model": str(tmp_path / "d"), "num_speculative_tokens": 3}
+
+
+def test_break_even_and_draft_cost_follow_the_bytes_read(tmp_path):
+    config = {"hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152, "num_hidden_layers": 30,
+              "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cost = drafter.draft_cost_ratio(tmp_path, draft_layers=4)
+    assert 0.25 < cost < 0.35  # SmolLM2-135M: the head is a fifth of the bytes, 4 of 30 layers the rest
+    assert drafter.draft_cost_ratio(tmp_path, draft_layers=30) == pytest.approx(1.0)
+    assert drafter.break_even_acceptance(3, cost) == pytest.approx(3 * cost + 1.0)
+
+
+def _diagnosis(**engine_stats) -> Diagnosis:
+    decode = Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90% of end-to-end latency"])
+    return Diagnosis(endpoint="ep", bottlenecks=[decode], engine_stats=engine_stats,
+                     request_stats={"structured_output_fraction": 1.0})
+
+
+def test_rule_proposes_training_with_the_acceptance_that_pays_off():
+    s = drafter_training(_diagnosis(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5), k=3,
+                         draft_cost_ratio=0.3, gpu_count=1)
+    assert s is not None and s.command == "autoresearch drafter train ep --k 3"
+    assert s.ngram_acceptance_length == pytest.approx(2.5)
+    assert s.break_even_acceptance_length == pytest.approx(0.9 + s.verify_cost)
+    assert 1.0 < s.verify_cost < 1.1
+
+
+def test_rule_stays_silent_when_drafting_cannot_pay():
+    # n-gram drafts were mostly rejected: the traffic is not predictable enough
+    assert drafter_training(_diagnosis(spec_decode_acceptance_rate=0.1), gpu_count=1) is None
+    # a batch this large is compute-bound: verification costs k+1 steps
+    assert drafter_training(_diagnosis(at_cap_requests_running_mean=200.0), gpu_count=1) is None
+    # decode steps 20x their bandwidth bound (a CPU host): a draft step costs nearly a target step
+    assert drafter_training(_diagnosis(roofline_ratio=20.0), k=3, gpu_count=0) is None
+    # no decode bottleneck at all
+    assert drafter_training(Diagnosis(endpoint="ep")) is None
+
+
+def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
+    store = MemoryStore(tmp_path / "memory.duckdb")
+    store.ensure_schema()
+    rec = DrafterRecord(endpoint="ep", model_signature="m1", data_signature="d1", path="/drafts/a",
+                        num_speculative_tokens=3, layers=4, steps=300, train_examples=100, train_tokens=3200,
+                        heldout_examples=20, train_s=120.0,
+                        acceptance_offline={"acceptance_length": 1.8, "accepted_per_position": [0.5, 0.2, 0.1]})
+    store.record_drafter(rec)
+    assert store.mark_drafters_stale("ep", "m1") == []
+    assert store.mark_drafters_stale("ep", "m2") == [rec.drafter_id]
+    (got,) = store.drafters("ep")
+    assert got.status == "stale" and "m1 -> m2" in got.stale_reason
+    assert got.acceptance_offline["accepted_per_position"] == [0.5, 0.2, 0.1]
