@@ -24,6 +24,16 @@ def _start(partitions: dg.DynamicPartitionsDefinition, partition: str, cursor: d
     )
 
 
+def _mark_drafters_stale(context, endpoint: str, fingerprint: str) -> None:
+    """A drafter's acceptance was measured against the old model: mark it stale (retrain, not reuse)."""
+    from autoresearch.paths import memory_db_path
+    from memory_db.store import MemoryStore
+
+    stale = MemoryStore(memory_db_path()).mark_drafters_stale(endpoint, fingerprint)
+    if stale:
+        context.log.info(f"{endpoint}: model changed, {len(stale)} drafter(s) marked stale: {', '.join(stale)}")
+
+
 def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
           partitions: dg.DynamicPartitionsDefinition) -> list:
     """``reread`` reads the endpoint's defs.yaml afresh (an edited SLA or model counts without a reload)."""
@@ -68,6 +78,8 @@ def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
             if before == now:
                 return dg.SkipReason(f"{describe} unchanged ({now})")
             partition = f"{kind.replace('_', '-')}-{now}"
+            if kind == "model_drift":
+                _mark_drafters_stale(context, spec.name, now)
             return _start(partitions, partition, {"fingerprint": now, "partition": partition},
                           {TRIGGER_TAG: kind, "autoresearch/previous": before, "autoresearch/current": now})
 

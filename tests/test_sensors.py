@@ -10,6 +10,7 @@ import pytest
 
 from autoresearch import paths
 from dagster_project.definitions import build_definitions
+from dagster_project.lib import load_definitions
 from dagster_project.lib.migrate import write_declarations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,3 +117,25 @@ def test_sla_change_starts_one_campaign(workspace):
         changed = tick(defs, "drifty__sla_change", instance, first.cursor)
         assert len(changed.run_requests) == 1 and changed.run_requests[0].partition_key.startswith("sla-change-")
         assert not tick(defs, "drifty__sla_change", instance, changed.cursor).run_requests
+
+
+def test_model_drift_marks_the_endpoints_drafters_stale(workspace, tmp_path, monkeypatch):
+    from memory_db import DrafterRecord, MemoryStore
+    from research.drift import model_fingerprint
+
+    monkeypatch.setenv("AUTORESEARCH_MEMORY_DB", str(tmp_path / "memory.duckdb"))
+    definitions, logs = workspace
+    with dg.instance_for_test() as instance:
+        defs = build_definitions(definitions)
+        spec = load_definitions(definitions)
+        store = MemoryStore(paths.memory_db_path())
+        store.ensure_schema()
+        rec = DrafterRecord(endpoint="drifty", model_signature=model_fingerprint(spec.endpoint("drifty")),
+                            data_signature="d", path="/d", num_speculative_tokens=3, layers=2, steps=4,
+                            train_examples=4, train_tokens=40, train_s=1.0)
+        store.record_drafter(rec)
+        first = tick(defs, "drifty__model_drift", instance, None)
+        write_endpoint(definitions, logs, revision="r2")
+        tick(defs, "drifty__model_drift", instance, first.cursor)
+        (got,) = store.drafters("drifty")
+        assert got.status == "stale" and got.stale_reason.startswith("model changed")
