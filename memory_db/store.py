@@ -163,15 +163,23 @@ class MemoryStore:
             cols = [d[0] for d in result.description]
             return [DrafterRecord.from_row(dict(zip(cols, row))) for row in result.fetchall()]
 
-    def mark_drafters_stale(self, endpoint: str, model_signature: str) -> list[str]:
-        """Mark stale every fresh drafter of ``endpoint`` trained on another model than
-        ``model_signature`` (the model drifted: its acceptance no longer holds). Returns their ids."""
+    def mark_drafters_stale(self, endpoint: str, model_signature: str | None = None, *,
+                            reason: str | None = None) -> list[str]:
+        """Mark stale the fresh drafters of ``endpoint`` that no longer hold: trained on another model
+        than ``model_signature`` (model drift), or all of them with ``reason`` (traffic drift: their
+        acceptance was measured on other traffic). Returns their ids."""
         marked = []
         for rec in self.drafters(endpoint):
-            if rec.status == "fresh" and rec.model_signature != model_signature:
-                self.record(rec.model_copy(update={
-                    "status": "stale", "stale_reason": f"model changed: {rec.model_signature} -> {model_signature}"}))
-                marked.append(rec.drafter_id)
+            if rec.status != "fresh":
+                continue
+            if model_signature is not None and rec.model_signature != model_signature:
+                why = f"model changed: {rec.model_signature} -> {model_signature}"
+            elif model_signature is None and reason:
+                why = reason
+            else:
+                continue
+            self.record(rec.model_copy(update={"status": "stale", "stale_reason": why}))
+            marked.append(rec.drafter_id)
         return marked
 
     def record_skip(self, *, endpoint: str, campaign_id: str, conditions: Conditions, technique: str,

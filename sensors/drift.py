@@ -24,14 +24,15 @@ def _start(partitions: dg.DynamicPartitionsDefinition, partition: str, cursor: d
     )
 
 
-def _mark_drafters_stale(context, endpoint: str, fingerprint: str) -> None:
-    """A drafter's acceptance was measured against the old model: mark it stale (retrain, not reuse)."""
+def _mark_drafters_stale(context, endpoint: str, fingerprint: str | None = None, *, reason: str | None = None) -> None:
+    """A drafter's acceptance was measured on the old model or traffic: mark it stale (retrain, not reuse)."""
     from autoresearch.paths import memory_db_path
     from memory_db.store import MemoryStore
 
-    stale = MemoryStore(memory_db_path()).mark_drafters_stale(endpoint, fingerprint)
+    stale = MemoryStore(memory_db_path()).mark_drafters_stale(endpoint, fingerprint, reason=reason)
     if stale:
-        context.log.info(f"{endpoint}: model changed, {len(stale)} drafter(s) marked stale: {', '.join(stale)}")
+        context.log.info(f"{endpoint}: {reason or 'model changed'}: {len(stale)} drafter(s) marked stale: "
+                         f"{', '.join(stale)}")
 
 
 def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
@@ -59,6 +60,7 @@ def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
         if cursor.get("signature") == drift.source_signature:
             return dg.SkipReason(f"drift already started campaign {cursor.get('partition')}: {drift.summary()}")
         partition = "traffic-drift-" + hashlib.sha256(drift.source_signature.encode()).hexdigest()[:10]
+        _mark_drafters_stale(context, name, reason=f"traffic drifted ({', '.join(drift.exceeded)})")
         context.log.info(f"{name}: traffic drifted ({', '.join(drift.exceeded)}): starting {partition}")
         return _start(partitions, partition, {"signature": drift.source_signature, "partition": partition},
                       {TRIGGER_TAG: "traffic_drift", "autoresearch/exceeded": ",".join(drift.exceeded),

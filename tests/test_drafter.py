@@ -104,3 +104,8 @@ def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
     (got,) = store.drafters("ep")
     assert got.status == "stale" and "m1 -> m2" in got.stale_reason
     assert got.acceptance_offline["accepted_per_position"] == [0.5, 0.2, 0.1]
+    other = rec.model_copy(update={"drafter_id": "", "data_signature": "d2", "model_signature": "m2"})
+    other = DrafterRecord.model_validate(other.model_dump())
+    store.record_drafter(other)
+    assert store.mark_drafters_stale("ep", reason="traffic drifted (prompt_tokens)") == [other.drafter_id]
+    assert {d.stale_reason for d in store.drafters("ep")} == {"model changed: m1 -> m2", "traffic drifted (prompt_tokens)"}
