@@ -102,3 +102,20 @@ def test_campaign_whose_deadline_cannot_fit_its_baseline_refuses_before_starting
     assert result.returncode == 4, (result.stdout, result.stderr)
     assert "deadline: the next experiment (about" in result.stderr and "min deadline" in result.stderr
     assert not list((tmp_path / "home").rglob("engine.log"))  # no engine was started
+
+
+def test_drafter_list_shows_recorded_drafters_and_their_status(tmp_path, capsys):
+    from memory_db import DrafterRecord, MemoryStore
+
+    db = tmp_path / "memory.duckdb"
+    assert main(["drafter", "list", "support_smollm", "--db", str(db)]) == 0
+    assert "no drafter recorded for support_smollm" in capsys.readouterr().out
+    store = MemoryStore(db)
+    store.record_drafter(DrafterRecord(
+        endpoint="support_smollm", model_signature="m", data_signature="d", path="/drafts/x",
+        num_speculative_tokens=3, layers=4, steps=200, train_examples=100, train_tokens=3200, train_s=90.0,
+        acceptance_offline={"acceptance_length": 1.62}))
+    store.mark_drafters_stale("support_smollm", "m2")
+    assert main(["drafter", "list", "support_smollm", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "stale" in out and "offline accept len 1.62" in out and "model changed: m -> m2" in out
