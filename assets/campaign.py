@@ -8,6 +8,7 @@ import dagster as dg
 
 from assets.common import key, md_image, table
 from autoresearch.config import DefinitionSet, EndpointSpec
+from research.campaign import CampaignOutcome
 from dagster_project.pools import campaign_for, pool_for
 
 
@@ -31,7 +32,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               description=f"A research campaign on {name}: baseline and noise floor, diagnosis, proposals, "
               f"candidates with verdicts, confirmed baselines, review report (settings: {settings.name}). "
               "Resumable: a re-run skips finished experiments.")
-    def campaign(context: dg.AssetExecutionContext) -> dict:
+    def campaign(context: dg.AssetExecutionContext) -> CampaignOutcome:
         from autoresearch.workflows import run_campaign
 
         outcome = run_campaign(settings, endpoint, partition=context.partition_key, progress=context.log.info)
@@ -54,7 +55,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             if plots:
                 metadata["load_curves_before_after"] = md_image(plots[0], "before vs after")
         context.add_output_metadata(metadata)
-        return outcome.model_dump(mode="json")
+        return outcome
 
     job = dg.define_asset_job(job_name(endpoint), selection=[campaign_key],
                               description=f"Run one campaign partition of {name}")

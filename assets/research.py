@@ -14,6 +14,7 @@ from autoresearch import paths
 from autoresearch.config import DefinitionSet, EndpointSpec
 from dagster_project.pools import pool_for
 from loadgen.results import NoiseFloor, SweepResult
+from research.loop import Adoption, CandidateRun, CandidateVerdict, pick_winner
 from research.proposals import Diagnosis, ProposalBatch
 
 
@@ -83,7 +84,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               ins={"proposals": dg.AssetIn(key(name, "proposals")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description="One proposal's candidate through the shared harness: same pool, schedule and SLA as the "
               f"baseline, {settings.repeats} repeated sweeps, correctness check; skipped if memory already decided it.")
-    def candidate_runs(context: dg.AssetExecutionContext, proposals: ProposalBatch, noise_floor: NoiseFloor) -> dict:
+    def candidate_runs(context: dg.AssetExecutionContext, proposals: ProposalBatch,
+                       noise_floor: NoiseFloor) -> CandidateRun:
         from autoresearch.workflows import load_pool, run_proposal, working_spec
 
         batch = proposals
@@ -92,33 +94,17 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             raise dg.Failure(f"proposal {context.partition_key!r} is not in the latest {name}/proposals; "
                              "re-materialize proposals or pick one of: " + ", ".join(p.proposal_id for p in batch.proposals))
         spec = working_spec(endpoint)
-        outcome = run_proposal(spec, proposal, load_pool(spec), noise_floor,
-                               repeats=settings.repeats, campaign_id=interactive_campaign,
-                               dagster_run_id=context.run_id, progress=context.log.info)
-        outcome["proposal"] = proposal.model_dump(mode="json")
-        outcome["baseline_args"] = list(spec.engine.args)
-        context.add_output_metadata({"change": proposal.intervention.describe(),
-                                     "skipped": outcome.get("skipped") or "no"})
-        return outcome
+        run = run_proposal(spec, proposal, load_pool(spec), noise_floor, repeats=settings.repeats,
+                           campaign_id=interactive_campaign, dagster_run_id=context.run_id, progress=context.log.info)
+        context.add_output_metadata({"change": proposal.intervention.describe(), "skipped": run.skipped or "no"})
+        return run
 
     @dg.asset(key=key(name, "verdicts"), group_name=name, partitions_def=candidates,
               ins={"candidate_runs": dg.AssetIn(key(name, "candidate_runs"))},
               description="better / same / worse / invalid against the noise floor, with the evidence.")
-    def verdicts(context: dg.AssetExecutionContext, candidate_runs: dict) -> dict:
-        if "skipped" in candidate_runs:
-            verdict = {"verdict": "skipped", "reason": candidate_runs["skipped"], "confirmed": False}
-        else:
-            result = candidate_runs["result"]
-            comparison = result.get("comparison") or {}
-            verdict = {"verdict": result["verdict"], "confirmed": result["confirmed"],
-                       "capacity_ratio": comparison.get("capacity_ratio"), "evidence": comparison.get("evidence"),
-                       "invalid_reason": result.get("invalid_reason"), "lossy": candidate_runs["lossy"],
-                       "engine_args": candidate_runs["engine_args"], "experiment_id": candidate_runs["experiment_id"],
-                       "capacities": [s.get("capacity_rps") for s in result["sweeps"]],
-                       "correctness": (result.get("correctness") or {}).get("reason")}
-        verdict["baseline_args"] = candidate_runs["baseline_args"]
-        verdict["proposal_id"] = context.partition_key
-        context.add_output_metadata({k: dg.MetadataValue.text(str(v)) for k, v in verdict.items()})
+    def verdicts(context: dg.AssetExecutionContext, candidate_runs: CandidateRun) -> CandidateVerdict:
+        verdict = candidate_runs.verdict()
+        context.add_output_metadata({k: dg.MetadataValue.text(str(v)) for k, v in verdict.model_dump().items()})
         return verdict
 
     @dg.asset(key=key(name, "confirmed_baseline"), group_name=name,
@@ -126,31 +112,29 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               description="The best confirmed lossless win becomes the working baseline (recorded in memory); "
               "lossy wins wait for human review.")
     def confirmed_baseline(context: dg.AssetExecutionContext, proposals: ProposalBatch,
-                           verdicts: dict[str, dict]) -> dict:
-        from autoresearch.workflows import verdict_contender
+                           verdicts: dict[str, CandidateVerdict]) -> Adoption:
         from memory_db.records import ConfirmationRecord
         from memory_db.store import MemoryStore
-        from research.loop import pick_winner
 
         # the latest proposals' verdicts (every partition's verdict is stored; older rounds' are not candidates)
         verdicts = {p.proposal_id: verdicts[p.proposal_id] for p in proposals.proposals if p.proposal_id in verdicts}
 
-        winner = pick_winner(verdict_contender(k, v) for k, v in verdicts.items())
+        winner = pick_winner(v.contender() for v in verdicts.values())
         best = verdicts[winner.id] if winner is not None else None
         if best is not None:
             MemoryStore(paths.memory_db_path()).record_confirmation(ConfirmationRecord(
-                experiment_id=best["experiment_id"], endpoint=name, campaign_id=interactive_campaign,
-                engine_args=best["engine_args"], note=f"capacity x{best['capacity_ratio']:.2f}",
+                experiment_id=best.experiment_id, endpoint=name, campaign_id=interactive_campaign,
+                engine_args=best.engine_args, note=f"capacity x{best.capacity_ratio:.2f}",
                 dagster_run_id=context.run_id))
-        result = {"adopted": best is not None, "best": best,
-                  "review_needed": [v["proposal_id"] for v in verdicts.values() if v.get("confirmed") and v.get("lossy")]}
+        adoption = Adoption(adopted=best is not None, best=best,
+                            review_needed=[v.proposal_id for v in verdicts.values() if v.confirmed and v.lossy])
         context.add_output_metadata({
             "adopted": best is not None,
-            "new_engine_args": " ".join(best["engine_args"]) if best else "(unchanged)",
-            "verdicts": table([{"proposal": k, "verdict": v["verdict"], "confirmed": v.get("confirmed"),
-                                   "ratio": v.get("capacity_ratio"), "lossy": v.get("lossy")} for k, v in verdicts.items()]),
+            "new_engine_args": " ".join(best.engine_args) if best else "(unchanged)",
+            "verdicts": table([{"proposal": k, "verdict": v.verdict, "confirmed": v.confirmed,
+                                "ratio": v.capacity_ratio, "lossy": v.lossy} for k, v in verdicts.items()]),
         })
-        return result
+        return adoption
 
     @dg.asset(key=key(name, "review_report"), group_name=name,
               ins={"candidate_runs": dg.AssetIn(key(name, "candidate_runs")),
@@ -158,14 +142,13 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
                    "baseline_runs": dg.AssetIn(key(name, "baseline_runs")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
               description="For a person to approve: config diff, load curves before/after, noise floor, repeats, "
               "correctness evidence, lossy/lossless label, the command that reproduces it. Nothing is deployed.")
-    def review_report(context: dg.AssetExecutionContext, candidate_runs: dict[str, dict], confirmed_baseline: dict,
-                      baseline_runs: list[SweepResult], noise_floor: NoiseFloor) -> str:
+    def review_report(context: dg.AssetExecutionContext, candidate_runs: dict[str, CandidateRun],
+                      confirmed_baseline: Adoption, baseline_runs: list[SweepResult], noise_floor: NoiseFloor) -> str:
         from research.interactive_review import interactive_report
 
-        best = confirmed_baseline.get("best")
-        run = candidate_runs.get(best["proposal_id"]) if best else None
-        text, plot = interactive_report(endpoint, best, run, [s.model_dump(mode="json") for s in baseline_runs],
-                                        noise_floor.model_dump(mode="json"))
+        best = confirmed_baseline.best
+        run = candidate_runs.get(best.proposal_id) if best else None
+        text, plot = interactive_report(endpoint, best, run, baseline_runs, noise_floor)
         metadata = {"report": dg.MetadataValue.md(text)}
         if plot is not None:
             metadata["load_curves_before_after"] = md_image(plot, "before vs after")

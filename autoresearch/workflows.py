@@ -14,6 +14,7 @@ import polars as pl
 
 from autoresearch import paths
 from autoresearch.config import CampaignSpec, DefinitionSet, EndpointSpec
+from research.loop import CandidateRun
 
 
 # --- replay pools ---------------------------------------------------------------------------
@@ -257,11 +258,8 @@ def record_runs(spec: EndpointSpec, sweeps, *, kind: str, run_prefix: str, campa
 
 
 def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, repeats: int, campaign_id: str,
-                 dagster_run_id: str | None = None, progress: Callable[[str], None] = print) -> dict:
-    """Run one proposal through the shared harness, unless memory already decided it; record either way.
-
-    Returns {"skipped": reason} or {"result": CandidateResult dump, "experiment_id": ...}.
-    """
+                 dagster_run_id: str | None = None, progress: Callable[[str], None] = print) -> CandidateRun:
+    """Run one proposal through the shared harness, unless memory already decided it; record either way."""
     from autoresearch.engine_args import apply_diff
     from memory_db.records import ExperimentRecord
     from memory_db.store import MemoryStore
@@ -275,7 +273,7 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
         skip = memory.record_skip(endpoint=spec.name, campaign_id=campaign_id, conditions=conditions,
                                   technique=iv.technique, change=iv.engine_arg_diff, prior=prior,
                                   dagster_run_id=dagster_run_id)
-        return {"skipped": skip.reason}
+        return CandidateRun(proposal=proposal, baseline_args=list(spec.engine.args), skipped=skip.reason)
     candidate_args = apply_diff(list(spec.engine.args), iv.engine_arg_diff)
     reference = None if iv.lossy else reference_outputs(spec)
     result = run_candidate(spec, candidate_args, pool, noise, repeats, lossy=iv.lossy, reference=reference,
@@ -300,16 +298,5 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
         asset_keys=[f"{spec.name}/candidate_runs/{proposal.proposal_id}"]))
     record_runs(spec, result.sweeps, kind="candidate", run_prefix=experiment_id, campaign_id=campaign_id,
                 experiment_id=experiment_id, dagster_run_id=dagster_run_id, memory=memory)
-    return {"result": result.model_dump(mode="json"), "experiment_id": experiment_id,
-            "engine_args": candidate_args, "lossy": iv.lossy}
-
-
-def verdict_contender(proposal_id: str, verdict: dict):
-    """A saved verdict as the adoption rule (research.loop.pick_winner) sees it."""
-    from autoresearch.engine_args import diff_args
-    from research.loop import Contender
-
-    capacities = [c for c in verdict.get("capacities") or [] if c is not None]
-    change = diff_args(verdict.get("baseline_args") or [], verdict.get("engine_args") or [])
-    return Contender(id=proposal_id, confirmed=bool(verdict.get("confirmed")), lossy=bool(verdict.get("lossy")),
-                     capacity=sum(capacities) / len(capacities) if capacities else None, change_size=len(change))
+    return CandidateRun(proposal=proposal, baseline_args=list(spec.engine.args), result=result,
+                        experiment_id=experiment_id, engine_args=candidate_args, lossy=iv.lossy)

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+from pydantic import BaseModel, Field
 
 from autoresearch.config import EndpointSpec
+from research.harness import CandidateResult
+from research.proposals import Proposal
 
 Progress = Callable[[str], None]
 
@@ -153,6 +156,65 @@ class Contender:
     lossy: bool
     capacity: float | None  # mean capacity over its repeats (req/s)
     change_size: int  # flags changed against the working baseline
+
+
+class CandidateRun(BaseModel):
+    """One proposal through the harness, as the asset graph passes it on (``candidate_runs``)."""
+
+    proposal: Proposal
+    baseline_args: list[str]
+    skipped: str | None = None  # memory already decided this change under the same conditions: why
+    result: CandidateResult | None = None
+    experiment_id: str | None = None
+    engine_args: list[str] = Field(default_factory=list)
+    lossy: bool = False
+
+    def verdict(self) -> "CandidateVerdict":
+        """Its verdict with the evidence (``verdicts``)."""
+        base = {"proposal_id": self.proposal.proposal_id, "baseline_args": self.baseline_args,
+                "engine_args": self.engine_args, "lossy": self.lossy, "experiment_id": self.experiment_id}
+        if self.result is None:
+            return CandidateVerdict(verdict="skipped", reason=self.skipped, **base)
+        r, c = self.result, self.result.comparison
+        return CandidateVerdict(verdict=r.verdict, confirmed=r.confirmed, capacity_ratio=c.capacity_ratio if c else None,
+                                evidence=c.evidence if c else None, invalid_reason=r.invalid_reason,
+                                capacities=[s.capacity_rps for s in r.sweeps],
+                                correctness=r.correctness.reason if r.correctness else None, **base)
+
+
+class CandidateVerdict(BaseModel):
+    """better / same / worse / invalid / skipped for one proposal, with what the adoption rule needs."""
+
+    proposal_id: str
+    verdict: str
+    confirmed: bool = False
+    capacity_ratio: float | None = None
+    capacities: list[float | None] = Field(default_factory=list)
+    evidence: str | None = None
+    invalid_reason: str | None = None
+    reason: str | None = None  # why it was skipped
+    correctness: str | None = None
+    lossy: bool = False
+    engine_args: list[str] = Field(default_factory=list)
+    baseline_args: list[str] = Field(default_factory=list)
+    experiment_id: str | None = None
+
+    def contender(self) -> Contender:
+        """As the adoption rule (pick_winner) sees it: the same fields the headless campaign gives it."""
+        from autoresearch.engine_args import diff_args
+
+        capacities = [c for c in self.capacities if c is not None]
+        return Contender(id=self.proposal_id, confirmed=self.confirmed, lossy=self.lossy,
+                         capacity=sum(capacities) / len(capacities) if capacities else None,
+                         change_size=len(diff_args(self.baseline_args, self.engine_args)))
+
+
+class Adoption(BaseModel):
+    """What a round adopted (``confirmed_baseline``): the winning verdict, and lossy wins left to a person."""
+
+    adopted: bool
+    best: CandidateVerdict | None = None
+    review_needed: list[str] = Field(default_factory=list)
 
 
 def pick_winner(contenders: Iterable[Contender]) -> Contender | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from autoresearch.engine_args import REMOVE, apply_diff, parse_args
-from autoresearch.workflows import verdict_contender
 from engines import resolve_model_dir
 from engines.registry import ADAPTERS, adapter_class, block_size_for
 from loadgen.results import LatencySummary, NoiseFloor, StepResult, SweepResult
@@ -15,7 +14,7 @@ from research import rules
 from research.campaign import contender
 from research.diagnosis import diagnose
 from research.interventions import validate_intervention
-from research.loop import Contender, pick_winner
+from research.loop import CandidateVerdict, Contender, pick_winner
 from research.roofline import Roofline, roofline_for
 from research.state import ExperimentRecord
 
@@ -34,10 +33,12 @@ def _record(eid: str, diff: dict, caps: list[float], *, confirmed=True, lossy=Fa
                             confirmed=confirmed, sweeps=[_sweep(c) for c in caps])
 
 
-def _as_saved_verdict(e: ExperimentRecord) -> dict:
-    """What the Dagster `verdicts` asset saves for the same experiment."""
-    return {"verdict": e.verdict, "confirmed": e.confirmed, "lossy": e.lossy, "engine_args": e.engine_args,
-            "baseline_args": e.baseline_args, "capacities": [s.capacity_rps for s in e.sweeps]}
+def _as_saved_verdict(e: ExperimentRecord) -> CandidateVerdict:
+    """What the Dagster `verdicts` asset stores for the same experiment, read back through its IO manager."""
+    stored = CandidateVerdict(proposal_id=e.experiment_id, verdict=e.verdict, confirmed=e.confirmed, lossy=e.lossy,
+                              engine_args=e.engine_args, baseline_args=e.baseline_args,
+                              capacities=[s.capacity_rps for s in e.sweeps]).model_dump_json()
+    return CandidateVerdict.model_validate_json(stored)
 
 
 RECORDS = [
@@ -52,13 +53,13 @@ RECORDS = [
 
 def test_campaign_and_asset_graph_adopt_the_same_winner():
     from_campaign = pick_winner(contender(e) for e in RECORDS)
-    from_assets = pick_winner(verdict_contender(e.experiment_id, _as_saved_verdict(e)) for e in RECORDS)
+    from_assets = pick_winner(_as_saved_verdict(e).contender() for e in RECORDS)
     assert from_campaign is not None and from_assets is not None
     assert from_campaign.id == from_assets.id == "tokens"
     assert from_campaign.capacity == from_assets.capacity == pytest.approx(4.2)
     for records in (RECORDS[:1], RECORDS[3:], []):  # smaller sets: still one answer, or none for both
         a = pick_winner(contender(e) for e in records)
-        b = pick_winner(verdict_contender(e.experiment_id, _as_saved_verdict(e)) for e in records)
+        b = pick_winner(_as_saved_verdict(e).contender() for e in records)
         assert (a and a.id) == (b and b.id)
     assert pick_winner(contender(e) for e in RECORDS[3:]) is None
 
