@@ -135,7 +135,7 @@ def cmd_eval(a) -> dict:
     correction) and drafting resumes after it, as vLLM does at temperature 0."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(a.draft, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(a.draft, dtype=getattr(torch, a.dtype)).eval()
     data = [e for e in read(Path(a.data)) if e["output_ids"]]
     k, started = a.k, time.monotonic()
     accepted = [0] * k
@@ -198,6 +198,7 @@ def main(argv: list[str]) -> int:
     ev.add_argument("--draft", required=True)
     ev.add_argument("--data", required=True)
     ev.add_argument("--k", type=int, default=3)
+    ev.add_argument("--dtype", default="float32", help="compute dtype (vLLM serves the checkpoint's, bfloat16)")
     a = p.parse_args(argv)
     result = {"truncate": cmd_truncate, "train": cmd_train, "eval": cmd_eval}[a.cmd](a)
     print("result: " + json.dumps(result), flush=True)
