@@ -304,6 +304,8 @@ def cmd_drafter(args) -> int:
                   f"{acc if acc is None else f'{acc:.2f}'}  served {served if served is None else f'{served:.2f}'}  "
                   f"verdict {r.verdict or '-'}  {r.path}" + (f"  ({r.stale_reason})" if r.stale_reason else ""))
         return 0
+    if args.action == "advise":
+        return _drafter_advise(args)
     from autoresearch.workflows import load_pool
     from research.drafter import DrafterError, speculative_config, train_for_endpoint
 
@@ -322,6 +324,34 @@ def cmd_drafter(args) -> int:
           f"in {rec.train_s:.0f} s\n  offline acceptance length {off['acceptance_length']:.2f} "
           f"(per position {', '.join(f'{p:.2f}' for p in off['accepted_per_position'])}) on {rec.heldout_examples} "
           f"held-out replies\n  candidate: --speculative-config '{speculative_config(Path(rec.path), rec.num_speculative_tokens)}'")
+    return 0
+
+
+def _drafter_advise(args) -> int:
+    """The proposer's drafter rule on a saved diagnosis: train one, or why not (exit 0 either way)."""
+    from autoresearch.models import ensure_model
+    from research.drafter import draft_cost_ratio
+    from research.proposals import Diagnosis
+    from research.rules import drafter_training
+
+    if not args.diagnosis:
+        raise UsageError("drafter advise needs --diagnosis FILE (a Diagnosis as JSON, e.g. the diagnosis asset's "
+                         "$AUTORESEARCH_HOME/assets/<endpoint>/diagnosis/value.json)")
+    spec = _endpoint(args, args.endpoint)
+    try:
+        diagnosis = Diagnosis.model_validate_json(Path(args.diagnosis).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{args.diagnosis}: not a readable diagnosis: {str(exc).splitlines()[0]}") from None
+    cost = draft_cost_ratio(ensure_model(spec.model.path), draft_layers=args.layers)
+    why: list[str] = []
+    s = drafter_training(diagnosis, k=args.k, draft_cost_ratio=cost, gpu_count=spec.hardware.gpu_count, why_not=why)
+    if s is None:
+        print(f"no drafter proposed for {spec.name}: {why[0] if why else 'no reason given'}")
+        return 0
+    print(s.explanation)
+    for line in s.evidence:
+        print(f"  - {line}")
+    print(f"break-even acceptance length {s.break_even_acceptance_length:.2f} (k={s.k}); next: {s.command}")
     return 0
 
 
@@ -438,9 +468,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pools)
 
     p = sub.add_parser("drafter", help="train a speculative-decoding draft model on an endpoint's own traffic "
-                                       "(on-policy data, training, offline acceptance; recorded in memory), or list them")
-    p.add_argument("action", choices=["train", "list"])
+                                       "(on-policy data, training, offline acceptance; recorded in memory), list "
+                                       "them, or advise whether one would pay off (the proposer's rule)")
+    p.add_argument("action", choices=["train", "list", "advise"])
     p.add_argument("endpoint")
+    p.add_argument("--diagnosis", help="advise: a Diagnosis JSON file (the diagnosis asset's value)")
     p.add_argument("--examples", type=int, default=120, help="pool requests to ask the engine (train + held out)")
     p.add_argument("--heldout", type=int, default=20, help="the last N of them, for offline acceptance")
     p.add_argument("--max-tokens", type=int, help="reply length to ask for (default: each request's own)")

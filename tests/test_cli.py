@@ -119,3 +119,17 @@ def test_drafter_list_shows_recorded_drafters_and_their_status(tmp_path, capsys)
     assert main(["drafter", "list", "support_smollm", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "stale" in out and "offline accept len 1.62" in out and "model changed: m -> m2" in out
+
+
+def test_drafter_advise_says_why_no_drafter_pays_on_a_cpu_bound_decode(tmp_path, capsys):
+    from research.proposals import Bottleneck, Diagnosis
+
+    diagnosis = Diagnosis(endpoint="support_smollm",
+                          bottlenecks=[Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90%"])],
+                          engine_stats={"roofline_ratio": 20.0, "at_cap_requests_running_mean": 1.0},
+                          request_stats={"structured_output_fraction": 1.0})
+    path = tmp_path / "diagnosis.json"
+    path.write_text(diagnosis.model_dump_json())
+    assert main(["drafter", "advise", "support_smollm", "--diagnosis", str(path)]) == 0
+    assert "no drafter proposed for support_smollm: break-even acceptance length" in capsys.readouterr().out
+    assert main(["drafter", "advise", "support_smollm"]) == 2

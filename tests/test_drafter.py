@@ -86,7 +86,9 @@ def test_rule_stays_silent_when_drafting_cannot_pay():
     # a batch this large is compute-bound: verification costs k+1 steps
     assert drafter_training(_diagnosis(at_cap_requests_running_mean=200.0), gpu_count=1) is None
     # decode steps 20x their bandwidth bound (a CPU host): a draft step costs nearly a target step
-    assert drafter_training(_diagnosis(roofline_ratio=20.0), k=3, gpu_count=0) is None
+    why: list[str] = []
+    assert drafter_training(_diagnosis(roofline_ratio=20.0), k=3, gpu_count=0, why_not=why) is None
+    assert why and "beyond the 4 a round can yield" in why[0]
     # no decode bottleneck at all
     assert drafter_training(Diagnosis(endpoint="ep")) is None
 
