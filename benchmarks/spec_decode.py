@@ -183,6 +183,8 @@ def summary(record: dict) -> str:
                   "  offline acceptance -> expected speed-up on this CPU: " + fmt(der["offline_payoff_on_this_cpu"]),
                   "  ... where a draft step cost only its share of the bytes (memory-bound decode, e.g. a GPU at low "
                   "batch): " + fmt(der["offline_payoff_if_draft_cost_were_its_bytes"])]
+    for note in record.get("notes", []):
+        lines += ["", "note: " + note]
     timed_rec = record.get("timed")
     if timed_rec:
         lines += ["", "timed (harness):", json.dumps(timed_rec, indent=1)]
@@ -208,10 +210,12 @@ def main() -> int:
     p.add_argument("--skip-served", action="store_true")
     p.add_argument("--out", default=str(RESULTS / "spec_decode.json"))
     p.add_argument("--summarize", action="store_true", help="only rewrite --out's derived figures and summary")
+    p.add_argument("--note", action="append", default=[], help="with --summarize: add a note (a later finding)")
     a = p.parse_args()
     if a.summarize:
         record = json.loads(Path(a.out).read_text())
         record["derived"] = derived(record)
+        record["notes"] = record.get("notes", []) + [n for n in a.note if n not in record.get("notes", [])]
         Path(a.out).write_text(json.dumps(record, indent=1) + "\n")
         Path(a.out).with_suffix(".txt").write_text(summary(record))
         print(summary(record))

@@ -1,5 +1,6 @@
 """Why served acceptance is below offline: the same held-out requests with and without their
-response_format (xgrammar) on the drafter engine, vLLM's per-position counters for each.
+response_format (xgrammar) on the drafter engine, vLLM's per-position counters for each. With the
+target's own folder as DRAFT_DIR (an absolute path) it is the control: an identical draft.
 
     nice -n 19 .venv/bin/python benchmarks/spec_decode/grammar_probe.py DRAFT_DIR [N]
 """
