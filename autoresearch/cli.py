@@ -83,11 +83,15 @@ def cmd_engine(args) -> int:
             state = lifecycle.up(spec)
         except EngineError as exc:
             raise UsageError(f"{spec.name}: engine did not come up: {exc}") from None
-        print(f"{spec.name}: healthy at {state['base_url']} (pid {state['pid']}, model {state['served_model']})")
-        print(f"  log: {state['log_path']}")
+        if args.json:
+            print(json.dumps(state, indent=2))
+        else:
+            print(f"{spec.name}: healthy at {state['base_url']} (pid {state['pid']}, model {state['served_model']})")
+            print(f"  log: {state['log_path']}")
     elif args.action == "down":
         stopped = lifecycle.down(spec)
-        print(f"{spec.name}: {'stopped' if stopped else 'was not running'}")
+        print(json.dumps({"endpoint": spec.name, "stopped": stopped}) if args.json
+              else f"{spec.name}: {'stopped' if stopped else 'was not running'}")
     else:
         status = lifecycle.status(spec)
         print(json.dumps(status, indent=2) if args.json else _format_status(status))

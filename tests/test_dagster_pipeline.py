@@ -35,7 +35,8 @@ def test_load_curve_and_diagnosis_show_the_bottleneck(research_graph):
         assert curve["load_curve_plot"].value.startswith("![load curve](data:image/png;base64,")
         assert curve["capacity_rps"].value is not None
         # --max-num-seqs 1: requests queue behind the single running sequence.
-        assert "batch_limit" in latest(instance, "diagnosis")["bottlenecks"].value
+        bottlenecks = latest(instance, "diagnosis")["bottlenecks"].value  # a Dagster table: one record each
+        assert "batch_limit" in [r.data["bottleneck"] for r in bottlenecks.records]
 
 
 def test_candidate_is_judged_adopted_and_reviewed(research_graph):

@@ -24,7 +24,7 @@ def unit_env(tmp_path: Path, sweep: dict | None = None) -> dict[str, str]:
     from autoresearch.paths import models_dir
 
     spec = yaml.safe_load((REPO / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
-    spec["endpoint"]["sweep"].update(sweep or {})
+    spec["attributes"]["sweep"].update(sweep or {})
     (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)
     (tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").write_text(yaml.safe_dump(spec))
     return {"AUTORESEARCH_HOME": str(tmp_path / "home"), "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),

@@ -42,7 +42,7 @@ def two_group_pool() -> pl.DataFrame:
 def test_prefix_representatives_are_the_most_frequent_groups_first():
     pool = two_group_pool()
     bodies = prefix_representatives(pool, 8)
-    assert [json.loads(b)["messages"][1]["content"].split()[3] for b in bodies] == ["billing", "shipping"]
+    assert [json.loads(b)["messages"][1]["content"].split()[4] for b in bodies] == ["billing", "shipping"]
     assert len(prefix_representatives(pool, 1)) == 1 and prefix_representatives(pool, 0) == []
     assert prefix_representatives(pool.drop("prefix_group"), 8) == []
 

@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 
 from autoresearch.config import DefinitionSet
-from dagster_project.definitions import defs
+from dagster_project.definitions import build_definitions
 from ui_support import Webserver, report_dir, start_webserver
 
 SAMPLE_ENDPOINT = "support_smollm"
@@ -33,6 +33,7 @@ def group_keys(definitions: dg.Definitions, group: str) -> set[tuple[str, ...]]:
 
 
 def test_code_location_is_loadable() -> None:
+    defs = build_definitions()
     dg.Definitions.validate_loadable(defs)
     assert ("support_smollm", "engine_identity") in group_keys(defs, SAMPLE_ENDPOINT)
 
@@ -71,7 +72,7 @@ def test_webserver_lists_sample_endpoint_assets(webserver: Webserver,
 
     sample = {key for key, node in served.items() if node["groupName"] == SAMPLE_ENDPOINT}
     assert ("support_smollm", "engine_identity") in sample
-    assert sample == group_keys(defs, SAMPLE_ENDPOINT)  # every stage of the endpoint, no more
+    assert sample == group_keys(build_definitions(), SAMPLE_ENDPOINT)  # every stage of the endpoint, no more
     assert all(key[0] == SAMPLE_ENDPOINT for key in sample)  # keys are [endpoint, stage]
 
     # One group per YAML endpoint, all from the one code location.
