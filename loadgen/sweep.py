@@ -400,12 +400,8 @@ class _StepRunner:
         at the pool's start, so configurations still meet the same requests, sweep for sweep."""
         if not self.cache_kept:
             return seeded_offset
-        start = getattr(self.engine, "pool_cursor", 0)
-        try:
-            self.engine.pool_cursor = start + count
-        except AttributeError:  # an engine object without attributes of its own: the seeded place
-            return seeded_offset
-        return start
+        start = _advance_cursor(self.engine, count)
+        return seeded_offset if start is None else start
 
     def warm_prefixes(self) -> int:
         """Send one prefill-only request per hot prefix group and wait for them (the engine's cache
@@ -682,9 +678,8 @@ def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: Endpoin
                          timeout_s=timeout_s, records_dir=None, reset_cache=False)
     schedule = arrivals.schedule("constant", rate, cfg.engine_warmup_s, seed=cfg.seed)
     try:
-        start = getattr(engine, "pool_cursor", 0)  # an engine that keeps its cache then starts past these
+        start = _advance_cursor(engine, len(schedule)) or 0  # an engine that keeps its cache starts past these
         step = runner.run(schedule, cfg.engine_warmup_s, rate, "engine-warmup", offset=start, drain_s=5.0)
-        engine.pool_cursor = start + len(schedule)
         notes.append(f"engine warm-up (not counted): {step.requests} requests at {rate:g} req/s over "
                      f"{cfg.engine_warmup_s:g}s, {step.cut_requests} cut 5 s after")
     except Exception as exc:  # noqa: BLE001 - the first step's watcher classifies a dead engine
@@ -708,6 +703,17 @@ def _repeat_if_client_bound(step: StepResult, retries: int, rerun: Callable[[int
         runner.reset()
         step = rerun(attempt)
     return step
+
+
+def _advance_cursor(engine: Engine, count: int) -> int | None:
+    """Where the engine's own walk through the pool stands, moved on by ``count`` requests (see
+    ``_StepRunner.take``); None for an engine object that cannot hold it."""
+    start = getattr(engine, "pool_cursor", 0)
+    try:
+        engine.pool_cursor = start + count
+    except AttributeError:
+        return None
+    return start
 
 
 def _prefix_cache_on(engine: Engine) -> bool:
