@@ -76,6 +76,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
                                     "lossy": p.intervention.lossy, "prediction": p.prediction,
                                     "falsification": p.falsification} for p in batch.proposals]),
             "rejected": table([r.model_dump(mode="json") for r in batch.rejected]),
+            "drafter": dg.MetadataValue.md(_drafter_markdown(batch)),
         })
         return batch
 
@@ -161,3 +162,14 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         description=f"Measure the working baseline of {name} again, diagnose it and propose the next candidates")
     return dg.Definitions(assets=[diagnosis, proposals, candidate_runs, verdicts, confirmed_baseline, review_report],
                           jobs=[round_job])
+
+
+def _drafter_markdown(batch: ProposalBatch) -> str:
+    """The drafter rule's answer for this round: train one (why, at what acceptance it pays), or why not."""
+    d = batch.drafter
+    if d is None:
+        return f"No drafter proposed: {batch.drafter_why_not or 'the rule did not apply'}."
+    lines = [d.explanation, "", *[f"- {e}" for e in d.evidence], "",
+             f"Break-even acceptance length: **{d.break_even_acceptance_length:.2f}** (k={d.k}).",
+             f"Train one: `{d.command}` (or materialize the drafter assets)."]
+    return "\n".join(lines)

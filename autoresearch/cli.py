@@ -311,7 +311,7 @@ def cmd_drafter(args) -> int:
     if args.action == "advise":
         return _drafter_advise(args)
     from autoresearch.workflows import load_pool
-    from research.drafter import DrafterError, speculative_config, train_for_endpoint
+    from research.drafter import DrafterError, describe, draft_model_diff, train_for_endpoint
 
     spec = _endpoint(args, args.endpoint)
     workdir = Path(args.out) if args.out else paths.home() / "drafters" / spec.name
@@ -327,7 +327,9 @@ def cmd_drafter(args) -> int:
           f"drafter {rec.drafter_id}: {rec.train_examples} examples ({rec.train_tokens} reply tokens), {rec.steps} steps "
           f"in {rec.train_s:.0f} s\n  offline acceptance length {off['acceptance_length']:.2f} "
           f"(per position {', '.join(f'{p:.2f}' for p in off['accepted_per_position'])}) on {rec.heldout_examples} "
-          f"held-out replies\n  candidate: --speculative-config '{speculative_config(Path(rec.path), rec.num_speculative_tokens)}'")
+          f"held-out replies\n  candidate: "
+          f"{describe(draft_model_diff(spec.engine.kind, Path(rec.path), rec.num_speculative_tokens))}\n"
+          f"  judge it: materialize {spec.name}/drafter_verdict, or let a campaign propose it")
     return 0
 
 

@@ -263,6 +263,7 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
     from autoresearch.engine_args import apply_diff
     from memory_db.records import ExperimentRecord
     from memory_db.store import MemoryStore
+    from research import drafter
     from research.harness import run_candidate
 
     memory = MemoryStore(paths.memory_db_path())
@@ -298,5 +299,8 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
         asset_keys=[f"{spec.name}/candidate_runs/{proposal.proposal_id}"]))
     record_runs(spec, result.sweeps, kind="candidate", run_prefix=experiment_id, campaign_id=campaign_id,
                 experiment_id=experiment_id, dagster_run_id=dagster_run_id, memory=memory)
+    if iv.technique == drafter.TECHNIQUE:  # the drafter's record gets the verdict and the served acceptance
+        drafter.record_judgement(memory, spec, iv.engine_arg_diff, result.verdict, corr.label if corr else None,
+                                 result.sweeps)
     return CandidateRun(proposal=proposal, baseline_args=list(spec.engine.args), result=result,
                         experiment_id=experiment_id, engine_args=candidate_args, lossy=iv.lossy)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from assets import campaign as campaign_stage
+from assets import drafter as drafter_stage
 from assets import engine as engine_stage
 from assets import experiment as experiment_stage
 from assets import measurement as measurement_stage
@@ -23,7 +24,7 @@ from sensors import continuation as continuation_sensors
 from sensors import drift as drift_sensors
 
 STAGES = [engine_stage, replay_stage, measurement_stage, experiment_stage, research_stage, campaign_stage,
-          pareto_stage]
+          pareto_stage, drafter_stage]
 
 
 def endpoint_definitions(endpoint: EndpointSpec, definitions: DefinitionSet,

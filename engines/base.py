@@ -182,6 +182,12 @@ class EngineAdapter(ABC):
     #: distributions whose installed version names the engine, tried in order (engine venv)
     version_distributions: tuple[str, ...] = ()
 
+    @classmethod
+    def draft_model_diff(cls, draft_dir: Path, k: int) -> dict[str, str] | None:
+        """The argument diff that serves ``draft_dir`` (a small model sharing the target's tokenizer) as a
+        speculative draft proposing ``k`` tokens; None when this engine cannot serve a trained drafter."""
+        return None
+
     def engine_python(self) -> str:
         """Interpreter that runs the engine: engine.python, else the engine venv."""
         from autoresearch.paths import engine_python

@@ -95,6 +95,11 @@ class VllmAdapter(EngineAdapter):
     start_profile_path = "/start_profile"
     stop_profile_path = "/stop_profile"
 
+    @classmethod
+    def draft_model_diff(cls, draft_dir: Path, k: int) -> dict[str, str] | None:
+        config = {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": k}
+        return {cls.vocabulary.speculation_flag: json.dumps(config, separators=(",", ":"))}
+
     def launch_command(self, model_dir: Path) -> list[str]:
         return [
             self.engine_python(), "-m", "vllm.entrypoints.openai.api_server",

@@ -704,6 +704,7 @@ class _Campaign:
         if self.memory is None:
             return
         from memory_db.records import ExperimentRecord as MemExperiment
+        from research import drafter
 
         c, corr = record.comparison, record.correctness
         noise = self.state.working.noise if self.state.working else None
@@ -725,6 +726,9 @@ class _Campaign:
             evidence=(c.evidence if c else record.invalid_reason or ""),
             run_ids=[f"{self._memory_id(record)}-s{i}" for i in range(len(record.sweeps))])
         self._memory("experiment", lambda: self.memory.record_experiment(mem))
+        if proposal is not None and proposal.technique == drafter.TECHNIQUE:
+            self._memory("drafter verdict", lambda: drafter.record_judgement(
+                self.memory, self.endpoint, record.diff, record.verdict, corr.label if corr else None, record.sweeps))
         for i, sweep in enumerate(record.sweeps):
             self._record_run(sweep, f"{self._memory_id(record)}-s{i}", "candidate", self._memory_id(record))
 

@@ -41,7 +41,6 @@ from autoresearch.paths import REPO_ROOT, engine_python
 
 Progress = Callable[[str], None]
 TORCH_SCRIPT = REPO_ROOT / "research" / "drafter_torch.py"
-SPEC_FLAG = "--speculative-config"
 
 
 class DrafterError(RuntimeError):
@@ -234,26 +233,55 @@ def truncated_copy(target_dir: Path, out_dir: Path, layers: int, *, timeout_s: f
 
 # ---------------------------------------------------------------- 4. the candidate
 
-def speculative_config(draft_dir: Path, k: int) -> str:
-    return json.dumps({"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": k},
-                      separators=(",", ":"))
+def draft_model_diff(engine_kind: str, draft_dir: Path, k: int) -> dict[str, str]:
+    """The engine's argument diff that serves ``draft_dir`` as a ``k``-token drafter (its adapter knows
+    the flags); DrafterError when that engine cannot serve a trained drafter."""
+    from engines.registry import ADAPTERS
+
+    reason = cannot_serve_drafter(engine_kind)
+    if reason:
+        raise DrafterError(reason)
+    return ADAPTERS[engine_kind].draft_model_diff(Path(draft_dir), k)
 
 
-def candidate_args(engine_args: list[str], draft_dir: Path, k: int) -> list[str]:
-    """``engine_args`` with the drafter's ``--speculative-config`` (replacing any earlier one)."""
+def cannot_serve_drafter(engine_kind: str) -> str | None:
+    """Why an engine of this kind cannot run the drafter stage (None: it can). The stage needs the
+    engine's token ids for on-policy data and a way to serve a draft model."""
+    from engines.registry import ADAPTERS
+
+    cls = ADAPTERS.get(engine_kind)
+    if cls is None:
+        return f"unknown engine kind {engine_kind!r}"
+    if cls.draft_model_diff(Path("draft"), 1) is None:
+        return f"the {engine_kind} adapter cannot serve a trained draft model"
+    if "token_ids" not in cls.evidence:
+        return f"the {engine_kind} adapter does not return token ids, which on-policy training data needs"
+    return None
+
+
+def candidate_args(engine_args: list[str], draft_dir: Path, k: int, engine_kind: str = "vllm") -> list[str]:
+    """``engine_args`` with the drafter's arguments (replacing any earlier speculation settings)."""
+    diff = draft_model_diff(engine_kind, draft_dir, k)
     out: list[str] = []
     skip = False
     for arg in engine_args:
         if skip:
             skip = False
             continue
-        if arg == SPEC_FLAG:
+        if arg in diff:
             skip = True
             continue
-        if arg.startswith(SPEC_FLAG + "="):
+        if any(arg.startswith(flag + "=") for flag in diff):
             continue
         out.append(arg)
-    return out + [SPEC_FLAG, speculative_config(draft_dir, k)]
+    return out + [part for flag, value in diff.items() for part in (flag, value)]
+
+
+def describe(diff: dict[str, str]) -> str:
+    """The diff as one shell-quoted argument string, for people to copy."""
+    import shlex
+
+    return " ".join(f"{flag} {shlex.quote(value)}" for flag, value in diff.items())
 
 
 _METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([0-9.eE+-]+)$')
@@ -323,7 +351,7 @@ def run_drafter_candidate(spec, engine_args: list[str], draft_dir: Path, k: int,
         finally:
             served.add(before, read_metrics(engine.base_url))
 
-    args = candidate_args(engine_args, draft_dir, k)
+    args = candidate_args(engine_args, draft_dir, k, spec.engine.kind)
     result = run_candidate(spec, args, pool, noise, repeats, lossy=False, reference=reference, sweep_fn=sweep,
                            progress=progress, **kwargs)
     return result, served
@@ -356,6 +384,124 @@ def break_even_acceptance(k: int, draft_cost: float, verify_cost: float = 1.0) -
     """
     return k * draft_cost + verify_cost
 
+
+
+# ---------------------------------------------------------------- in the proposal round
+
+TECHNIQUE = "trained_drafter"  # the technique name of a drafter candidate, in proposals and memory
+QUESTION = "Would a draft model trained on {endpoint}'s own traffic pay off?"
+
+
+def propose_drafter(spec, diagnosis, batch, *, n: int, memory=None, campaign_id: str | None = None,
+                    skip=(), k: int = 3, layers: int = 4):
+    """The drafter rule (research.rules.drafter_training) in a proposal round; returns the batch updated.
+
+    When the rule says a drafter would pay at this load and memory holds a fresh drafter of the
+    endpoint's current model that the harness has not judged yet, that drafter joins the batch as a
+    candidate (technique ``trained_drafter``, a lossless engine diff), in place of the last-ranked
+    proposal when the batch is full. Otherwise
+    the batch carries the suggestion (what acceptance length would pay, the command that trains one),
+    and memory gets it as an open question for the next campaign.
+    """
+    from memory_db.records import OpenQuestion
+    from research.rules import drafter_training
+
+    why = cannot_serve_drafter(spec.engine.kind)
+    if why:
+        return batch.model_copy(update={"drafter": None, "drafter_why_not": why})
+    ready = usable_drafter(memory, spec) if memory is not None else None
+    why_not: list[str] = []
+    cost, note = _draft_cost(spec, ready, layers)
+    suggestion = drafter_training(diagnosis, k=ready.num_speculative_tokens if ready else k, draft_cost_ratio=cost,
+                                  gpu_count=spec.hardware.gpu_count, why_not=why_not)
+    if suggestion is None:
+        return batch.model_copy(update={"drafter": None, "drafter_why_not": why_not[0] if why_not else None})
+    if note:
+        suggestion.evidence.append(note)
+    proposals = list(batch.proposals)
+    if ready is not None and TECHNIQUE not in skip and n > 0:
+        # a drafter someone trained for this endpoint comes before the round's last-ranked proposal,
+        # which stays untried and can come back next round
+        proposals = proposals[:n - 1] + [drafter_proposal(spec, ready, suggestion)]
+    elif memory is not None:
+        memory.record_question(OpenQuestion(
+            endpoint=spec.name, campaign_id=campaign_id, bottleneck="decode_bound",
+            question=QUESTION.format(endpoint=spec.name),
+            rationale=f"{suggestion.explanation} Train one with: {suggestion.command}"))
+    return batch.model_copy(update={"proposals": proposals, "drafter": suggestion, "drafter_why_not": None})
+
+
+def usable_drafter(memory, spec):
+    """The newest fresh drafter of ``spec``'s current model that no harness has judged, if its files exist."""
+    from research.drift import model_fingerprint
+
+    model = model_fingerprint(spec)
+    for rec in memory.drafters(spec.name):
+        if rec.status == "fresh" and rec.verdict is None and rec.model_signature == model and Path(rec.path).exists():
+            return rec
+    return None
+
+
+def _draft_cost(spec, ready, layers: int) -> tuple[float, str | None]:
+    """A draft step's cost in target steps from the bytes each reads; a stated guess when the target's
+    config cannot be read (a remote model)."""
+    from autoresearch.models import ModelUnavailable, ensure_model
+
+    try:
+        target = ensure_model(spec.model.path)
+        return draft_cost_ratio(target, Path(ready.path) if ready else None, draft_layers=layers), None
+    except (ModelUnavailable, OSError, KeyError, ValueError) as exc:
+        return 0.3, f"draft cost assumed 30% of a target step: the target's config is not readable here ({exc})"
+
+
+def drafter_proposal(spec, rec, suggestion=None):
+    """A recorded drafter as a candidate for the harness (lossless: the engine verifies every drafted
+    token). ``suggestion``: the drafter rule's reasoning when it proposed one; without it (a drafter the
+    user asked to judge) the break-even comes from the draft's bytes alone."""
+    from research.proposals import Intervention, Proposal
+
+    k = rec.num_speculative_tokens
+    offline = rec.acceptance_offline.get("acceptance_length") or 1.0
+    if suggestion is not None:
+        be, why, evidence = suggestion.break_even_acceptance_length, suggestion.explanation, list(suggestion.evidence)
+    else:
+        be = break_even_acceptance(k, rec.train.get("draft_cost_ratio") or 0.3)
+        why, evidence = (f"A draft reading {rec.train.get('draft_cost_ratio') or 0.3:.0%} of the target's bytes pays "
+                         f"off above an acceptance length of {be:.2f} when decode is memory-bound."), []
+    diff = draft_model_diff(spec.engine.kind, Path(rec.path), k)
+    return Proposal(
+        proposal_id=f"rules-drafter-{rec.drafter_id.removeprefix('drafter_')[:12]}",
+        question=QUESTION.format(endpoint=spec.name), bottleneck="decode_bound",
+        explanation=f"{why} Drafter {rec.drafter_id} ({rec.layers} layers, {rec.steps} steps on "
+                    f"{rec.train_examples} of the endpoint's own replies) reached an offline acceptance length of "
+                    f"{offline:.2f} (k={k}).",
+        observations=evidence, intervention=Intervention(technique=TECHNIQUE, engine_arg_diff=diff),
+        prediction=f"served acceptance length near the offline {offline:.2f}; capacity "
+                   + ("up" if offline > be else "not up") + f", since the break-even is {be:.2f}",
+        predicted_capacity_ratio=round(offline / be, 2) if be else None,
+        falsification=f"capacity within the noise floor or below it, or a served acceptance length "
+                      f"(vllm:spec_decode_*) under the break-even {be:.2f}",
+        source="rules")
+
+
+def record_judgement(memory, spec, diff: dict, verdict: str, correctness: str | None, sweeps) -> str | None:
+    """Write the harness's verdict on a drafter candidate back to its drafter record, with the
+    acceptance vLLM counted over the candidate's sweeps; the drafter's id (None: no record matches)."""
+    for rec in memory.drafters(spec.name):
+        if draft_model_diff(spec.engine.kind, Path(rec.path), rec.num_speculative_tokens) != diff:
+            continue
+        drafted = sum(st.engine_metrics.get("spec_decode_draft_tokens_delta", 0.0) for s in sweeps for st in s.steps)
+        accepted = sum(st.engine_metrics.get("spec_decode_accepted_tokens_delta", 0.0) for s in sweeps for st in s.steps)
+        served = dict(rec.acceptance_served)
+        if drafted:
+            rate = accepted / drafted
+            served |= {"source": "the harness's sweeps (engine /metrics deltas per step)", "draft_tokens": drafted,
+                       "accepted_tokens": accepted, "acceptance_rate": round(rate, 4),
+                       "acceptance_length": round(1.0 + rate * rec.num_speculative_tokens, 3)}
+        memory.record_drafter(rec.model_copy(update={"verdict": verdict, "correctness": correctness,
+                                                     "acceptance_served": served}))
+        return rec.drafter_id
+    return None
 
 
 # ---------------------------------------------------------------- the whole stage, for one endpoint
@@ -408,36 +554,67 @@ def collect(spec, pool: pl.DataFrame, out: Path, *, examples: int, max_tokens: i
     return have, time.monotonic() - started
 
 
-def train_for_endpoint(spec, pool: pl.DataFrame, workdir: Path, *, examples: int = 120, heldout: int = 20,
-                       max_tokens: int | None = None, layers: int = 4, steps: int = 300, lr: float = 1e-3,
-                       k: int = 3, concurrency: int = 4, baseline: bool = True, progress: Progress = print):
-    """The drafter stage for one endpoint: on-policy data, training, offline acceptance (of the trained
-    draft and, with ``baseline``, of the untrained truncation as the control). Returns a
+class OnPolicyData(BaseModel):
+    """The on-policy examples of one endpoint, kept in a JSONL file (token ids, so they stay out of metadata)."""
+
+    path: str
+    examples: int
+    reply_tokens: int
+    prompt_tokens_mean: float
+    signature: str  # data_signature of the examples
+    data_s: float  # seconds spent asking the engine (0 when every reply was already on file)
+    max_tokens: int | None = None
+
+
+def onpolicy_data(spec, pool: pl.DataFrame, workdir: Path, *, examples: int = 120, max_tokens: int | None = None,
+                  concurrency: int = 4, progress: Progress = print) -> OnPolicyData:
+    """Step 1 for one endpoint: ``examples`` replies of its engine to its replay pool, on file in ``workdir``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    progress(f"on-policy data: {examples} replies of {spec.name}'s engine to its replay pool")
+    out = workdir / "onpolicy.jsonl"
+    data, data_s = collect(spec, pool, out, examples=examples, max_tokens=max_tokens, concurrency=concurrency,
+                           progress=progress)
+    if len(data) < examples:
+        raise DrafterError(f"the replay pool gave {len(data)} replies, {examples} were asked for")
+    return OnPolicyData(path=str(out), examples=len(data), reply_tokens=sum(len(e.output_ids) for e in data),
+                        prompt_tokens_mean=sum(len(e.prompt_ids) for e in data) / len(data),
+                        signature=data_signature(data), data_s=round(data_s, 1), max_tokens=max_tokens)
+
+
+def train_drafter(spec, data: OnPolicyData, workdir: Path, *, heldout: int = 20, layers: int = 4, steps: int = 300,
+                  lr: float = 1e-3, k: int = 3, baseline: bool = True, progress: Progress = print):
+    """Steps 2 and 3: train on ``data`` (less the held-out tail), then offline acceptance of the trained
+    draft and, with ``baseline``, of the untrained truncation (the control). Returns a
     ``memory_db.DrafterRecord`` (not yet stored)."""
     from autoresearch.models import ensure_model
     from memory_db.records import DrafterRecord
     from research.drift import model_fingerprint
 
     target = ensure_model(spec.model.path)
-    workdir.mkdir(parents=True, exist_ok=True)
-    progress(f"on-policy data: {examples} replies of {spec.name}'s engine to its replay pool")
-    data, data_s = collect(spec, pool, workdir / "onpolicy.jsonl", examples=examples, max_tokens=max_tokens,
-                           concurrency=concurrency, progress=progress)
-    train_set, held = split(data, heldout)
-    sig = data_signature(data)
-    draft = workdir / f"draft-{sig}-L{layers}-s{steps}"
+    train_set, held = split(read_examples(Path(data.path))[:data.examples], heldout)
+    draft = workdir / f"draft-{data.signature}-L{layers}-s{steps}"
     progress(f"training: {layers} layers, {steps} steps on {len(train_set)} examples")
     trained = train(target, train_set, draft, layers=layers, steps=steps, lr=lr, progress=progress)
     progress(f"offline acceptance on {len(held)} held-out replies (k={k})")
     offline = evaluate(draft, held, workdir, k=k, progress=progress)
     extra: dict[str, Any] = {"lr": lr, "loss_first": trained.loss_first, "loss_last": trained.loss_last,
-                             "params_m": trained.params_m, "data_s": round(data_s, 1), "max_tokens": max_tokens,
+                             "params_m": trained.params_m, "data_s": data.data_s, "max_tokens": data.max_tokens,
                              "draft_cost_ratio": round(draft_cost_ratio(target, draft), 3)}
     if baseline:
         control = truncated_copy(target, workdir / f"untrained-L{layers}", layers, progress=progress)
         extra["untrained"] = evaluate(control, held, workdir, k=k, progress=progress).model_dump()
-    return DrafterRecord(endpoint=spec.name, model_signature=model_fingerprint(spec), data_signature=sig,
+    return DrafterRecord(endpoint=spec.name, model_signature=model_fingerprint(spec), data_signature=data.signature,
                          path=str(draft), num_speculative_tokens=k, layers=layers, steps=steps,
                          train_examples=trained.train_examples, train_tokens=trained.train_tokens,
                          heldout_examples=len(held), train_s=trained.train_s, train=extra,
                          acceptance_offline=offline.model_dump())
+
+
+def train_for_endpoint(spec, pool: pl.DataFrame, workdir: Path, *, examples: int = 120, heldout: int = 20,
+                       max_tokens: int | None = None, layers: int = 4, steps: int = 300, lr: float = 1e-3,
+                       k: int = 3, concurrency: int = 4, baseline: bool = True, progress: Progress = print):
+    """The drafter stage for one endpoint without Dagster (the CLI): data, training, offline acceptance."""
+    data = onpolicy_data(spec, pool, workdir, examples=examples, max_tokens=max_tokens, concurrency=concurrency,
+                         progress=progress)
+    return train_drafter(spec, data, workdir, heldout=heldout, layers=layers, steps=steps, lr=lr, k=k,
+                         baseline=baseline, progress=progress)

@@ -133,7 +133,10 @@ def propose_step(spec: EndpointSpec, diagnosis, *, n: int, mode: str, campaign_i
     if memory is not None:
         def lookup(bottleneck: str) -> list[dict]:
             return [f.model_dump(mode="json") for f in memory.findings_for_bottleneck(bottleneck, spec.name)]
-    return Orchestrator.from_env(mode).propose(diagnosis, context, n, findings_lookup=lookup, skip=list(skip))
+    from research.drafter import propose_drafter
+
+    batch = Orchestrator.from_env(mode).propose(diagnosis, context, n, findings_lookup=lookup, skip=list(skip))
+    return propose_drafter(spec, diagnosis, batch, n=n, memory=memory, campaign_id=campaign_id, skip=skip)
 
 
 # ------------------------------------------------------------------------------------- record

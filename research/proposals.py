@@ -183,6 +183,21 @@ class RejectedProposal(Model):
     raw: str | None = None
 
 
+class DrafterSuggestion(Model):
+    """A proposal to train a draft model on the endpoint's traffic (not an engine diff: a drafter must
+    be trained first, with ``command``, and then runs through the harness as a candidate)."""
+
+    endpoint: str
+    explanation: str
+    evidence: list[str]
+    k: int
+    draft_cost_ratio: float  # one draft step / one target step (bytes read)
+    verify_cost: float  # one verification step of k+1 tokens / one plain decode step, at this load
+    break_even_acceptance_length: float  # tokens per target step above which drafting pays
+    ngram_acceptance_length: float | None = None  # observed with n-gram speculation, if it ran
+    command: str
+
+
 class ProposalBatch(Model):
     """Everything one proposal round produced; only ``proposals`` may be run."""
 
@@ -190,3 +205,6 @@ class ProposalBatch(Model):
     questions: list[ResearchQuestion] = Field(default_factory=list)
     proposals: list[Proposal] = Field(default_factory=list)
     rejected: list[RejectedProposal] = Field(default_factory=list)
+    # The drafter rule (research.rules.drafter_training): train a drafter, and why, or why not.
+    drafter: DrafterSuggestion | None = None
+    drafter_why_not: str | None = None

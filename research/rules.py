@@ -16,13 +16,12 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pydantic import BaseModel
-
 from autoresearch.engine_args import REMOVE, parse_args
 from engines.base import ArgDiff, Knob, Vocabulary
 from engines.registry import ADAPTERS
 from research.interventions import validate_intervention
-from research.proposals import BOTTLENECKS, Bottleneck, Diagnosis, Intervention, Proposal, ResearchQuestion
+from research.proposals import (BOTTLENECKS, Bottleneck, Diagnosis, DrafterSuggestion, Intervention, Proposal,
+                                ResearchQuestion)
 
 NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
@@ -424,21 +423,6 @@ def _proposal(question: ResearchQuestion, b: Bottleneck, options: list[Intervent
 
 
 # ---------------------------------------------------------------- drafter training (issue 15)
-
-class DrafterSuggestion(BaseModel):
-    """A proposal to train a draft model on the endpoint's traffic (not an engine diff: a drafter must
-    be trained first, with ``command``, and then runs through the harness as a candidate)."""
-
-    endpoint: str
-    explanation: str
-    evidence: list[str]
-    k: int
-    draft_cost_ratio: float  # one draft step / one target step (bytes read)
-    verify_cost: float  # one verification step of k+1 tokens / one plain decode step, at this load
-    break_even_acceptance_length: float  # tokens per target step above which drafting pays
-    ngram_acceptance_length: float | None = None  # observed with n-gram speculation, if it ran
-    command: str
-
 
 #: Tokens per step at which a decode step stops being memory-bound (peak FLOP/s over bandwidth,
 #: in tokens for bf16 weights). Order of magnitude only: GPUs several hundred, one CPU core tens.

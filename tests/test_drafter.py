@@ -4,6 +4,7 @@ model, the proposer rule and the drafter records in the research memory (no engi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,123 @@ def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
     store.record_drafter(other)
     assert store.mark_drafters_stale("ep", reason="traffic drifted (prompt_tokens)") == [other.drafter_id]
     assert {d.stale_reason for d in store.drafters("ep")} == {"model changed: m1 -> m2", "traffic drifted (prompt_tokens)"}
+
+
+# --- the drafter rule in the proposal round, and the verdict written back (real DuckDB, no engine)
+
+SMOLLM_CONFIG = {"hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152, "num_hidden_layers": 30,
+                 "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
+
+
+@pytest.fixture
+def local_spec(definitions, tmp_path):
+    """tiny_random's endpoint with a local model folder (only its config.json is read here)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(SMOLLM_CONFIG))
+    spec = definitions.endpoint("tiny_random")
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"path": str(model)})})
+
+
+def _store(tmp_path) -> MemoryStore:
+    store = MemoryStore(tmp_path / "memory.duckdb")
+    store.ensure_schema()
+    return store
+
+
+def _trained(spec, tmp_path, **update) -> DrafterRecord:
+    from research.drift import model_fingerprint
+
+    draft = tmp_path / "draft"
+    draft.mkdir(exist_ok=True)
+    (draft / "config.json").write_text(json.dumps(SMOLLM_CONFIG | {"num_hidden_layers": 4}))
+    rec = DrafterRecord(endpoint=spec.name, model_signature=model_fingerprint(spec), data_signature="d1",
+                        path=str(draft), num_speculative_tokens=3, layers=4, steps=300, train_examples=100,
+                        train_tokens=3200, heldout_examples=20, train_s=120.0, train={"draft_cost_ratio": 0.29},
+                        acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.56, 0.43, 0.33]})
+    return DrafterRecord.model_validate(rec.model_copy(update=update).model_dump()) if update else rec
+
+
+def _predictable(spec) -> Diagnosis:
+    """Decode-bound, small batch, structured replies: the rule says a drafter would pay (on a GPU)."""
+    return _diagnosis(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5).model_copy(
+        update={"endpoint": spec.name})
+
+
+def test_a_fresh_drafter_joins_the_round_as_a_lossless_candidate(local_spec, tmp_path):
+    from research.proposals import ProposalBatch
+
+    spec = local_spec.model_copy(update={"hardware": local_spec.hardware.model_copy(update={"gpu_count": 1})})
+    store = _store(tmp_path)
+    rec = _trained(spec, tmp_path)
+    store.record_drafter(rec)
+    batch = drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store,
+                                    campaign_id="c1")
+    (proposal,) = batch.proposals
+    iv = proposal.intervention
+    assert iv.technique == drafter.TECHNIQUE and not iv.lossy
+    assert json.loads(iv.engine_arg_diff["--speculative-config"]) == {
+        "method": "draft_model", "model": rec.path, "num_speculative_tokens": 3}
+    assert batch.drafter is not None and str(round(batch.drafter.break_even_acceptance_length, 2)) in proposal.falsification
+    # it was proposed as a candidate, so no open question asks for a drafter to be trained
+    assert store.query("select count(*) as n from open_questions")["n"][0] == 0
+    # in a full round the drafter takes the last-ranked proposal's place
+    full = ProposalBatch(source="rules", proposals=[proposal.model_copy(update={"proposal_id": f"p{i}"}) for i in range(3)])
+    got = drafter.propose_drafter(spec, _predictable(spec), full, n=3, memory=store).proposals
+    assert [p.proposal_id for p in got] == ["p0", "p1", proposal.proposal_id]
+    # a drafter already judged, stale, or of another model: the round only suggests
+    for update in ({"verdict": "worse"}, {"status": "stale"}, {"model_signature": "another"}):
+        other = _store(tmp_path / next(iter(update)))
+        other.record_drafter(_trained(spec, tmp_path, **update))
+        assert drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3,
+                                       memory=other).proposals == []
+
+
+def test_without_a_drafter_the_round_records_the_suggestion_as_an_open_question(local_spec, tmp_path):
+    from research.proposals import ProposalBatch
+
+    spec = local_spec.model_copy(update={"hardware": local_spec.hardware.model_copy(update={"gpu_count": 1})})
+    store = _store(tmp_path)
+    batch = drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store,
+                                    campaign_id="c1")
+    assert batch.proposals == [] and batch.drafter is not None
+    assert batch.drafter.command == f"autoresearch drafter train {spec.name} --k 3"
+    questions = store.query("select question, rationale, campaign_id from open_questions")
+    assert questions.height == 1 and questions["campaign_id"][0] == "c1"
+    assert batch.drafter.command in questions["rationale"][0]
+    # the same suggestion next round is the same question, not a second one
+    drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store, campaign_id="c1")
+    assert store.query("select count(*) as n from open_questions")["n"][0] == 1
+    # the reason is kept when the rule stays silent (no decode bottleneck)
+    silent = drafter.propose_drafter(spec, Diagnosis(endpoint=spec.name), ProposalBatch(source="rules"), n=3,
+                                     memory=store)
+    assert silent.drafter is None and "decode is not a bottleneck" in silent.drafter_why_not
+
+
+def test_an_engine_that_cannot_serve_a_drafter_says_so(definitions):
+    from research.proposals import ProposalBatch
+
+    spec = definitions.endpoint("tiny_transformers")
+    batch = drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3)
+    assert batch.drafter is None and "cannot serve a trained draft model" in batch.drafter_why_not
+    with pytest.raises(drafter.DrafterError, match="transformers"):
+        drafter.candidate_args([], Path("d"), 3, spec.engine.kind)
+
+
+def test_the_harness_verdict_and_served_acceptance_reach_the_drafter_record(local_spec, tmp_path):
+    from loadgen.results import StepResult, SweepResult
+
+    store = _store(tmp_path)
+    rec = _trained(local_spec, tmp_path)
+    store.record_drafter(rec)
+    diff = drafter.draft_model_diff("vllm", Path(rec.path), 3)
+    step = StepResult.model_construct(engine_metrics={"spec_decode_draft_tokens_delta": 300.0,
+                                                      "spec_decode_accepted_tokens_delta": 120.0})
+    sweeps = [SweepResult.model_construct(steps=[step, step])]
+    assert drafter.record_judgement(store, local_spec, {"--speculative-config": "{}"}, "worse", None, sweeps) is None
+    assert drafter.record_judgement(store, local_spec, diff, "worse", "lossless, checked on logprobs", sweeps) == rec.drafter_id
+    (got,) = store.drafters(local_spec.name)
+    assert got.verdict == "worse" and got.correctness == "lossless, checked on logprobs"
+    assert got.acceptance_served["acceptance_rate"] == pytest.approx(0.4)
+    assert got.acceptance_served["acceptance_length"] == pytest.approx(1 + 0.4 * 3)
+    assert got.acceptance_offline == rec.acceptance_offline  # the offline figures are kept
