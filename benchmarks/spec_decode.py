@@ -208,6 +208,9 @@ def main() -> int:
     p.add_argument("--data", help="reuse on-policy examples from this JSONL (research.drafter.OnPolicyExample)")
     p.add_argument("--data-note", default="", help="how --data was produced (kept in the record)")
     p.add_argument("--skip-served", action="store_true")
+    p.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="added to the endpoint's engine.env for every engine this run starts (kept in the record), "
+                        "e.g. PYTHONPATH=benchmarks/spec_decode/cpu_expand_fix for vLLM issue 55005's runtime fix")
     p.add_argument("--out", default=str(RESULTS / "spec_decode.json"))
     p.add_argument("--summarize", action="store_true", help="only rewrite --out's derived figures and summary")
     p.add_argument("--note", action="append", default=[], help="with --summarize: add a note (a later finding)")
@@ -222,11 +225,16 @@ def main() -> int:
         return 0
     torch_threads = os.environ.get("OMP_NUM_THREADS", "1")
     spec = load_definitions(paths.definitions_dir()).endpoint(a.endpoint)
+    if a.engine_env:
+        extra = dict(kv.split("=", 1) for kv in a.engine_env)
+        extra = {k: str(Path(v).resolve()) if k == "PYTHONPATH" else v for k, v in extra.items()}
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": {**spec.engine.env, **extra}})})
     pool = load_pool(spec)
     target = ensure_model(spec.model.path)
     workdir = paths.home() / "drafters" / spec.name
     workdir.mkdir(parents=True, exist_ok=True)
     record: dict = {"issue": 15, "endpoint": spec.name, "model": str(target), "engine_args": spec.engine.args,
+                    "engine_env": spec.engine.env,
                     "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch_threads": torch_threads},
                     "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "load1_at_start": load1(), "settings": vars(a)}
@@ -265,6 +273,9 @@ def main() -> int:
         record["served"] = served_untimed(spec, draft, a.k, held_rows, a.max_tokens, workdir / "served")
         print(json.dumps(record["served"]), flush=True)
 
+    deadline = time.monotonic() + 600  # this run's own engines just stopped: let the load average settle
+    while load1() >= 0.5 and time.monotonic() < deadline:
+        time.sleep(15)
     record["load1_before_timing"] = load1()
     if record["load1_before_timing"] < 0.5:
         record["timed"] = timed(spec, pool, draft, a.k, a.repeats, workdir / "timed")

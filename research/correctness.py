@@ -11,6 +11,12 @@ Why two checks:
   are compared (mean KL, top-1 agreement, perplexity ratio) against thresholds. Lossy changes
   are always flagged for human review.
 
+- Sampled outputs: greedy checks never exercise the sampler, yet a change can break sampling alone
+  (vLLM 0.32's CPU rejection sampler verifies drafts against garbage temperatures, vLLM issue 55005,
+  so speculation at temperature > 0 emits nonsense while greedy outputs stay exact). With logprobs,
+  each prompt is also sampled at ``sample_temperature`` and the sampled tokens are scored teacher-forced;
+  the mean negative log-likelihood per token must stay within noise of the reference's own samples.
+
 Which evidence is used is decided by the engine adapter's ``can_give(...)``, never by engine names:
 
 - ``logprobs``: the adapter gives token ids and logprobs (vLLM's OpenAI extensions
@@ -80,6 +86,12 @@ class CorrectnessThresholds(BaseModel):
     # Lossy, greedy-text evidence only (no distributions): the mean matched-prefix fraction of the
     # reference outputs must reach this (a coarse guard against a broken model; always reviewed).
     greedy_lossy_min_prefix_fraction: float = 0.5
+    # Sampled outputs (logprobs evidence): each prompt sampled once at this temperature (0 = no check);
+    # a lossless candidate's mean NLL per sampled token may differ from the reference's samples by at
+    # most max(sampled_max_nll_shift, sampled_se_multiple x the standard error of the difference).
+    sample_temperature: float = Field(default=1.0, ge=0.0)
+    sampled_max_nll_shift: float = 0.5
+    sampled_se_multiple: float = 4.0
 
 
 class SequenceRef(BaseModel):
@@ -92,6 +104,25 @@ class SequenceRef(BaseModel):
     # One entry per position 1..n-1 of prompt_ids + output_ids: token id -> logprob (top-k + actual).
     positions: list[dict[int, float]]
     actual_ids: list[int]  # the token at each of those positions
+
+
+class SampledStats(BaseModel):
+    """How likely the model finds the tokens an engine sampled: mean NLL per token (nats), teacher-forced."""
+
+    temperature: float
+    sequences: int
+    tokens: int
+    mean_nll: float
+    se: float  # standard error of the mean (tokens treated as independent: the absolute floor covers the rest)
+    texts: list[str] = Field(default_factory=list)  # the first samples, for people to read
+
+
+class SampledComparison(BaseModel):
+    reference: SampledStats
+    candidate: SampledStats
+    shift: float  # candidate mean NLL - reference mean NLL
+    limit: float
+    passed: bool
 
 
 class ReferenceOutputs(BaseModel):
@@ -112,6 +143,9 @@ class ReferenceOutputs(BaseModel):
     #: greedy_text: the same prompts sent all at once (one batch) to the same engine. In reduced
     #: precision a batch can flip near-ties, so this is the engine's own numerical noise on these prompts
     batched_texts: list[str] = Field(default_factory=list)
+    #: logprobs: the prompts sampled at the thresholds' sample_temperature, scored (None: not captured,
+    #: e.g. a reference cached before this check existed; candidates are then not checked on samples)
+    sampled: SampledStats | None = None
 
     def self_matched_fraction(self, encode) -> float:
         """The smallest matched-prefix fraction between the solo and the batched outputs of the
@@ -167,6 +201,7 @@ class CorrectnessReport(BaseModel):
     checked: bool = True
     unit: str = "tokens"  # what greedy sequences were compared in (greedy_text without a tokenizer: characters)
     mean_matched_prefix_fraction: float | None = None  # greedy_text: matched prefix / reference length
+    sampled: SampledComparison | None = None  # logprobs: sampled outputs against the reference's
 
     @property
     def label(self) -> str:
@@ -192,9 +227,14 @@ class CorrectnessReport(BaseModel):
         dist = (f"mean KL {d.mean_kl:.2e}, top-1 {d.top1_agreement:.3f} (tie-tolerant {d.top1_agreement_tolerant:.3f}), "
                 f"ppl ratio {d.ppl_ratio:.4f}, max |dlogprob| {d.max_abs_logprob_diff:.2e} over {d.positions} positions"
                 if d else "no distribution data")
+        sampled = ""
+        if self.sampled is not None:
+            c = self.sampled
+            sampled = (f"; sampled at T={c.candidate.temperature:g}: mean NLL {c.candidate.mean_nll:.2f} vs "
+                       f"{c.reference.mean_nll:.2f} nats/token (shift {c.shift:+.2f}, limit {c.limit:.2f})")
         return (f"{self.mode} check {'passed' if self.passed else 'FAILED'} (evidence: logprobs): greedy "
                 f"{self.greedy_identical}/{self.greedy_total} identical{' (float32)' if self.float32 else ''}; "
-                f"{dist}. {self.reason}")
+                f"{dist}{sampled}. {self.reason}")
 
 
 class CorrectnessUnavailable(RuntimeError):
@@ -283,6 +323,14 @@ class _Client:
             raise CorrectnessUnavailable("the engine ignored return_token_ids (needs vLLM's OpenAI server)")
         return list(prompt_ids), list(output_ids), choice.get("text", "")
 
+    def sample(self, prompt: str, max_tokens: int, temperature: float, seed: int) -> tuple[list[int], list[int], str]:
+        choice = self.complete(prompt, max_tokens=max_tokens, return_token_ids=True, temperature=temperature,
+                               top_p=1.0, seed=seed)
+        prompt_ids, output_ids = choice.get("prompt_token_ids"), choice.get("token_ids")
+        if prompt_ids is None or output_ids is None:
+            raise CorrectnessUnavailable("the engine ignored return_token_ids (needs vLLM's OpenAI server)")
+        return list(prompt_ids), list(output_ids), choice.get("text", "")
+
     def teacher_forced(self, ids: list[int], top_k: int) -> list[dict[int, float]]:
         choice = self.complete(ids, max_tokens=1, prompt_logprobs=top_k)
         raw = choice.get("prompt_logprobs")
@@ -352,10 +400,43 @@ def _capture_logprobs(base_url: str, model: str, engine_args: list[str], prompts
             ids = prompt_ids + output_ids
             sequences.append(SequenceRef(prompt=prompt, prompt_ids=prompt_ids, output_ids=output_ids, output_text=text,
                                          positions=client.teacher_forced(ids, t.top_k), actual_ids=ids[1:]))
+        sampled = sampled_stats(client, prompts, t)
     finally:
         client.close()
     return ReferenceOutputs(engine_args=list(engine_args), float32=is_float32(engine_args), top_k=t.top_k,
-                            max_tokens=t.max_tokens, sequences=sequences, evidence="logprobs")
+                            max_tokens=t.max_tokens, sequences=sequences, evidence="logprobs", sampled=sampled)
+
+
+def sampled_stats(client: "_Client", prompts, t: CorrectnessThresholds) -> SampledStats | None:
+    """Sample each prompt once at ``t.sample_temperature`` (fixed seeds) and score the sampled tokens
+    teacher-forced on the same engine: mean NLL per token. None when the temperature is 0."""
+    if t.sample_temperature <= 0:
+        return None
+    nlls: list[float] = []
+    texts: list[str] = []
+    for i, prompt in enumerate(prompts):
+        prompt_ids, output_ids, text = client.sample(prompt, t.max_tokens, t.sample_temperature, seed=1000 + i)
+        texts.append(text)
+        if not output_ids:
+            continue
+        positions = client.teacher_forced(prompt_ids + output_ids, 1)
+        for j, token in enumerate(output_ids):
+            logprob = positions[len(prompt_ids) - 1 + j].get(token)
+            if logprob is not None and math.isfinite(logprob):
+                nlls.append(-logprob)
+    n = len(nlls)
+    mean = sum(nlls) / n if n else 0.0
+    var = sum((x - mean) ** 2 for x in nlls) / (n - 1) if n > 1 else 0.0
+    return SampledStats(temperature=t.sample_temperature, sequences=len(texts), tokens=n, mean_nll=mean,
+                        se=math.sqrt(var / n) if n else 0.0, texts=[x[:200] for x in texts[:3]])
+
+
+def compare_sampled(reference: SampledStats, candidate: SampledStats, t: CorrectnessThresholds) -> SampledComparison:
+    """Two-sided: a sampler that emits nonsense raises the NLL, one that turned greedy lowers it."""
+    shift = candidate.mean_nll - reference.mean_nll
+    limit = max(t.sampled_max_nll_shift, t.sampled_se_multiple * math.hypot(reference.se, candidate.se))
+    return SampledComparison(reference=reference, candidate=candidate, shift=shift, limit=limit,
+                             passed=abs(shift) <= limit)
 
 
 def _capture_greedy_text(base_url: str, model: str, engine_args: list[str], prompts, t: CorrectnessThresholds,
@@ -481,7 +562,12 @@ def check_candidate(base_url: str, model: str, reference: ReferenceOutputs, cand
                 _, output_ids, text = client.greedy(seq.prompt, reference.max_tokens)
                 comparisons.append(_compare_greedy(i, seq, output_ids, text, t.tie_margin))
                 cand_positions.append(client.teacher_forced(seq.prompt_ids + seq.output_ids, reference.top_k))
-            return judge(reference, candidate_args, comparisons, cand_positions, lossy=lossy, thresholds=t)
+            sampled = None
+            if reference.sampled is not None:
+                st = t.model_copy(update={"sample_temperature": reference.sampled.temperature})
+                sampled = sampled_stats(client, [seq.prompt for seq in reference.sequences], st)
+            return judge(reference, candidate_args, comparisons, cand_positions, lossy=lossy, thresholds=t,
+                         sampled=sampled)
         tok = reference.tokenizer or (str(tokenizer) if tokenizer is not None else tokenizer_for(adapter))
         encoder = _TextEncoder(tok)
         texts = [client.greedy_text(seq.prompt, reference.max_tokens, reference.route) for seq in reference.sequences]
@@ -570,8 +656,9 @@ def unchecked_report(reference: ReferenceOutputs, candidate_args: list[str], *, 
 
 def judge(reference: ReferenceOutputs, candidate_args: list[str], comparisons: list[SequenceComparison],
           cand_positions: list[list[dict[int, float]]], *, lossy: bool,
-          thresholds: CorrectnessThresholds | None = None) -> CorrectnessReport:
-    """Turn raw comparisons into a verdict (pure: unit-testable without an engine)."""
+          thresholds: CorrectnessThresholds | None = None, sampled: SampledStats | None = None) -> CorrectnessReport:
+    """Turn raw comparisons into a verdict (pure: unit-testable without an engine). ``sampled``: the
+    candidate's sampled outputs, judged against the reference's (a lossless change must keep them)."""
     t = thresholds or CorrectnessThresholds()
     stats = distribution_stats(reference, cand_positions, t.tie_margin)
     float32 = reference.float32 and is_float32(candidate_args)
@@ -587,16 +674,27 @@ def judge(reference: ReferenceOutputs, candidate_args: list[str], comparisons: l
         why = (f"tolerance check: divergences beyond a tie in prompts {untied or 'none'}, mean KL {stats.mean_kl:.2e} "
                f"(limit {t.lossless_max_mean_kl:.0e}), tie-tolerant top-1 {stats.top1_agreement_tolerant:.3f} "
                f"(min {t.lossless_min_top1})")
+    samples = (compare_sampled(reference.sampled, sampled, t)
+               if reference.sampled is not None and sampled is not None else None)
+    if samples is not None:
+        why += (f"; sampled outputs (T={sampled.temperature:g}): mean NLL {sampled.mean_nll:.2f} vs the reference's "
+                f"{reference.sampled.mean_nll:.2f} nats/token, shift {samples.shift:+.2f} "
+                f"({'within' if samples.passed else 'BEYOND'} {samples.limit:.2f})")
+        equivalent = equivalent and samples.passed
+    elif reference.sampled is None:
+        why += "; sampled outputs not checked (the reference has no samples)"
     if not lossy:
         passed = equivalent
         reason = ("outputs kept; " if equivalent else "outputs CHANGED by a change declared lossless; ") + why
     else:
         within = (stats.mean_kl <= t.lossy_max_mean_kl and stats.top1_agreement >= t.lossy_min_top1
                   and stats.ppl_ratio <= t.lossy_max_ppl_ratio)
-        passed = within
+        passed = within and (samples is None or samples.passed)  # a broken sampler fails either way
         reason = (f"lossy change, distribution {'within' if within else 'OUTSIDE'} thresholds (KL <= {t.lossy_max_mean_kl}, "
-                  f"top-1 >= {t.lossy_min_top1}, ppl ratio <= {t.lossy_max_ppl_ratio}); flagged for human review")
+                  f"top-1 >= {t.lossy_min_top1}, ppl ratio <= {t.lossy_max_ppl_ratio})"
+                  + (f", sampled outputs' NLL shift {samples.shift:+.2f} ({'within' if samples.passed else 'BEYOND'} "
+                     f"{samples.limit:.2f})" if samples is not None else "") + "; flagged for human review")
     return CorrectnessReport(mode="lossy" if lossy else "lossless", passed=passed, lossless_equivalent=equivalent,
                              float32=float32, flag_for_review=lossy or not equivalent, reason=reason,
                              greedy_identical=identical, greedy_total=len(comparisons), sequences=comparisons,
-                             distribution=stats, thresholds=t)
+                             distribution=stats, thresholds=t, sampled=samples)

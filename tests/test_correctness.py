@@ -110,3 +110,43 @@ def test_a_lossy_change_is_measured_caught_and_always_flagged():
     strict = judge(ref, BF16, comps, [cand], lossy=True)
     assert not strict.passed and strict.flag_for_review
     assert "OUTSIDE" in strict.reason
+
+
+# --- sampled outputs: greedy checks never run the sampler (vLLM issue 55005 broke only sampling)
+
+def _sampled(mean_nll: float, se: float = 0.05, tokens: int = 256):
+    from research.correctness import SampledStats
+
+    return SampledStats(temperature=1.0, sequences=8, tokens=tokens, mean_nll=mean_nll, se=se)
+
+
+def test_a_lossless_change_that_breaks_sampling_fails_though_greedy_outputs_are_exact():
+    ref = reference(F32).model_copy(update={"sampled": _sampled(2.1)})
+    seq = ref.sequences[0]
+    comps = [_compare_greedy(0, seq, [3, 4], "ab", 0.05)]
+    kept = judge(ref, F32, comps, [seq.positions], lossy=False, sampled=_sampled(2.3))
+    assert kept.passed and kept.sampled.passed and "sampled outputs" in kept.reason
+    nonsense = judge(ref, F32, comps, [seq.positions], lossy=False, sampled=_sampled(7.9))
+    assert not nonsense.passed and nonsense.greedy_identical == nonsense.greedy_total  # greedy alone would pass
+    assert nonsense.flag_for_review and "BEYOND" in nonsense.reason and "+5.80" in nonsense.summary()
+    # two-sided: a sampler that turned greedy makes its samples too likely
+    greedy_like = judge(ref, F32, comps, [seq.positions], lossy=False, sampled=_sampled(0.4))
+    assert not greedy_like.passed
+    # a lossy change must keep a working sampler too
+    assert not judge(ref, F32, comps, [seq.positions], lossy=True, sampled=_sampled(7.9)).passed
+
+
+def test_the_sampled_limit_widens_with_the_noise_of_few_samples():
+    from research.correctness import compare_sampled
+
+    t = CorrectnessThresholds()
+    assert compare_sampled(_sampled(2.0), _sampled(2.6), t).passed is False  # beyond the 0.5 floor
+    noisy = compare_sampled(_sampled(2.0, se=0.2), _sampled(2.6, se=0.2), t)
+    assert noisy.passed and noisy.limit == pytest.approx(4 * math.hypot(0.2, 0.2))
+
+
+def test_a_reference_without_samples_says_the_sampler_was_not_checked():
+    ref = reference(F32)
+    seq = ref.sequences[0]
+    report = judge(ref, F32, [_compare_greedy(0, seq, [3, 4], "ab", 0.05)], [seq.positions], lossy=False)
+    assert report.passed and report.sampled is None and "sampled outputs not checked" in report.reason

@@ -41,3 +41,54 @@ def test_identical_config_passes_and_fp8_kv_cache_is_caught(tiny_engine, engine_
     assert declared_lossy.mode == "lossy" and declared_lossy.flag_for_review
     assert not declared_lossy.lossless_equivalent
     engine_slot.release()
+
+
+def _expand_kernel_broken() -> bool:
+    """Whether this vLLM CPU build has issue 55005 (its expand kernel drops float outputs)."""
+    import subprocess
+
+    from autoresearch.paths import engine_python
+
+    probe = ("import torch, vllm._C\nfrom vllm.utils import cpu_triton_utils as c\nout = torch.zeros(4)\n"
+             "c._expand_kernel_impl(out, torch.tensor([0.5, 0.75]), torch.tensor([2, 4]), 0, 1)\n"
+             "print(out.tolist() != [0.5, 0.5, 0.75, 0.75])")
+    done = subprocess.run([str(engine_python()), "-c", probe], capture_output=True, text=True, timeout=300)
+    return done.returncode != 0 or done.stdout.strip().endswith("True")
+
+
+def test_speculation_that_breaks_sampling_fails_the_lossless_check(engine_slot, smollm_spec, tmp_path):
+    """SmolLM2 as its own draft (an exact drafter): greedy outputs stay exact either way, so only the
+    sampled-output check can tell a broken sampler. On a build with vLLM issue 55005 the engine as
+    installed must fail it, and with the runtime fix (engines/patches/vllm_issue_55005) it must pass."""
+    from autoresearch.models import ensure_model
+    from autoresearch.paths import REPO_ROOT
+    from engines import start_engine
+    from research import drafter
+
+    engine_slot.release()
+    spec = smollm_spec
+    args = list(spec.engine.args)
+    base = start_engine(spec, workdir=tmp_path / "base")
+    try:
+        reference = capture_reference(base.base_url, base.served_model, args, adapter=base.adapter)
+    finally:
+        base.stop()
+    assert reference.sampled is not None and reference.sampled.tokens > 100
+    spec_args = drafter.candidate_args(args, ensure_model(spec.model.path), 2, spec.engine.kind)
+    fixed_env = {**spec.engine.env, "PYTHONPATH": str(REPO_ROOT / "engines" / "patches" / "vllm_issue_55005")}
+    reports = {}
+    for name, env in (("as installed", spec.engine.env), ("with the fix", fixed_env)):
+        variant = spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": env})})
+        engine = start_engine(variant, args_override=spec_args, workdir=tmp_path / name.replace(" ", "_"))
+        try:
+            reports[name] = check_candidate(engine.base_url, engine.served_model, reference, spec_args, lossy=False,
+                                            adapter=engine.adapter)
+        finally:
+            engine.stop()
+    fixed, installed = reports["with the fix"], reports["as installed"]
+    assert fixed.passed and fixed.sampled.passed, fixed.summary()
+    if _expand_kernel_broken():
+        assert not installed.passed and not installed.sampled.passed, installed.summary()
+        assert installed.sampled.shift > fixed.sampled.shift  # nonsense is less likely under the model
+    else:  # a vLLM with the upstream fix: both engines sample correctly
+        assert installed.passed, installed.summary()

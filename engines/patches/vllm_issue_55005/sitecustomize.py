@@ -1,0 +1,54 @@
+"""Runtime fix for vLLM issue 55005 (CPU builds): put this folder on the engine's PYTHONPATH.
+
+    engine:
+      env: {PYTHONPATH: engines/patches/vllm_issue_55005}   # an absolute path where the engine runs elsewhere
+
+vLLM 0.32's CPU replacement of the Triton ``expand_kernel`` (vllm/utils/cpu_triton_utils.py,
+``_expand_kernel_impl``) hands the C++ op an int64 *copy* of its float32/int32 output and never copies
+it back, so ``rejection_sampler.expand_batch_to_tokens`` returns uninitialised memory as the per-token
+temperature, top_p and top_k. Every speculative-decoding request with temperature > 0 is then verified
+against garbage logits: drafts are rejected and the emitted text is nonsense, while greedy requests are
+untouched. Upstream fix: vllm-project/vllm PR 55006. This module replaces that one function with the
+same computation in torch, in the output's dtype, and only when a self-check shows the installed
+function is broken (a fixed vLLM is left alone). The engine's log says whether it applied.
+Found and measured in benchmarks/results/spec_decode_cpu_path_probe.txt.
+"""
+
+import sys
+
+
+def _apply() -> str:
+    try:
+        import torch
+        from vllm.utils import cpu_triton_utils as cpu_tl
+    except Exception:  # noqa: BLE001 - not a vLLM CPU interpreter (or no torch): nothing to fix
+        return ""
+    original = getattr(cpu_tl, "_expand_kernel_impl", None)
+    if original is None:
+        return ""
+
+    def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803
+        cu = cu_num_tokens.to(torch.int64)
+        counts = torch.diff(cu, prepend=cu.new_zeros(1))
+        values = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+        n = int(cu[-1]) if cu.numel() else 0
+        output[:n].copy_(torch.repeat_interleave(values, counts).to(output.dtype))
+
+    probe = torch.zeros(4, dtype=torch.float32)
+    try:
+        original(probe, torch.tensor([0.5, 0.75]), torch.tensor([2, 4], dtype=torch.int32), 0, 1)
+        broken = probe.tolist() != [0.5, 0.5, 0.75, 0.75]
+    except Exception:  # noqa: BLE001 - the op itself fails: replace it too
+        broken = True
+    if not broken:
+        return "vllm issue 55005 fix: installed expand kernel is correct, left alone"
+    cpu_tl._expand_kernel_impl = expand
+    return "vllm issue 55005 fix: replaced vllm.utils.cpu_triton_utils._expand_kernel_impl"
+
+
+try:
+    _message = _apply()
+    if _message and "vllm" in " ".join(sys.argv[:3]):
+        print(f"[autoresearch] {_message}", file=sys.stderr, flush=True)
+except Exception as _exc:  # noqa: BLE001 - never break the interpreter
+    print(f"[autoresearch] vllm issue 55005 fix not applied: {_exc!r}", file=sys.stderr, flush=True)
