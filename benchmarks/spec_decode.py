@@ -148,7 +148,10 @@ def summary(record: dict) -> str:
              + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in record["settings"].items()
                         if k in ("examples", "heldout", "max_tokens", "layers", "steps", "lr", "k")),
              f"# host: {record['host']['cpus']} CPUs, shared; 1-minute load average {record['load1_at_start']:.1f} at "
-             f"start, {record['load1_before_timing']:.1f} before the timing part", "",
+             f"start, {record['load1_before_timing']:.1f} before the timing part"]
+    if record.get("engine_env"):
+        lines += [f"# engine environment (every engine of this run): {record['engine_env']}"]
+    lines += ["",
              f"on-policy data: {d['examples']} replies of the target to pool requests ({d['train_examples']} train, "
              f"{d['heldout_examples']} held out), {d['train_reply_tokens']} supervised reply tokens, prompts "
              f"{d['prompt_tokens_mean']:.0f} tokens on average; generation "
@@ -210,7 +213,7 @@ def main() -> int:
     p.add_argument("--skip-served", action="store_true")
     p.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
                    help="added to the endpoint's engine.env for every engine this run starts (kept in the record), "
-                        "e.g. PYTHONPATH=benchmarks/spec_decode/cpu_expand_fix for vLLM issue 55005's runtime fix")
+                        "e.g. PYTHONPATH=engines/patches/vllm_issue_55005 for vLLM issue 55005's runtime fix")
     p.add_argument("--out", default=str(RESULTS / "spec_decode.json"))
     p.add_argument("--summarize", action="store_true", help="only rewrite --out's derived figures and summary")
     p.add_argument("--note", action="append", default=[], help="with --summarize: add a note (a later finding)")

@@ -61,12 +61,13 @@ for name, x, rf, rt in [("temperature float32", torch.tensor([0.3, 0.7]), 0, 1),
     print(f"expand_batch_to_tokens {name}: got {got.tolist()} want {want.tolist()} -> "
           f"{'OK' if torch.equal(got, want) else 'MISMATCH'}")
 
-# --- the same checks through the throwaway fix (benchmarks/spec_decode/cpu_expand_fix/sitecustomize.py)
+# --- the same checks through the runtime fix (engines/patches/vllm_issue_55005/sitecustomize.py)
 import importlib.util  # noqa: E402
 import os  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
-    "expand_fix", os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_expand_fix", "sitecustomize.py"))
+    "expand_fix", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "engines", "patches", "vllm_issue_55005",
+                 "sitecustomize.py"))
 _mod = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_mod)
 for name, x, rf, rt in [("temperature float32 (fixed)", torch.tensor([0.3, 0.0]), 0, 1),

@@ -6,7 +6,7 @@ per-request deltas of the vllm:spec_decode_* counters, and the greedy text for a
 Env: PORT (default 8711), MAXTOK (default 48), NPROMPTS (default 3), LOGDIR (default /tmp/specprobe),
 MSGS (a JSON file holding a list of chat message lists, e.g. the pool's system+user messages without
 tools/response_format; default: four short one-line user prompts), TEMP (default 0), TOP_P (default 1),
-SEED (optional per-request seed). PYTHONPATH=benchmarks/spec_decode/cpu_expand_fix loads the throwaway
+SEED (optional per-request seed). PYTHONPATH=engines/patches/vllm_issue_55005 loads the runtime
 expand_kernel fix into the server and its engine-core process.
 Prints one JSON line per request and a summary line; the server log goes to LOGDIR/NAME.log.
 """

@@ -5,7 +5,7 @@ and what the rejection sampler saw (draft tokens vs the target's argmax).
 
     nice -n 19 .venv-engine/bin/python benchmarks/spec_decode/cpu_path_trace.py [K] [MAXTOK] [TEMP]
 
-With PYTHONPATH=benchmarks/spec_decode/cpu_expand_fix the throwaway expand_kernel fix is loaded too.
+With PYTHONPATH=engines/patches/vllm_issue_55005 the expand_kernel runtime fix is loaded too.
 """
 import os
 import sys

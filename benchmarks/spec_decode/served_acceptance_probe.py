@@ -4,7 +4,7 @@ requests as logged (tools, response_format, each row's temperature/top_p), one a
 pass of the same rows. Run it with and without the throwaway CPU expand_kernel fix:
 
     nice -n 19 .venv/bin/python benchmarks/spec_decode/served_acceptance_probe.py DRAFT_DIR [N] [PORT]
-    PYTHONPATH=benchmarks/spec_decode/cpu_expand_fix nice -n 19 .venv/bin/python \
+    PYTHONPATH=engines/patches/vllm_issue_55005 nice -n 19 .venv/bin/python \
         benchmarks/spec_decode/served_acceptance_probe.py DRAFT_DIR [N] [PORT]
 """
 import os
@@ -23,7 +23,7 @@ from research import drafter  # noqa: E402
 draft = Path(sys.argv[1])
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 port = int(sys.argv[3]) if len(sys.argv) > 3 else 8733
-fixed = "cpu_expand_fix" in os.environ.get("PYTHONPATH", "")
+fixed = "vllm_issue_55005" in os.environ.get("PYTHONPATH", "")
 spec = load_definitions(paths.definitions_dir()).endpoint("support_smollm")
 rows = load_pool(spec).slice(100, n)
 engine = start_engine(spec, port=port, args_override=drafter.candidate_args(spec.engine.args, draft, 3),
