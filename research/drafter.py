@@ -399,9 +399,8 @@ def propose_drafter(spec, diagnosis, batch, *, n: int, memory=None, campaign_id:
     When the rule says a drafter would pay at this load and memory holds a fresh drafter of the
     endpoint's current model that the harness has not judged yet, that drafter joins the batch as a
     candidate (technique ``trained_drafter``, a lossless engine diff), in place of the last-ranked
-    proposal when the batch is full. Otherwise
-    the batch carries the suggestion (what acceptance length would pay, the command that trains one),
-    and memory gets it as an open question for the next campaign.
+    proposal when the batch is full. Otherwise the batch carries the suggestion (what acceptance
+    length would pay, the command that trains one), and memory gets it as an open question.
     """
     from memory_db.records import OpenQuestion
     from research.rules import drafter_training
