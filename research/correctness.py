@@ -317,15 +317,14 @@ class _Client:
         return self.post("/v1/completions", body)
 
     def greedy(self, prompt: str, max_tokens: int) -> tuple[list[int], list[int], str]:
-        choice = self.complete(prompt, max_tokens=max_tokens, return_token_ids=True)
-        prompt_ids, output_ids = choice.get("prompt_token_ids"), choice.get("token_ids")
-        if prompt_ids is None or output_ids is None:
-            raise CorrectnessUnavailable("the engine ignored return_token_ids (needs vLLM's OpenAI server)")
-        return list(prompt_ids), list(output_ids), choice.get("text", "")
+        return self.generate(prompt, max_tokens)
 
     def sample(self, prompt: str, max_tokens: int, temperature: float, seed: int) -> tuple[list[int], list[int], str]:
-        choice = self.complete(prompt, max_tokens=max_tokens, return_token_ids=True, temperature=temperature,
-                               top_p=1.0, seed=seed)
+        return self.generate(prompt, max_tokens, temperature=temperature, top_p=1.0, seed=seed)
+
+    def generate(self, prompt: str, max_tokens: int, **sampling) -> tuple[list[int], list[int], str]:
+        """(prompt ids, output ids, text) of one completion; greedy unless ``sampling`` says otherwise."""
+        choice = self.complete(prompt, max_tokens=max_tokens, return_token_ids=True, **sampling)
         prompt_ids, output_ids = choice.get("prompt_token_ids"), choice.get("token_ids")
         if prompt_ids is None or output_ids is None:
             raise CorrectnessUnavailable("the engine ignored return_token_ids (needs vLLM's OpenAI server)")

@@ -260,21 +260,11 @@ def cannot_serve_drafter(engine_kind: str) -> str | None:
 
 
 def candidate_args(engine_args: list[str], draft_dir: Path, k: int, engine_kind: str = "vllm") -> list[str]:
-    """``engine_args`` with the drafter's arguments (replacing any earlier speculation settings)."""
+    """``engine_args`` with the drafter's arguments at the end (replacing any earlier speculation settings)."""
+    from autoresearch.engine_args import REMOVE, apply_diff
+
     diff = draft_model_diff(engine_kind, draft_dir, k)
-    out: list[str] = []
-    skip = False
-    for arg in engine_args:
-        if skip:
-            skip = False
-            continue
-        if arg in diff:
-            skip = True
-            continue
-        if any(arg.startswith(flag + "=") for flag in diff):
-            continue
-        out.append(arg)
-    return out + [part for flag, value in diff.items() for part in (flag, value)]
+    return apply_diff(apply_diff(engine_args, {flag: REMOVE for flag in diff}), diff)
 
 
 def describe(diff: dict[str, str]) -> str:
