@@ -605,7 +605,13 @@ def sender_main() -> None:
         cfg = _read_frame(inp)
 
         def t0_getter() -> float:
-            t0 = _read_frame(inp)
+            go = _read_frame(inp)
+            # A lone sender picks its own start, so a parent that stalls between "ready" and "go"
+            # (a garbage collection of a large heap, a busy thread of the caller) delays the whole
+            # run instead of making its first requests late. Several senders share the parent's t0.
+            t0 = _now() + go["delay"] if go.get("t0") is None else go["t0"]
+            stop["late_start_s"] = max(0.0, _now() - t0)
+            stop["wall_t0"] = time.time() + (t0 - _now())
 
             def watch_stdin():
                 try:
@@ -617,6 +623,7 @@ def sender_main() -> None:
             return t0
 
         result = _run_sender(cfg, t0_getter, lambda: _write_frame(out, "ready"), lambda: stop.get("reason"))
+        result.update(late_start_s=stop.get("late_start_s", 0.0), wall_t0=stop.get("wall_t0"))
         _write_frame(out, result)
     except BaseException as exc:  # report, never leave the parent waiting
         _write_frame(out, {"error": f"{type(exc).__name__}: {exc}"})
@@ -726,10 +733,20 @@ def _run_multi(configs: list[_SenderConfig], stop_check, start_delay_s: float) -
             msg = _read_frame(proc.stdout)
             if msg != "ready":
                 raise RuntimeError(f"sender process failed to start: {msg}")
-        t0 = _now() + max(start_delay_s, 0.3)  # a sender process on a busy host may take a while to wake
-        wall = time.time() + (t0 - _now())
-        for proc in procs:
-            _write_frame(proc.stdin, t0)
+        if len(procs) == 1:
+            _write_frame(procs[0].stdin, {"t0": None, "delay": start_delay_s})
+            wall = None  # the sender reports its own start
+        else:
+            collecting = gc.isenabled()
+            gc.disable()  # no collection of the caller's heap between choosing t0 and handing it out
+            try:
+                t0 = _now() + max(start_delay_s, 0.3)  # a sender process on a busy host may take a while to wake
+                wall = time.time() + (t0 - _now())
+                for proc in procs:
+                    _write_frame(proc.stdin, {"t0": t0, "delay": start_delay_s})
+            finally:
+                if collecting:
+                    gc.enable()
         watcher_done = threading.Event()
         stopped: dict = {}
 
@@ -757,6 +774,8 @@ def _run_multi(configs: list[_SenderConfig], stop_check, start_delay_s: float) -
         finally:
             watcher_done.set()
             watcher.join()
+        if wall is None:
+            wall = results[0].get("wall_t0") or time.time()
         return results, wall
     finally:
         for proc in procs:
@@ -802,6 +821,10 @@ def _outcome(results: list[dict], n: int, duration_s: float, rate: float, sender
         if rate > 0 and achieved / rate < bounds.min_rate_ratio:
             reasons.append(f"client fell behind its schedule: achieved {achieved:.1f} req/s of {rate:.1f} "
                            f"scheduled ({achieved / rate:.1%} < {bounds.min_rate_ratio:.0%})")
+    late = max((r.get("late_start_s") or 0.0 for r in results), default=0.0)
+    if late * 1000 > bounds.p99_ms:
+        reasons.append(f"a sender received its start {late * 1000:.0f} ms after the shared start time "
+                       "(the calling process stalled before the run began)")
     if client_errors > bounds.max_client_errors:
         reasons.append(f"client could not send {client_errors} requests (open files / local ports exhausted)")
     cpu = [r["cpu_util"] for r in results if r.get("cpu_util") is not None]

@@ -49,11 +49,77 @@ class EngineSlot:
         self.engine, self.key = None, None
 
 
-# Relation tests that need long, quiet measurement (minutes of sweeps on a 2-core host whose
-# scheduler stalls every process now and then): opt in with AUTORESEARCH_LONG_TESTS=1.
-long_measurement = pytest.mark.skipif(
-    __import__("os").environ.get("AUTORESEARCH_LONG_TESTS") != "1",
-    reason="long measurement relation test: set AUTORESEARCH_LONG_TESTS=1 (needs a quiet machine, 15-30 min)")
+# Tests that need long, quiet measurement (minutes of sweeps on a 2-core host whose scheduler stalls
+# every process now and then), or that start several engines for one relation already covered by a
+# lighter test: opt in with AUTORESEARCH_LONG_TESTS=1 (docs/architecture.md, "The long tier").
+LONG_TESTS = __import__("os").environ.get("AUTORESEARCH_LONG_TESTS") == "1"
+
+
+def long_test(why: str):
+    """Skip unless AUTORESEARCH_LONG_TESTS=1; ``why`` says what it costs and what covers it by default."""
+    return pytest.mark.skipif(not LONG_TESTS, reason=f"long tier (AUTORESEARCH_LONG_TESTS=1): {why}")
+
+
+long_measurement = long_test("a measurement relation test that needs a quiet machine, 15-30 min")
+
+
+# Every process this test session starts inherits this marker, so the guard below can tell the
+# session's own leftovers from anything else on the host (it never signals a process without it).
+SESSION_MARK = f"{__import__('os').getpid()}-{__import__('time').time_ns()}"
+__import__("os").environ["AUTORESEARCH_TEST_SESSION"] = SESSION_MARK
+
+
+def _session_processes() -> dict[int, str]:
+    """pid -> command line of live processes (not this one) started under this test session: every
+    one, whatever its name (vLLM renames its engine core ``VLLM::EngineCore``; a pattern missed it)."""
+    import os
+    from pathlib import Path
+
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            env = (proc / "environ").read_bytes()
+            if f"AUTORESEARCH_TEST_SESSION={SESSION_MARK}".encode() not in env:
+                continue
+            if "zombie" in (proc / "status").read_text().lower():
+                continue
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        found[int(proc.name)] = cmd
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaked_processes(request, engine_slot):
+    """After each test module: engines, webservers and load senders it left running are stopped and
+    reported. A leftover engine on a 2-core host steals the CPU that later measurements need (the
+    research-graph tests turned `invalid` in full suites while such processes ran)."""
+    import os
+    import signal
+    import warnings
+
+    yield
+    from engines.process import group_members
+
+    # the slot's engine runs in a session of its own: its process group is the engine and its workers
+    keep = set(group_members(engine_slot.engine.pid)) if engine_slot.engine is not None and engine_slot.engine.pid else set()
+    leaked = {pid: cmd for pid, cmd in _session_processes().items() if pid not in keep}
+    for pid in leaked:
+        try:
+            os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    _report_exhaustion(request.module.__name__)
+    if leaked:
+        reporter = _reporter()
+        if reporter is not None:
+            reporter.write_line(f"\n[leak] {request.module.__name__} left {len(leaked)} process(es) running: "
+                                + "; ".join(cmd[:80] for cmd in list(leaked.values())[:3]))
+        warnings.warn(f"{request.module.__name__} left {len(leaked)} process(es) running (stopped now): "
+                      + "; ".join(f"{pid}: {cmd[:120]}" for pid, cmd in list(leaked.items())[:5]), stacklevel=1)
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +165,7 @@ endpoint:
   model: {path: "builtin:tiny-random", served_name: tiny-random, revision: seed-0}
   engine:
     kind: vllm
+    startup_timeout_s: 900
     args: ["--max-num-seqs", "1", "--max-model-len", "4096", "--enforce-eager", "--dtype", "float32",
            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     env: {VLLM_CPU_KVCACHE_SPACE: "1", VLLM_CPU_OMP_THREADS_BIND: "0"}
@@ -106,11 +173,13 @@ endpoint:
   traffic: {kind: sample, seed: 3, limit: 200}
   sweep: {rates: [1, 2, 4, 8], step_duration_s: 4, warmup_requests: 2, repeats: 2, max_send_lag_ms: 1000,
           min_rate_ratio: 0.9}
+  soak: {hold_s: 0}  # the soak has its own tests (tests/test_soak*.py)
 campaign:
   name: quick_campaign
   endpoint: quick
   subagents: 1
   repeats: 1
+  extra_repeats: 0  # the sequential rule has its own tests (tests/test_verdict_power.py)
   profile_seconds: 0  # the profiler is covered by tests/test_profile.py on a real trace; here it once hung
                       # vLLM's worker (stop failed on a decode error, then the worker grew until OOM)
 """
@@ -181,3 +250,66 @@ def research_graph(tmp_path_factory, engine_slot: EngineSlot) -> Iterator[Resear
 def pytest_collection_modifyitems(session, config, items):
     """The fast definitions snapshot runs first: a broken definition fails CI in seconds."""
     items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_definitions_snapshot.py") else 1)
+
+
+# --- what CI shows even when it runs out of time ----------------------------------------------
+# CI keeps only the tail of the output, and pytest prints its failure summary at the very end: a run
+# cut off by CI's limit would say nothing about why. Each failure, and each test over a minute, is
+# therefore written as one line the moment it ends, and the header says how fast this host is.
+
+_SLOW_TEST_S = 60.0
+
+
+def pytest_sessionstart(session):
+    """The host's speed as the first line (``-q`` hides pytest's own header)."""
+    import time
+
+    start = time.perf_counter()
+    total = 0
+    for i in range(3_000_000):
+        total += i
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"host speed: a 3M-step Python loop took {time.perf_counter() - start:.2f} s "
+                            "(about 0.15 s on a quick core)")
+
+
+def pytest_runtest_logreport(report):
+    reporter = _reporter()
+    if reporter is None:
+        return
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        reason = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1:]
+        reason = " ".join(str(reason).split())[:300]
+        reporter.write_line(f"\n[{report.when} failed after {report.duration:.0f} s] {report.nodeid}: {reason}")
+    elif report.duration > _SLOW_TEST_S:
+        reporter.write_line(f"\n[{report.when} took {report.duration:.0f} s] {report.nodeid}")
+
+
+def pytest_configure(config):
+    global _CONFIG
+    _CONFIG = config
+
+
+_CONFIG = None
+
+
+def _reporter():
+    return _CONFIG.pluginmanager.get_plugin("terminalreporter") if _CONFIG is not None else None
+
+
+def _report_exhaustion(module: str) -> None:
+    """One line when this process holds many files or threads, or the host runs low on memory: the
+    failures such a state causes show up in unrelated tests later."""
+    import os
+    import threading
+
+    fds = len(os.listdir("/proc/self/fd"))
+    available = next((int(line.split()[1]) // 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable")),
+                     None)
+    if fds > 500 or threading.active_count() > 50 or (available is not None and available < 3072):
+        reporter = _reporter()
+        if reporter is not None:
+            reporter.write_line(f"\n[after {module}] open files {fds}, threads {threading.active_count()}, "
+                                f"memory available {available} MiB")
