@@ -9,6 +9,28 @@ from typing import Iterable, Mapping
 import dagster as dg
 
 
+def refuse_unrunnable(endpoint) -> None:
+    """First line of every asset that starts the endpoint's engine: on a host without its GPU or its
+    engine the run fails at once, with the reason, instead of after an engine start."""
+    from launchers import host_problem
+
+    problem = host_problem(endpoint)
+    if problem is not None:
+        raise dg.Failure(description=problem, metadata={"cannot_run_here": problem}, allow_retries=False)
+
+
+def mark_unrunnable(defs: dg.Definitions, endpoint) -> dg.Definitions:
+    """The endpoint's assets say in their description and metadata why this host cannot run them."""
+    from launchers import host_problem
+
+    problem = host_problem(endpoint)
+    if problem is None:
+        return defs
+    note = f"**Cannot run on this host.** {problem}"
+    return defs.map_asset_specs(func=lambda spec: spec.replace_attributes(
+        description=f"{note}\n\n{spec.description or ''}".strip()).merge_attributes(metadata={"cannot_run_here": problem}))
+
+
 def key(endpoint: str, name: str) -> dg.AssetKey:
     """Asset keys are ``[endpoint, stage]`` so a dozen endpoints coexist in one code location."""
     return dg.AssetKey([endpoint, name])

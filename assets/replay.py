@@ -33,16 +33,30 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     )
     def replay_pool(context: dg.AssetExecutionContext):
         from autoresearch.workflows import build_replay_pool
+        from replay.build import MalformedSourceError
 
-        pool_build = build_replay_pool(endpoint)
+        try:
+            pool_build = build_replay_pool(endpoint)
+        except MalformedSourceError as exc:  # the build failed: nothing was replaced
+            raise dg.Failure(description=str(exc), metadata={
+                "malformed_lines": len(exc.malformed), "lines_read": exc.lines_read,
+                "max_malformed_fraction": exc.limit,
+                "first_bad_lines": table([{"line": f"{exc.source}:{n}", "reason": r} for n, r in exc.malformed[:20]])},
+            ) from exc
         plot = pool_build.plot()
         rows = [{"metric": r.name, "pool": r.pool, "production": r.production, "distance": r.distance,
-                 "threshold": r.threshold, "ok": r.ok} for r in pool_build.fidelity.rows]
+                 "threshold": r.threshold, "status": r.status, "note": r.note} for r in pool_build.fidelity.rows]
+        if not pool_build.accepted:
+            context.log.error(f"{name}: replay pool rejected (fidelity check failed); {pool_build.target_path} "
+                              f"not replaced, candidate at {pool_build.pool_path}")
         yield dg.Output(
             str(pool_build.pool_path),
             metadata={
                 "rows": pool_build.stats.get("rows", 0),
+                "distinct_requests": pool_build.stats.get("distinct_requests", 0),
+                "accepted": pool_build.accepted,
                 "path": dg.MetadataValue.path(str(pool_build.pool_path)),
+                "pool_in_use": dg.MetadataValue.path(str(pool_build.target_path)),
                 "malformed_lines": len(pool_build.malformed),
                 "malformed_examples": table([{"line": n, "reason": r} for n, r in pool_build.malformed[:20]]),
                 "redactions": table([{"category": k, "count": v} for k, v in sorted(pool_build.redaction_counts.items())]),
@@ -52,8 +66,8 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
         yield dg.AssetCheckResult(
             check_name="replay_fidelity", asset_key=pool_key, passed=pool_build.fidelity.passed,
             severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"distances": table(rows, ["metric", "pool", "production", "distance", "threshold", "ok"]),
-                      "failures": ", ".join(r.name for r in pool_build.fidelity.failures) or "none",
+            metadata={"distances": table(rows, ["metric", "pool", "production", "distance", "threshold", "status", "note"]),
+                      "failures": ", ".join(f"{r.name} ({r.status})" for r in pool_build.fidelity.failures) or "none",
                       "length_distributions": md_image(plot, "pool vs production token lengths")},
         )
 

@@ -1,13 +1,16 @@
 """``autoresearch``: headless use of the same code the Dagster assets call.
 
 Every subcommand is a thin wrapper: parse arguments, call a plain module, print a table
-(or JSON). Errors print what to do and exit non-zero; tracebacks are for bugs only.
+(or JSON). Bad input (a file, a field, a flag, a URL) prints one ``error: WHAT (WHERE)`` line and a
+``hint:`` line on what to do, and exits 2; tracebacks are for bugs only (``--debug`` shows them).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -27,18 +30,163 @@ def load_definitions(root: Path) -> DefinitionSet:
 
 
 class UsageError(Exception):
-    """A user-facing error: printed without a traceback."""
+    """A user-facing error: printed as ``error: MESSAGE (WHERE)`` plus ``hint: HINT``, without a traceback."""
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.where, self.hint = where, hint
+
+
+# The definitions and endpoint the running command works on: where an error's field is written.
+_CONTEXT: dict = {}
 
 
 def _definitions(args) -> DefinitionSet:
-    return load_definitions(Path(args.definitions) if args.definitions else paths.definitions_dir())
+    definitions = load_definitions(Path(args.definitions) if args.definitions else paths.definitions_dir())
+    _CONTEXT["definitions"] = definitions
+    return definitions
 
 
 def _endpoint(args, name: str):
     try:
-        return _definitions(args).endpoint(name)
+        spec = _definitions(args).endpoint(name)
     except KeyError as exc:
-        raise UsageError(exc.args[0]) from None
+        raise UsageError(exc.args[0], hint="declare it in a defs.yaml (`autoresearch validate` lists the declared "
+                         "ones), or pick one of those") from None
+    _CONTEXT["endpoint"] = name
+    return spec
+
+
+def _where(field: str, name: str | None = None) -> str:
+    """``FILE:LINE attributes.FIELD`` of an endpoint's field (the nearest written ancestor's line when the
+    field is not written), or just the field when the declaration's file is not known."""
+    definitions, name = _CONTEXT.get("definitions"), name or _CONTEXT.get("endpoint")
+    source = definitions.sources.get(name) if definitions is not None and name else None
+    if not source:
+        return field
+    try:
+        from dagster_project.lib.folder import _line
+
+        line = _line(Path(source), ["attributes", *field.split(".")])
+    except Exception:  # noqa: BLE001 - a location is a nicety; the message stands without it
+        line = None
+    return f"{source}:{line} attributes.{field}" if line else f"{source} attributes.{field}"
+
+
+# --- checks before anything runs ------------------------------------------------------------
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def _check_file(value: str, field: str, what: str) -> Path:
+    """A file the command will read: it exists, is a file and is readable (else a UsageError at its field)."""
+    path = paths.resolve_path(value)
+    where = _where(field)
+    if not path.exists():
+        raise UsageError(f"{field} {value!r} -> {path} does not exist", where=where,
+                         hint=f"point {field} at the {what} (a relative path is relative to the repository root)")
+    if path.is_dir():
+        raise UsageError(f"{field} {value!r} -> {path} is a folder, not a file", where=where,
+                         hint=f"point {field} at the {what} itself, not at the folder holding it")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{field} {value!r} -> {path} is not readable (permission denied)", where=where,
+                         hint=f"make it readable for this user (chmod a+r {path}) or point {field} at a copy")
+    return path
+
+
+def _check_traffic(spec) -> None:
+    if spec.traffic.path:
+        _check_file(spec.traffic.path, "traffic.path", f"{spec.traffic.kind} traffic file")
+
+
+def _check_model(spec, *, weights: bool) -> None:
+    """A local model folder (builtins are built on first use): it exists, has tokenizer.json, and weights
+    when an engine will load them (an external server has its own)."""
+    from autoresearch.models import BUILTINS, is_builtin
+
+    if is_builtin(spec.model.path):
+        return
+    folder = paths.resolve_path(spec.model.path)
+    where = _where("model.path")
+    fix = ("set model.path to a local checkpoint folder (config.json, tokenizer.json, *.safetensors) or to one of "
+           + ", ".join("builtin:" + b for b in BUILTINS))
+    if not folder.is_dir():
+        state = "is a file, not a model folder" if folder.exists() else "does not exist"
+        raise UsageError(f"model.path {spec.model.path!r} -> {folder} {state}", where=where, hint=fix)
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise UsageError(f"model folder {folder} is not readable (permission denied)", where=where,
+                         hint="make it readable for this user, or point model.path at a copy")
+    if not (folder / "tokenizer.json").is_file():
+        raise UsageError(f"model folder {folder} has no tokenizer.json (prompts are counted with it)", where=where,
+                         hint=fix)
+    if weights and spec.engine.kind != "external" and not any(any(folder.glob(p)) for p in WEIGHT_PATTERNS):
+        raise UsageError(f"model folder {folder} has no weights ({', '.join(WEIGHT_PATTERNS)})", where=where, hint=fix)
+
+
+def _check_engine(spec, sets: list[str] | None = None, unsets: list[str] | None = None, *, here: bool = True) -> None:
+    """The engine arguments launch (known flags), and, when the engine will run on this host (``here``),
+    its fixed port is free or the external server answers. Nothing is started."""
+    import difflib
+
+    from engines import adapter_for, attach_external
+    from engines.base import EngineError
+    from engines.process import port_is_free
+
+    try:
+        adapter = adapter_for(spec, 0, Path("."))
+    except EngineError as exc:  # e.g. engine.url is not an http(s) URL
+        raise UsageError(str(exc), where=_where("engine.url" if spec.engine.kind == "external" else "engine.kind"),
+                         hint="fix the endpoint's engine block") from None
+    if spec.engine.kind == "external":
+        if here:
+            try:
+                attach_external(spec, health_timeout_s=5.0)
+            except EngineError as exc:
+                raise UsageError(str(exc).splitlines()[0], where=_where("engine.url"),
+                                 hint=f"start the server, or point engine.url at a running OpenAI-compatible server "
+                                      f"(GET {adapter.base_url}{adapter.health_path} must answer 200)") from None
+        return
+    problems = adapter.validate_flags(list(spec.engine.args))
+    if problems:
+        from_cli = {"--" + item.removeprefix("engine.").split("=", 1)[0].lstrip("-").replace("_", "-"): item
+                    for item in sets or []}
+        flags = [p.split()[0] for p in problems]
+        places = [f"--set {from_cli[f]}" for f in flags if f in from_cli]
+        if any(f not in from_cli for f in flags):
+            places.append(_where("engine.args"))
+        known = sorted(getattr(adapter, "known_flags", None) or ())
+        flag_file = paths.REPO_ROOT / "engines" / "data" / f"{spec.engine.kind}_flags.txt"
+        listed = f" ({flag_file.relative_to(paths.REPO_ROOT)} lists them)" if flag_file.exists() else ""
+        guesses = [f"{m[0]} (not {f})" for f, p in zip(flags, problems) if "not a known" in p
+                   for m in [difflib.get_close_matches(f, known, n=1)] if m]
+        raise UsageError("; ".join(problems), where=", ".join(places),
+                         hint=(f"did you mean {', '.join(guesses)}? " if guesses else "")
+                         + f"use flags {spec.engine.kind} knows{listed}; nothing was started")
+    if here and spec.engine.port and not port_is_free(spec.engine.port):
+        raise UsageError(f"engine.port {spec.engine.port}: 127.0.0.1:{spec.engine.port} is already in use",
+                         where=_where("engine.port"),
+                         hint="stop what listens there, or leave engine.port out so a free port is picked")
+
+
+def _preflight(spec, sets=None, unsets=None, *, pool: bool = True, engine: str | None = "here") -> None:
+    """What the command will read and start, checked before anything runs or is written: the traffic file
+    and tokenizer (``pool``), the weights and engine arguments (``engine``: "here" when it runs on this
+    host, "later" for an experiment unit that may run elsewhere). Endpoints of a remote launcher are left
+    to their launcher's own checks (credentials first)."""
+    if spec.launcher.kind != "local":
+        return
+    if engine == "here":
+        from launchers import host_problem
+
+        problem = host_problem(spec)  # a GPU endpoint on a CPU host: before the traffic, weights or engine
+        if problem is not None:
+            raise LaunchRefused(problem)
+    if pool:
+        _check_traffic(spec)
+    if pool or engine:
+        _check_model(spec, weights=engine == "here")
+    if engine:
+        _check_engine(spec, sets, unsets, here=engine == "here")
 
 
 # --- validate -------------------------------------------------------------------------------
@@ -46,7 +194,8 @@ def _endpoint(args, name: str):
 def cmd_validate(args) -> int:
     target = Path(args.path or args.definitions or paths.definitions_dir())
     if not target.exists():
-        raise UsageError(f"{target} does not exist")
+        raise UsageError(f"{target} does not exist", hint="pass a defs folder (e.g. dagster_project/defs) or set "
+                         "AUTORESEARCH_DEFINITIONS")
     definitions = load_definitions(target)
     print(f"{target}: {len(definitions.endpoints)} endpoint(s), {len(definitions.campaigns)} campaign(s), "
           f"{len(definitions.recipes)} recipe(s) - all valid")
@@ -79,10 +228,16 @@ def cmd_engine(args) -> int:
 
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     if args.action == "up":
+        _preflight(spec, args.set, args.unset, pool=False)
+        if spec.engine.kind == "external" and spec.launcher.kind == "local":  # answers (checked): nothing to start
+            print(f"{spec.name}: external server at {spec.engine.url} answers; it runs elsewhere, nothing to start")
+            return 0
         try:
             state = lifecycle.up(spec)
         except EngineError as exc:
-            raise UsageError(f"{spec.name}: engine did not come up: {exc}") from None
+            raise UsageError(f"{spec.name}: engine did not come up: {exc}", where=_where("engine"),
+                             hint="the engine log (tail above) says why; fix the endpoint's engine block or the "
+                                  "--set overrides") from None
         if args.json:
             print(json.dumps(state, indent=2))
         else:
@@ -113,7 +268,9 @@ def _format_status(status: dict) -> str:
 def cmd_replay(args) -> int:
     from autoresearch.workflows import build_replay_pool
 
-    build = build_replay_pool(_endpoint(args, args.endpoint))
+    spec = _endpoint(args, args.endpoint)
+    _preflight(spec, engine=None)
+    build = build_replay_pool(spec)
     print(build.table())
     return 0 if build.fidelity.passed else 4
 
@@ -138,6 +295,7 @@ def cmd_sweep(args) -> int:
 
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     users = _user_counts(args.users) if args.users else None
+    _preflight(spec, args.set, args.unset)
     results = sweep_endpoint(spec, progress=not args.json, users=users, rates=users is None)
     for result in results:
         print(result.model_dump_json(indent=2) if args.json
@@ -201,7 +359,18 @@ def _experiment_spec(args) -> int:
     if not args.out:
         raise UsageError("experiment spec needs --out DIR (spec.json and pool.parquet are written there)")
     spec = _apply_sets(_endpoint(args, args.target), args.set, args.unset)
-    noise = NoiseFloor.model_validate_json(Path(args.noise_floor).read_text()) if args.noise_floor else None
+    noise = None
+    if args.noise_floor:
+        try:
+            noise = NoiseFloor.model_validate_json(Path(args.noise_floor).read_text())
+        except OSError as exc:
+            raise UsageError(f"{args.noise_floor}: {exc.strerror or exc}", where="--noise-floor",
+                             hint="pass a readable NoiseFloor JSON file, e.g. the noise_floor asset's "
+                                  "value.json") from None
+        except ValueError as exc:  # pydantic's ValidationError (a bad field, or not JSON)
+            raise UsageError(f"{args.noise_floor}: not a noise floor: {_pydantic_summary(exc)}", where="--noise-floor",
+                             hint="pass the JSON of a NoiseFloor, e.g. the noise_floor asset's value.json") from None
+    _preflight(spec, args.set, args.unset, engine="later")
     path = write_experiment(spec, Path(args.out), repeats=args.repeats, label=args.label, noise=noise,
                             cuda_visible_devices=args.cuda_visible_devices)
     print(f"wrote {path} and {path.parent / 'pool.parquet'}; run it with `autoresearch experiment run {path}`")
@@ -216,7 +385,10 @@ def cmd_campaign(args) -> int:
     try:
         campaign, endpoint = resolve_campaign(_definitions(args), args.name)
     except KeyError as exc:
-        raise UsageError(exc.args[0]) from None
+        raise UsageError(exc.args[0], hint="name a declared campaign or endpoint (`autoresearch validate` lists "
+                         "them)") from None
+    _CONTEXT["endpoint"] = endpoint.name
+    _preflight(endpoint)  # before the pool, the memory or any engine: the campaign runs its engines here
     stop_after = args.stop_after * 60 if args.stop_after else None
     outcome = run_campaign(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared,
                            stop_after_s=stop_after)
@@ -253,11 +425,60 @@ def format_outcome(outcome) -> str:
 
 # --- memory ---------------------------------------------------------------------------------
 
-def cmd_memory(args) -> int:
-    from memory_db import queries
+def _memory_store(args):
+    """The research memory, opened (schema checked) here so a file that is not one, or one another process
+    holds, is an error naming the file; SQL errors come later, from the query."""
+    import duckdb
+
+    from memory_db.locking import MemoryBusyError
     from memory_db.store import MemoryStore
 
-    store = MemoryStore(args.db or paths.memory_db_path())
+    path = Path(args.db) if args.db else paths.memory_db_path()
+    where = "--db" if args.db else ("AUTORESEARCH_MEMORY_DB" if os.environ.get("AUTORESEARCH_MEMORY_DB")
+                                    else "the memory under AUTORESEARCH_HOME")
+    if path.is_dir():
+        raise UsageError(f"research memory {path} is a folder, not a DuckDB file", where=where,
+                         hint="point --db (or AUTORESEARCH_MEMORY_DB) at a .duckdb file; it is created when missing")
+    import logging
+
+    quiet = logging.getLogger("memory_db.store")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "busy, schema checked later": the query below says it as an error if it stays so
+    try:
+        return MemoryStore(path, timeout_s=args.wait)
+    except MemoryBusyError as exc:
+        raise UsageError(_busy_message(exc), where=where, hint=_BUSY_HINT) from None
+    except duckdb.Error as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"research memory {path} is not a DuckDB database" if "not a valid DuckDB" in first
+                         else f"research memory {path} cannot be opened: {first}", where=where,
+                         hint="it is not a DuckDB database of this DuckDB version: move it aside (a new memory is "
+                              "created) or point --db (or AUTORESEARCH_MEMORY_DB) at the research memory") from None
+    finally:
+        quiet.setLevel(level)
+
+
+def _busy_message(exc: Exception) -> str:
+    """memory_db's MemoryBusyError in one line: which file, and who holds it when DuckDB says."""
+    import re
+
+    text = str(exc)
+    held = re.search(r"Could not set lock on file \"(?P<file>[^\"]+)\": Conflicting lock is held in (?P<who>\S+) "
+                     r"\(PID (?P<pid>\d+)\)", text)
+    if held:
+        return (f"research memory {held['file']} is held open by another process "
+                f"({Path(held['who']).name}, PID {held['pid']})")
+    return f"research memory busy: {text.split('; analysts', 1)[0]}"
+
+
+_BUSY_HINT = ("another process holds it read-write (an analyst's `duckdb` shell, a notebook): close it, or open it "
+              "with `duckdb -readonly` so the product can keep writing; --wait SECONDS waits longer")
+
+
+def cmd_memory(args) -> int:
+    from memory_db import queries
+
+    store = _memory_store(args)
     if args.action == "ingest":
         print(f"ingested {store.ingest()} spooled record(s); {store.pending()} still pending")
         return 0
@@ -274,7 +495,14 @@ def cmd_memory(args) -> int:
     if not args.sql:
         raise UsageError(f"memory {args.action} needs {'SQL' if args.action == 'query' else 'an endpoint name'}")
     if args.action == "query":
-        frame = store.query(args.sql)
+        import duckdb
+
+        try:
+            frame = store.query(args.sql)
+        except duckdb.Error as exc:
+            raise UsageError(f"SQL: {str(exc).splitlines()[0]}", where=f"research memory {store.path}",
+                             hint="the tables and views are listed by `autoresearch memory query \"SHOW TABLES\"` "
+                                  "(docs/memory.md describes them)") from None
         fmt = "json" if args.json else "csv" if args.csv else "table"
         print(queries.format_frame(frame, fmt))
     elif args.action == "export":
@@ -293,9 +521,7 @@ def cmd_memory(args) -> int:
 
 def cmd_drafter(args) -> int:
     """Train a draft model on the endpoint's own traffic and record it (docs/research_loop.md)."""
-    from memory_db.store import MemoryStore
-
-    store = MemoryStore(args.db or paths.memory_db_path())
+    store = _memory_store(args)
     if args.action == "list":
         rows = store.drafters(args.endpoint)
         if not rows:
@@ -314,6 +540,7 @@ def cmd_drafter(args) -> int:
     from research.drafter import DrafterError, describe, draft_model_diff, train_for_endpoint
 
     spec = _endpoint(args, args.endpoint)
+    _preflight(spec)
     workdir = Path(args.out) if args.out else paths.home() / "drafters" / spec.name
     try:
         rec = train_for_endpoint(spec, load_pool(spec), workdir, examples=args.examples, heldout=args.heldout,
@@ -399,7 +626,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autoresearch", description=__doc__.splitlines()[0])
     parser.add_argument("--definitions", help="defs folder of defs.yaml files (default: dagster_project/defs or "
                         "$AUTORESEARCH_DEFINITIONS)")
+    parser.add_argument("--debug", action="store_true", help="on an error, print the Python traceback too")
+    # --debug is accepted after the subcommand as well (SUPPRESS: it does not reset the global one)
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser = functools.partial(sub.add_parser, parents=[debug])
 
     p = sub.add_parser("validate", help="validate YAML definitions (exit 1 with file:line errors)")
     p.add_argument("path", nargs="?")
@@ -489,6 +721,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-control", action="store_true", help="skip evaluating the untrained truncation")
     p.add_argument("--out", help="work folder (default: $AUTORESEARCH_HOME/drafters/ENDPOINT)")
     p.add_argument("--db", help="DuckDB file (default: $AUTORESEARCH_MEMORY_DB)")
+    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait for a research memory another process holds (default 30)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_drafter)
 
@@ -496,6 +730,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["query", "export", "ingest"])
     p.add_argument("sql", nargs="?", help="SQL for query; endpoint name for export")
     p.add_argument("--db", help="DuckDB file (default: $AUTORESEARCH_MEMORY_DB)")
+    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait for a research memory another process holds (default 30)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", action="store_true")
     p.add_argument("--out", help="export: write markdown here")
@@ -513,19 +749,143 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    _CONTEXT.clear()
     try:
         return args.func(args)
-    except DefinitionError as exc:
-        print(f"invalid definitions ({len(exc.issues)} problem(s)):", file=sys.stderr)
-        for issue in exc.issues:
-            print(f"  {issue}", file=sys.stderr)
-        return 1
-    except (UsageError, LaunchRefused) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except DefinitionError as exc:  # exit 1, as `dg check defs`: one file:line line per problem
+        _traceback(args)
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        if len(exc.issues) == 1 and exc.issues[0].message.startswith("not a folder"):
+            print("hint: point --definitions (or AUTORESEARCH_DEFINITIONS) at a folder of defs.yaml files, e.g. "
+                  "dagster_project/defs", file=sys.stderr)
+        else:
+            print(f"hint: fix the definitions above ({len(exc.issues)} problem(s)); `autoresearch validate` checks "
+                  "them again", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the one place errors become messages
+        _traceback(args)
+        message, where, hint, code = describe_error(exc)
+        lines = message.strip().splitlines() or [type(exc).__name__]
+        print(f"error: {lines[0]}" + (f" ({where})" if where else ""), file=sys.stderr)
+        for line in lines[1:]:  # detail a message carries (an engine's log tail)
+            print(f"  {line}", file=sys.stderr)
+        if hint:
+            print(f"hint: {hint}", file=sys.stderr)
+        return code
+
+
+def _traceback(args) -> None:
+    if getattr(args, "debug", False):
+        import traceback
+
+        traceback.print_exc()
+
+
+def _pydantic_summary(exc: Exception) -> str:
+    """A ValidationError as ``field: message`` of its first error (and how many more); other errors as is."""
+    errors = getattr(exc, "errors", None)
+    try:
+        found = errors() if callable(errors) else []
+    except Exception:  # noqa: BLE001
+        found = []
+    if not found:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    first = found[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "(top level)"
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"{field}: {first.get('msg', 'invalid')}{more}"
+
+
+def _field_of(text: str) -> str | None:
+    """The endpoint field a message is about (the adapters and readers name the YAML field they read)."""
+    for field in ("traffic.path", "model.path", "engine.url", "engine.port", "engine.args", "engine.python"):
+        if field in text:
+            return field
+    return None
+
+
+def describe_error(exc: BaseException) -> tuple[str, str | None, str | None, int]:
+    """(message, where, hint, exit code) for an exception that reached main(): 2 for bad input the
+    user can fix (a file, a field, a flag, a server), 1 for anything else (a bug: --debug shows it)."""
+    import importlib
+
+    def kinds(module: str, *names: str) -> tuple[type, ...]:
+        try:
+            mod = importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - a module this host lacks raised nothing of its own
+            return ()
+        return tuple(getattr(mod, n) for n in names if hasattr(mod, n))
+
+    text = str(exc)
+    field = _field_of(text)
+    where = _where(field) if field else None
+    if isinstance(exc, UsageError):
+        return text, exc.where, exc.hint, 2
+    if isinstance(exc, LaunchRefused):
+        return text, None, None, 2
+    if isinstance(exc, kinds("memory_db.locking", "MemoryBusyError")):
+        return _busy_message(exc), None, _BUSY_HINT, 2
+    if isinstance(exc, kinds("engines.base", "EngineError")):
+        return text, where or (_where("engine") if _CONTEXT.get("endpoint") else None), (
+            ("the engine log tail above says why; " if "engine log" in text else "")
+            + "fix the endpoint's engine block or the --set overrides (`autoresearch validate` checks the YAML)"), 2
+    if isinstance(exc, kinds("replay.ingest", "MalformedSourceError")):
+        return text, _where("traffic.path") if _CONTEXT.get("endpoint") else None, (
+            "fix or drop the bad lines named above, or raise traffic.max_malformed_fraction if they are expected"), 2
+    if isinstance(exc, kinds("research.llm_agents", "LLMNotConfigured")):
+        return text, "--proposer", "configure the model in the environment, or use --proposer rules", 2
+    if isinstance(exc, kinds("autoresearch.models", "ModelUnavailable")):
+        return text, _where("model.path") if _CONTEXT.get("endpoint") else None, (
+            "set model.path to a local checkpoint folder or a builtin: model; scripts/setup.sh builds the builtins"), 2
+    if isinstance(exc, kinds("duckdb", "Error")):
+        return f"research memory: {text.splitlines()[0] if text else type(exc).__name__}", None, (
+            "check the file named above is this project's research memory (--db, AUTORESEARCH_MEMORY_DB)"), 2
+    if isinstance(exc, kinds("pydantic", "ValidationError")):
+        return f"invalid {getattr(exc, 'title', 'input')}: {_pydantic_summary(exc)}", where, (
+            "fix the field named above (`autoresearch validate` checks the YAML definitions)"), 2
+    if isinstance(exc, kinds("httpx", "HTTPError")):
+        url = getattr(getattr(exc, "request", None), "url", None) if _has_request(exc) else None
+        return f"could not reach {url or 'the server'}: {type(exc).__name__}: {text}", where, (
+            "check the server runs and the URL (engine.url, AUTORESEARCH_LLM_BASE_URL) is right"), 2
+    if isinstance(exc, OSError):
+        name = exc.filename if exc.filename is not None else None
+        message = f"{name}: {exc.strerror}" if name is not None and exc.strerror else text or type(exc).__name__
+        if field is None and name is not None and _CONTEXT.get("endpoint"):
+            field = _field_of_path(str(name))
+            where = _where(field) if field else None
+        hint = {FileNotFoundError: "check the path exists (a relative path in YAML is relative to the repository root)",
+                IsADirectoryError: "a file is expected there, not a folder",
+                NotADirectoryError: "a folder is expected there, not a file",
+                PermissionError: "make it readable (and writable, for outputs) for this user"}.get(
+                    type(exc), "check the path and the disk")
+        return message, where, hint, 2
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__, where, \
+        "this looks like a bug; rerun with --debug for the traceback", 1
+
+
+def _has_request(exc) -> bool:
+    try:
+        return exc.request is not None  # httpx raises RuntimeError when none was set
+    except RuntimeError:
+        return False
+
+
+def _field_of_path(name: str) -> str | None:
+    """Which endpoint field names the file ``name`` (so an OSError on it points at that line)."""
+    definitions, endpoint = _CONTEXT.get("definitions"), _CONTEXT.get("endpoint")
+    spec = definitions.endpoints.get(endpoint) if definitions is not None and endpoint else None
+    if spec is None:
+        return None
+    for field, value in (("traffic.path", spec.traffic.path), ("model.path", spec.model.path)):
+        if value and (name == str(value) or Path(name) == paths.resolve_path(str(value))
+                      or str(paths.resolve_path(str(value))) in name):
+            return field
+    return None
 
 
 if __name__ == "__main__":

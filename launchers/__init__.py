@@ -11,6 +11,7 @@ No Dagster imports here. Secrets come from the environment only, are never writt
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from autoresearch.config import EndpointSpec, ModalLauncher
 
@@ -40,10 +41,14 @@ def modal_credentials_from_env(who: str = "a Modal launch") -> tuple[str, str]:
 
 
 def preflight(endpoint: EndpointSpec):
-    """Check, before any work, that ``endpoint``'s launcher can run: for Modal, credentials in the
-    environment and the app, image, volume and function built offline (up to the SDK boundary).
+    """Check, before any work, that ``endpoint``'s launcher can run: for a local one, that this host has
+    the engine and the GPUs it declares (LaunchRefused naming what is missing); for Modal, credentials
+    in the environment and the app, image, volume and function built offline (up to the SDK boundary).
     Returns the ModalBuild for Modal endpoints, None for local and external ones."""
     if not isinstance(endpoint.launcher, ModalLauncher):
+        problem = host_problem(endpoint)
+        if problem is not None:
+            raise LaunchRefused(problem)
         return None
     modal_credentials(endpoint)
     from launchers.modal_app import build
@@ -51,4 +56,22 @@ def preflight(endpoint: EndpointSpec):
     return build(endpoint)
 
 
-__all__ = ["LaunchRefused", "MODAL_ENV", "modal_credentials", "modal_credentials_from_env", "preflight"]
+def host_problem(endpoint: EndpointSpec) -> str | None:
+    """Why ``endpoint`` cannot run on this host, with what to do instead; None when it can (or when it
+    does not run here: Modal, external). The engine's adapter knows what its engine needs."""
+    if isinstance(endpoint.launcher, ModalLauncher):
+        return None
+    from engines import adapter_for
+
+    missing = adapter_for(endpoint, 0, Path(".")).missing_on_host()
+    if missing is None:
+        return None
+    if endpoint.hardware.gpu_count > 0:
+        where = (f"run it on a host with that GPU, or launch it on Modal (launcher: {{kind: modal, gpu_type: "
+                 f"{endpoint.hardware.gpu_type}}} in its defs.yaml; docs/launchers.md)")
+    else:
+        where = "install the engine into its environment (scripts/setup.sh), or set engine.python to one that has it"
+    return f"endpoint {endpoint.name!r} cannot run on this host: {missing}. Nothing was started; {where}."
+
+
+__all__ = ["LaunchRefused", "MODAL_ENV", "modal_credentials", "modal_credentials_from_env", "preflight", "host_problem"]

@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 2000  # spool files per transaction
 
 
+class MemoryWriteError(OSError):
+    """A record could not be made durable (the disk is full, the folder is read-only)."""
+
+
 class MemoryStore:
     """The research memory in one DuckDB file (default :func:`autoresearch.paths.memory_db_path`)."""
 
@@ -113,13 +117,19 @@ class MemoryStore:
         written_at_ns = time.time_ns()
         envelope = {"table": record.TABLE, "id": record.record_id, "written_at_ns": written_at_ns, "record": data}
         name = f"{written_at_ns:020d}-{os.getpid()}-{threading.get_ident() % 100000:05d}-{uuid.uuid4().hex[:12]}.json"
-        tmp = self._tmp_dir / name
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(envelope, handle, separators=(",", ":"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        spooled = self.spool_dir / name
-        os.replace(tmp, spooled)
+        tmp, spooled = self._tmp_dir / name, self.spool_dir / name
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                json.dump(envelope, handle, separators=(",", ":"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, spooled)
+        except OSError as exc:  # a full disk, a read-only folder: nothing half-written stays behind
+            tmp.unlink(missing_ok=True)
+            raise MemoryWriteError(
+                f"research memory: {record.TABLE}[{record.record_id}] could not be written to {self.spool_dir}: "
+                f"{exc.strerror or exc}; nothing of it was kept and the memory is unchanged. Free space there "
+                "(or point AUTORESEARCH_HOME elsewhere) and run again") from exc
         if ingest:
             try:
                 self.flush([spooled])

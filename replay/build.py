@@ -5,12 +5,21 @@ million-line log needs bounded memory; the unredacted text never leaves memory. 
 traces are transformed (``length_scale``, ``max_prompt_tokens``, ``max_output_tokens``: the
 same transform is applied to the production profile the pool is judged against), then text is
 synthesised to the transformed lengths and block structure (see replay.synth).
+
+A build never replaces the last good pool unless it succeeds: every file is written under a
+temporary name in the pool's folder (``.<pool>.building-*``) and renamed over the pool only when
+the fidelity check passes. A source with too many malformed lines fails the build
+(:class:`MalformedSourceError`, nothing renamed, the temporary files removed); a pool that fails
+its check is kept beside the last good one as ``<pool>.rejected.parquet`` (+ lineage, profiles)
+for inspection, and :attr:`PoolBuild.accepted` is False.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -27,6 +36,8 @@ from autoresearch.config import EndpointSpec, TrafficSpec
 from autoresearch.paths import resolve_path
 from replay import ingest, sample_logs
 from replay.fidelity import FidelityReport, TrafficProfile, fidelity_report, render_length_plot
+from replay.ingest import MalformedSourceError as MalformedSourceError  # re-exported: what a failed build raises
+from replay.ingest import check_malformed
 from replay.prefix import PrefixCacheSim, block_prefix_hashes, trace_block_reuse
 from replay.redact import Redactor
 from replay.schema import POOL_SCHEMA, SESSION_SCHEMA, check_pool
@@ -54,6 +65,15 @@ class PoolBuild:
     malformed: list[tuple[int, str]]
     redaction_counts: dict[str, int] = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+    # False: the fidelity check failed, ``pool_path`` is the rejected candidate
+    # (<pool>.rejected.parquet) and ``target_path``, the endpoint's pool, was left as it was
+    accepted: bool = True
+    target_path: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        """The build succeeded and its pool passed the blocking fidelity check (it is the pool now)."""
+        return self.accepted and self.fidelity.passed
 
     @property
     def pool(self) -> pl.DataFrame:
@@ -71,8 +91,16 @@ class PoolBuild:
 def fidelity_table(build: PoolBuild) -> str:
     """The text `autoresearch replay build ENDPOINT` prints: source line, malformed count, table."""
     lin = build.lineage
-    head = (f"replay pool {build.pool_path} ({build.stats.get('rows', 0)} requests from {lin.get('source')}, "
-            f"{len(build.malformed)} malformed lines)")
+    what = (f"({build.stats.get('rows', 0)} requests from {lin.get('source')}, {len(build.malformed)} malformed lines, "
+            f"{build.stats.get('distinct_requests', build.stats.get('rows', 0))} distinct)")
+    if build.accepted:
+        head = f"replay pool {build.pool_path} {what}"
+    else:
+        target = build.target_path
+        kept = ("the last good pool there is kept unchanged" if target is not None and target.exists()
+                else "there is no previous pool")
+        head = (f"replay pool REJECTED {what}: the fidelity check failed, so {target} was not replaced ({kept}); "
+                f"the rejected candidate is {build.pool_path}")
     if build.redaction_counts:
         head += "\nredacted: " + ", ".join(f"{k}={v}" for k, v in sorted(build.redaction_counts.items()))
     if build.malformed:
@@ -139,7 +167,9 @@ def build_endpoint_pool(spec: EndpointSpec, out_dir: Path | str | None = None) -
 
 
 def build_pool(spec: EndpointSpec, tokenizer_dir: Path | str, out_dir: Path | str, batch_size: int = 4096) -> PoolBuild:
-    """Build ``spec``'s pool into ``out_dir``/<endpoint>-pool.parquet and judge it."""
+    """Build ``spec``'s pool into ``out_dir``/<endpoint>-pool.parquet and judge it. The pool there
+    is replaced only by a build whose fidelity check passes (``PoolBuild.accepted``); a source with
+    too many malformed lines raises :class:`MalformedSourceError` and replaces nothing."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tok = ChatTokenizer.from_dir(tokenizer_dir, cache_entries=20_000)
@@ -152,7 +182,57 @@ def build_pool(spec: EndpointSpec, tokenizer_dir: Path | str, out_dir: Path | st
 
 def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path,
                            batch_size: int = 4096, redactor: Redactor | None = None) -> PoolBuild:
-    """Stream a request log into a redacted pool (see module docstring)."""
+    """Stream a request log into a redacted pool at ``out_path`` (see module docstring): written
+    under a temporary name, renamed over ``out_path`` only if its fidelity check passes. Raises
+    :class:`MalformedSourceError` when the log's malformed share is over the traffic spec's
+    ``max_malformed_fraction`` (``out_path`` untouched)."""
+    return _built(out_path, lambda cand: _request_log_pool(spec, source, tok, tokenizer_dir, cand, batch_size, redactor))
+
+
+def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path) -> PoolBuild:
+    """Synthesise a pool for an Azure or Mooncake token-count trace at ``out_path``; replaced, or
+    refused, as :func:`build_from_request_log` says."""
+    return _built(out_path, lambda cand: _trace_pool(spec, source, tok, tokenizer_dir, cand))
+
+
+def rejected_path(pool_path: Path) -> Path:
+    """Where a build whose pool failed its fidelity check leaves that pool (next to the good one)."""
+    return pool_path.with_name(pool_path.stem + ".rejected.parquet")
+
+
+def pool_files(pool_path: Path) -> list[Path]:
+    """The files one build writes for ``pool_path``: lineage, both profiles, and the pool last."""
+    return [pool_path.with_suffix(".lineage.json"), *profile_paths(pool_path), pool_path]
+
+
+def _candidate_path(out_path: Path) -> Path:
+    """A temporary pool path in ``out_path``'s folder (so renaming it over the pool is atomic)."""
+    return out_path.with_name(f".{out_path.stem}.building-{os.getpid()}-{secrets.token_hex(4)}.parquet")
+
+
+def _built(out_path: Path, build_into) -> PoolBuild:
+    """Run ``build_into(candidate_path)``, then settle the candidate: renamed over ``out_path`` when
+    its fidelity check passed, else moved to :func:`rejected_path`; on any error removed."""
+    out_path = Path(out_path)
+    cand = _candidate_path(out_path)
+    try:
+        build = build_into(cand)
+        accepted = build.fidelity.passed
+        dest = out_path if accepted else rejected_path(out_path)
+        for src, dst in zip(pool_files(cand), pool_files(dest)):
+            os.replace(src, dst)  # the pool itself last: until then the previous pool is whole
+    finally:  # whatever was not renamed (an error, a malformed source) goes
+        for p in [*pool_files(cand), cand.with_suffix(".parquet.tmp")]:
+            p.unlink(missing_ok=True)
+    stale = [*pool_files(rejected_path(out_path)), out_path.with_suffix(".lengths.png")] if accepted else []
+    for p in [*stale, dest.with_suffix(".lengths.png")]:  # plots and rejects of pools no longer there
+        p.unlink(missing_ok=True)
+    build.pool_path, build.target_path, build.accepted = dest, out_path, accepted
+    return build
+
+
+def _request_log_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path,
+                      batch_size: int = 4096, redactor: Redactor | None = None) -> PoolBuild:
     t_start = time.perf_counter()
     redactor = redactor or Redactor(cache_entries=50_000, tokenizer=tok.tokenizer)
     block = engine_block_size(spec)
@@ -162,6 +242,7 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
     ts_all, out_all = array("d"), array("q")  # compact: a million rows stay a few MB
     prod_prompt, pool_prompt = array("q"), array("q")
     logged_cached, logged_prompt_for_cached = 0, 0
+    body_hashes = array("q")  # hash of each pool body: distinct requests (the pool-size row), 8 bytes a row
     tmp = out_path.with_suffix(".parquet.tmp")
     writer = pq.ParquetWriter(tmp, _ARROW_SCHEMA, compression="zstd")
     t0: float | None = None
@@ -221,10 +302,12 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
             tick = _lap(timers, "prefix_sim_s", tick)
             ts_all.extend(batch.timestamps)
             out_all.extend(outs)
+            body_json = [orjson.dumps(b).decode() for b in red_bodies]
+            body_hashes.extend(hash(x) for x in body_json)
             writer.write_table(pa.table({
                 "request_id": [f"{source.stem}:{n}" for n in batch.lines],
                 "arrival_offset_s": [t - t0 for t in batch.timestamps],
-                "body": [orjson.dumps(b).decode() for b in red_bodies],
+                "body": body_json,
                 "prompt_tokens": [len(x) for x in red_ids],
                 "expected_output_tokens": outs,
                 "prefix_group": [_prefix_group(b) for b in red_bodies],
@@ -238,12 +321,9 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
             _lap(timers, "write_s", tick)
     finally:
         writer.close()
+    check_malformed(source, malformed, rows + len(malformed), spec.traffic.max_malformed_fraction)
     ts = np.asarray(ts_all, dtype=np.float64)
     t0 = float(ts.min()) if len(ts) else 0.0
-    lineage = _lineage(spec, source, tokenizer_dir, "request_log", {
-        "rows": rows, "malformed_lines": len(malformed), "cache_block_tokens": block,
-        "redaction_counts": dict(redactor.counts), "first_timestamp": t0})
-    _finalise(tmp, out_path, ts, t0, lineage)
     arrivals = ts - t0
     prod_turns, prod_thinks = session_shape(np.asarray(prod_sid), np.asarray(prod_think))
     pool_turns, pool_thinks = session_shape(np.asarray(pool_sid), np.asarray(pool_think))
@@ -253,11 +333,16 @@ def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer,
                           session_turns=prod_turns, think_s=prod_thinks)
     pool = TrafficProfile(arrivals, np.asarray(pool_prompt), np.asarray(out_all), pool_sim.fraction, block,
                           note="pool: redacted requests", session_turns=pool_turns, think_s=pool_thinks)
-    report = fidelity_report(pool, prod, spec.fidelity)
+    distinct = len(np.unique(np.asarray(body_hashes, dtype=np.int64)))
+    report = fidelity_report(pool, prod, spec.fidelity, sweep=spec.sweep, distinct_requests=distinct)
+    lineage = _lineage(spec, source, tokenizer_dir, "request_log", {
+        "rows": rows, "distinct_requests": distinct, "malformed_lines": len(malformed), "cache_block_tokens": block,
+        "redaction_counts": dict(redactor.counts), "first_timestamp": t0, "fidelity_passed": report.passed})
+    _finalise(tmp, out_path, ts, t0, lineage)
     _save_profiles(out_path, pool, prod)
     seconds = time.perf_counter() - t_start
     return PoolBuild(out_path, lineage, pool, prod, report, malformed, dict(redactor.counts),
-                     {"rows": rows, "seconds": seconds, "requests_per_s": rows / seconds if seconds else 0.0,
+                     {"rows": rows, "distinct_requests": distinct, "seconds": seconds, "requests_per_s": rows / seconds if seconds else 0.0,
                       "segment_cache_misses": tok.cache_misses,
                       "redaction_token_mismatches": redactor.token_mismatches, **{k: round(v, 3) for k, v in timers.items()}})
 
@@ -333,11 +418,11 @@ def read_transformed_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer)
     return res, frame, block
 
 
-def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path) -> PoolBuild:
-    """Synthesise a pool for an Azure or Mooncake token-count trace."""
+def _trace_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path) -> PoolBuild:
     t_start = time.perf_counter()
     kind = spec.traffic.kind
     res, frame, block = read_transformed_trace(spec, source, tok)
+    check_malformed(source, res.malformed, res.lines_read, spec.traffic.max_malformed_fraction)
     targets = frame["prompt_target"].to_numpy()
     block_ids = frame["block_ids"].to_list()
     texts, counts, ids = synthesise(tok, targets, block_ids, block, seed=spec.traffic.seed)
@@ -358,14 +443,7 @@ def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, token
         "logged_cached_tokens": pl.Series([None] * len(frame), dtype=pl.Int64), "source": [source.name] * len(frame)})
     pool_df = check_pool(pool_df).sort("arrival_offset_s", maintain_order=True)
     exact = int((counts == targets).sum())
-    lineage = _lineage(spec, source, tokenizer_dir, kind, {
-        "rows": len(frame), "malformed_lines": len(res.malformed), "synth_block_tokens": block,
-        "length_scale": spec.traffic.length_scale, "max_prompt_tokens": spec.traffic.max_prompt_tokens,
-        "max_output_tokens": spec.traffic.max_output_tokens, "exact_length_rows": exact,
-        "output_enforced_with_ignore_eos": ignore_eos, "first_timestamp": t0})
-    tmp = out_path.with_suffix(".parquet.tmp")
-    pool_df.write_parquet(tmp)
-    _finalise(tmp, out_path, np.sort(ts), t0, lineage)
+    distinct = len(set(bodies))
     arrivals = ts - t0
     if kind == "mooncake":  # reuse measured at the trace's (scaled) block size on both sides
         prod_cached = trace_block_reuse(block_ids, targets, block)
@@ -379,12 +457,21 @@ def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, token
                           note=f"production: trace after length_scale={spec.traffic.length_scale}, "
                                f"max_prompt_tokens={spec.traffic.max_prompt_tokens}, max_output_tokens={spec.traffic.max_output_tokens}")
     pool = TrafficProfile(arrivals, counts, outs, pool_cached, cache_block, note="pool: synthesised text, tokenised")
-    report = fidelity_report(pool, prod, spec.fidelity)
+    report = fidelity_report(pool, prod, spec.fidelity, sweep=spec.sweep, distinct_requests=distinct)
+    lineage = _lineage(spec, source, tokenizer_dir, kind, {
+        "rows": len(frame), "distinct_requests": distinct, "malformed_lines": len(res.malformed),
+        "synth_block_tokens": block, "length_scale": spec.traffic.length_scale,
+        "max_prompt_tokens": spec.traffic.max_prompt_tokens, "max_output_tokens": spec.traffic.max_output_tokens,
+        "exact_length_rows": exact, "output_enforced_with_ignore_eos": ignore_eos, "first_timestamp": t0,
+        "fidelity_passed": report.passed})
+    tmp = out_path.with_suffix(".parquet.tmp")
+    pool_df.write_parquet(tmp)
+    _finalise(tmp, out_path, np.sort(ts), t0, lineage)
     _save_profiles(out_path, pool, prod)
     seconds = time.perf_counter() - t_start
     return PoolBuild(out_path, lineage, pool, prod, report, res.malformed, {},
-                     {"rows": len(frame), "seconds": seconds, "requests_per_s": len(frame) / seconds if seconds else 0.0,
-                      "exact_length_rows": exact})
+                     {"rows": len(frame), "distinct_requests": distinct, "seconds": seconds,
+                      "requests_per_s": len(frame) / seconds if seconds else 0.0, "exact_length_rows": exact})
 
 
 def profile_from_pool(pool: pl.DataFrame, tok: ChatTokenizer, block: int) -> TrafficProfile:

@@ -11,6 +11,12 @@ Distances
   cache would serve, at the engine's block size for logs, at the trace's block size for traces).
 - concurrency: in-flight requests sampled every 0.5 s under a nominal service model
   (``NOMINAL_*``): it checks that arrivals and lengths together load the server alike.
+
+Every row has a status: ``ok``, ``FAIL``, or ``unmeasured`` when its distance cannot be computed
+on the data (fewer than two values on a side, no prefix structure, all requests at one
+timestamp), with the reason in its note. An unmeasured row is never ok: a blocking one fails the
+check. A pool build adds a first blocking row, ``pool_requests``: at least as many distinct
+requests as a step of the endpoint's capacity sweep sends (:func:`min_pool_requests`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import ks_2samp
 
-from autoresearch.config import FidelitySpec
+from autoresearch.config import FidelitySpec, SweepSpec
 
 NOMINAL_BASE_S = 0.05
 NOMINAL_PREFILL_S_PER_TOKEN = 0.0002
@@ -104,16 +110,33 @@ def concurrency_samples(p: TrafficProfile, step_s: float = 0.5) -> np.ndarray:
     return (np.searchsorted(start, grid, side="right") - np.searchsorted(np.sort(end), grid, side="right")).astype(np.float64)
 
 
+OK, FAIL, UNMEASURED = "ok", "FAIL", "unmeasured"
+
+
 @dataclass
 class FidelityRow:
+    """One metric of the check. ``status`` is ``ok`` (measured, within its bound), ``FAIL``
+    (measured, beyond it) or ``unmeasured`` (it could not be computed on this data; ``note`` says
+    why). An unmeasured row is never ok: a blocking one fails the check like a FAIL."""
+
     name: str
     pool: float | None
     production: float | None
     distance: float | None
     threshold: float
-    ok: bool
+    status: str
     blocking: bool = True
     note: str = ""
+    # "max": distance <= threshold passes (the distances); "min": distance >= threshold (pool size)
+    bound: str = "max"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def measured(self) -> bool:
+        return self.status != UNMEASURED
 
 
 @dataclass
@@ -122,33 +145,47 @@ class FidelityReport:
 
     @property
     def passed(self) -> bool:
-        return all(r.ok for r in self.rows if r.blocking)
+        return bool(self.rows) and all(r.ok for r in self.rows if r.blocking)
 
     @property
     def failures(self) -> list[FidelityRow]:
+        """Blocking rows that are not ok: measured beyond their bound, or unmeasured."""
         return [r for r in self.rows if r.blocking and not r.ok]
 
+    @property
+    def unmeasured(self) -> list[FidelityRow]:
+        return [r for r in self.rows if not r.measured]
+
     def table(self) -> str:
-        """A fixed-width table: metric, pool, production, distance, threshold, verdict."""
+        """A fixed-width table: metric, pool, production, distance, threshold, result (and why)."""
         fmt = lambda v: "n/a" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
         head = ("metric", "pool", "production", "distance", "threshold", "result")
-        body = [(r.name, fmt(r.pool), fmt(r.production), fmt(r.distance), f"{r.threshold:g}",
-                 ("ok" if r.ok else "FAIL") + ("" if r.blocking else " (info)") + (f"  {r.note}" if r.note else ""))
+        body = [(r.name, fmt(r.pool), fmt(r.production), fmt(r.distance),
+                 (">=" if r.bound == "min" else "") + f"{r.threshold:g}",
+                 r.status + ("" if r.blocking else " (info)") + (f"  {r.note}" if r.note else ""))
                 for r in self.rows]
         widths = [max(len(x[i]) for x in [head, *body]) for i in range(5)]
         line = lambda x: "  ".join(v.ljust(w) for v, w in zip(x[:5], widths)) + "  " + x[5]
-        verdict = "PASS" if self.passed else "FAIL (" + ", ".join(r.name for r in self.failures) + ")"
+        if self.passed:
+            verdict = "PASS"
+        elif not self.rows:
+            verdict = "FAIL (no metrics)"
+        else:
+            verdict = "FAIL (" + ", ".join(r.name + (" unmeasured" if not r.measured else "") for r in self.failures) + ")"
         return "\n".join([line(head), line(tuple("-" * w for w in widths) + ("------",)), *map(line, body),
                           f"fidelity: {verdict}"])
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "rows": [asdict(r) for r in self.rows]}
+        return {"passed": self.passed, "rows": [{**asdict(r), "ok": r.ok} for r in self.rows]}
 
 
-def _row(name, pool, prod, dist, threshold, blocking=True, note="") -> FidelityRow:
-    ok = dist is None or dist <= threshold
-    return FidelityRow(name, pool, prod, None if dist is None else float(dist), float(threshold), bool(ok), blocking,
-                       note or ("not measurable on this data" if dist is None else ""))
+def _row(name, pool, prod, dist, threshold, blocking=True, note="", why="") -> FidelityRow:
+    """A distance row: ok when ``dist <= threshold``; unmeasured (with ``why``) when ``dist`` is None."""
+    if dist is None or not np.isfinite(dist):
+        reason = why or "not measurable on this data"
+        return FidelityRow(name, pool, prod, None, float(threshold), UNMEASURED, blocking,
+                           f"{reason}" + (f"; {note}" if note else ""))
+    return FidelityRow(name, pool, prod, float(dist), float(threshold), OK if dist <= threshold else FAIL, blocking, note)
 
 
 def _ks(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -157,33 +194,120 @@ def _ks(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(ks_2samp(a, b, method="asymp").statistic)
 
 
-def fidelity_report(pool: TrafficProfile, production: TrafficProfile, thresholds: FidelitySpec | None = None) -> FidelityReport:
-    """Compare a pool's profile with production's; every distance sits next to its threshold."""
+def _ks_why(what: str, a: np.ndarray, b: np.ndarray) -> str:
+    return f"a KS distance needs at least 2 {what} on each side (pool {len(a)}, production {len(b)})"
+
+
+def _cv_why(pool_gaps: np.ndarray, production_gaps: np.ndarray) -> str:
+    sides = {"pool": pool_gaps, "production": production_gaps}
+    if min(len(g) for g in sides.values()) < 2:
+        return (f"a coefficient of variation needs at least 2 inter-arrival gaps on each side "
+                f"(pool {len(pool_gaps)}, production {len(production_gaps)})")
+    flat = [side for side, g in sides.items() if g.mean() <= 0]
+    return f"all requests of the {' and the '.join(flat)} share one timestamp: its gaps have no positive mean"
+
+
+def min_pool_requests(sweep: SweepSpec) -> tuple[int, str]:
+    """The fewest distinct requests a pool must hold for ``sweep``, and why.
+
+    A capacity step takes its requests from the pool in order from a seeded place, cycling
+    (loadgen.sweep.run_sweep): a step is held for ``max(step_duration_s, min(min_requests / rate,
+    4 * step_duration_s))`` seconds, and its schedule then has a fixed count of arrivals
+    (loadgen.arrivals.schedule). A pool with fewer distinct requests than a step sends makes that
+    step replay duplicates (after the prefix-cache reset, a duplicate is a cache hit production
+    never had). With an explicit ladder (``sweep.rates``) that is its largest step; with the
+    automatic search, whose rates are found at run time, it is ``sweep.min_requests``, the fewest
+    requests any step sends. Closed-loop users (``sweep.users``) each start at their own share of
+    the pool, so the pool holds at least one request per user. Never below 2: no distance is
+    measurable on fewer."""
+    from loadgen.arrivals import schedule  # deferred: domain to domain, no module-level edge
+
+    need, why = sweep.min_requests, (f"sweep.min_requests={sweep.min_requests}: the fewest requests a capacity "
+                                     "step sends (automatic ladder: its rates are found at run time)")
+    if sweep.rates:
+        best = None
+        for rate in sweep.rates:
+            step_s = max(sweep.step_duration_s, min(sweep.min_requests / rate, 4 * sweep.step_duration_s))
+            count = len(schedule(sweep.arrival, rate, step_s, burstiness=sweep.burstiness, seed=sweep.seed))
+            if best is None or count > best[0]:
+                best = (count, rate, step_s)
+        need, rate, step_s = best  # the count grows with the rate: refinement steps lie inside the ladder
+        why = f"the largest step of sweep.rates: {rate:g} req/s held {step_s:g} s sends {need} requests"
+    if sweep.users and max(sweep.users) > need:
+        need, why = max(sweep.users), f"sweep.users: {max(sweep.users)} closed-loop users each start at their own request"
+    if need < 2:
+        need, why = 2, "no distance is measurable on fewer than 2 requests"
+    return need, why + "; fewer distinct requests and every such step replays duplicates"
+
+
+def pool_size_row(requests: int, distinct: int, production: int, minimum: int, why: str) -> FidelityRow:
+    """Blocking row: the pool holds at least ``minimum`` distinct requests (see :func:`min_pool_requests`)."""
+    note = f"minimum {minimum} distinct requests ({why})"
+    if distinct != requests:
+        note += f"; {requests - distinct} of {requests} requests duplicate another"
+    return FidelityRow("pool_requests", distinct, production, distinct, float(minimum),
+                       OK if distinct >= minimum else FAIL, True, note, bound="min")
+
+
+def fidelity_report(pool: TrafficProfile, production: TrafficProfile, thresholds: FidelitySpec | None = None, *,
+                    sweep: SweepSpec | None = None, distinct_requests: int | None = None) -> FidelityReport:
+    """Compare a pool's profile with production's; every distance sits next to its threshold.
+
+    With ``sweep`` (a pool build), a first blocking row ``pool_requests`` requires at least
+    :func:`min_pool_requests` distinct requests (``distinct_requests``, else every request counts).
+    A metric that cannot be computed (too few values, nothing to compare) is ``unmeasured``, which
+    fails the check where the row is blocking."""
     t = thresholds or FidelitySpec()
-    rows = [
+    rows = []
+    if sweep is not None:
+        minimum, why = min_pool_requests(sweep)
+        rows.append(pool_size_row(len(pool), len(pool) if distinct_requests is None else distinct_requests,
+                                  len(production), minimum, why))
+    rows += [
         _row("prompt_tokens_ks", _pct(pool.prompt_tokens, 50), _pct(production.prompt_tokens, 50),
-             _ks(pool.prompt_tokens, production.prompt_tokens), t.prompt_tokens_ks, note="values: medians"),
+             _ks(pool.prompt_tokens, production.prompt_tokens), t.prompt_tokens_ks, note="values: medians",
+             why=_ks_why("requests", pool.prompt_tokens, production.prompt_tokens)),
         _row("output_tokens_ks", _pct(pool.output_tokens, 50), _pct(production.output_tokens, 50),
-             _ks(pool.output_tokens, production.output_tokens), t.output_tokens_ks, note="values: medians"),
+             _ks(pool.output_tokens, production.output_tokens), t.output_tokens_ks, note="values: medians",
+             why=_ks_why("requests", pool.output_tokens, production.output_tokens)),
     ]
-    if pool.cached_fraction is not None and production.cached_fraction is not None:
+    if pool.cached_fraction is not None and production.cached_fraction is not None and len(pool) and len(production):
         rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction,
                          abs(pool.cached_fraction - production.cached_fraction), t.cached_fraction_abs,
                          note=f"block {production.cached_block} tokens"))
+    elif production.cached_block is None and pool.cached_block is None:
+        # the source records no prefix structure (an Azure trace): not part of this check, and not ok either
+        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction, None,
+                         t.cached_fraction_abs, blocking=False,
+                         why="the source records no prefix structure (no prefix blocks, no text)"))
     else:
-        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction, None, t.cached_fraction_abs))
+        side = "pool" if pool.cached_fraction is None else "production"
+        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction, None,
+                         t.cached_fraction_abs,
+                         why=f"no prompt tokens to simulate a prefix cache on (pool {len(pool)}, production "
+                             f"{len(production)} requests)" if not (len(pool) and len(production))
+                         else f"the {side} has no cached-prefix fraction"))
     if production.logged_cached_fraction is not None and pool.cached_fraction is not None:
         rows.append(_row("cached_fraction_vs_logged", pool.cached_fraction, production.logged_cached_fraction,
                          abs(pool.cached_fraction - production.logged_cached_fraction), t.cached_fraction_abs, blocking=False,
                          note="logged by the production engine (bounded cache, eviction)"))
     gp, gq = interarrival(pool.arrival_s), interarrival(production.arrival_s)
-    rows.append(_row("interarrival_ks", _pct(gp, 50), _pct(gq, 50), _ks(gp, gq), t.interarrival_ks, note="values: median gap s"))
+    rows.append(_row("interarrival_ks", _pct(gp, 50), _pct(gq, 50), _ks(gp, gq), t.interarrival_ks,
+                     note="values: median gap s", why=_ks_why("inter-arrival gaps", gp, gq)))
     bp, bq = burstiness(gp), burstiness(gq)
-    rows.append(_row("burstiness_rel", bp, bq, None if bp is None or not bq else abs(bp - bq) / bq, t.burstiness_rel,
-                     note="values: CV of gaps"))
-    cp, cq = concurrency_samples(pool), concurrency_samples(production)
-    rows.append(_row("concurrency_ks", float(cp.mean()), float(cq.mean()), _ks(cp, cq), t.concurrency_ks,
-                     note="values: mean in flight (nominal service model)"))
+    if bp is not None and bq == 0:  # evenly spaced production: a relative difference is undefined
+        rows.append(_row("burstiness_rel", bp, bq, abs(bp - bq), t.burstiness_rel,
+                         note="values: CV of gaps; production CV is 0, so the absolute difference"))
+    else:
+        why = _cv_why(gp, gq)
+        rows.append(_row("burstiness_rel", bp, bq, None if bp is None or bq is None else abs(bp - bq) / bq,
+                         t.burstiness_rel, note="values: CV of gaps", why=why))
+    cp, cq = (concurrency_samples(pool), concurrency_samples(production)) if len(pool) and len(production) else (None, None)
+    rows.append(_row("concurrency_ks", None if cp is None else float(cp.mean()), None if cq is None else float(cq.mean()),
+                     None if cp is None else _ks(cp, cq), t.concurrency_ks,
+                     note="values: mean in flight (nominal service model)",
+                     why=(f"no requests to load a server with (pool {len(pool)}, production {len(production)})"
+                          if cp is None else _ks_why("0.5 s samples", cp, cq))))
     rows += session_rows(pool, production, t)
     return FidelityReport(rows)
 
@@ -201,7 +325,7 @@ def session_rows(pool: TrafficProfile, production: TrafficProfile, t: FidelitySp
     kp = pool.think_s if pool.think_s is not None else np.zeros(0)
     kq = production.think_s if production.think_s is not None else np.zeros(0)
     rows.append(_row("think_time_ks", _pct(kp, 50), _pct(kq, 50), _ks(kp, kq), t.think_time_ks,
-                     note="values: median think s"))
+                     note="values: median think s", why=_ks_why("think times (later turns)", kp, kq)))
     return rows
 
 

@@ -2,6 +2,10 @@
 Mooncake JSON lines). A malformed line is recorded with its line number and reason and the
 ingest goes on; nothing is dropped silently.
 
+A source whose malformed share is over ``traffic.max_malformed_fraction`` is refused as a whole
+(:func:`check_malformed` raises :class:`MalformedSourceError`, naming its first bad lines): a
+pool built from what survives of a mostly broken log would look like production only by chance.
+
 Request logs are streamed in batches (:func:`iter_request_log`): every line needs per-line
 parsing, validation and redaction anyway, and a bad line must not fail its neighbours, so the
 parser is orjson line by line with bounded memory. Traces are columnar: polars reads them
@@ -32,6 +36,13 @@ class IngestResult:
     malformed: list[tuple[int, str]]
     source: Path
     total_lines: int = 0
+    # records the reader looked at (valid + malformed; no header, no blank lines, none past ``limit``):
+    # what the malformed fraction is taken of
+    lines_read: int | None = None
+
+    @property
+    def malformed_fraction(self) -> float:
+        return malformed_fraction(len(self.malformed), self.lines_read if self.lines_read is not None else self.total_lines)
 
     def malformed_summary(self, limit: int = 10) -> str:
         if not self.malformed:
@@ -39,6 +50,32 @@ class IngestResult:
         shown = "; ".join(f"line {n}: {r}" for n, r in self.malformed[:limit])
         more = f" (+{len(self.malformed) - limit} more)" if len(self.malformed) > limit else ""
         return f"{self.source.name}: {len(self.malformed)} of {self.total_lines} lines malformed: {shown}{more}"
+
+
+class MalformedSourceError(ValueError):
+    """A traffic source with too many malformed lines: the pool build fails, nothing is replaced."""
+
+    def __init__(self, source: Path, malformed: list[tuple[int, str]], lines_read: int, limit: float, shown: int = 5):
+        self.source, self.malformed, self.lines_read, self.limit = Path(source), malformed, lines_read, limit
+        first = "; ".join(f"{self.source}:{n}: {r}" for n, r in malformed[:shown])
+        more = f" (+{len(malformed) - shown} more)" if len(malformed) > shown else ""
+        super().__init__(f"{self.source}: {len(malformed)} of {lines_read} lines malformed "
+                         f"({malformed_fraction(len(malformed), lines_read):.1%}), over traffic.max_malformed_fraction "
+                         f"{limit:g}: no pool built, the last good pool is kept. First bad lines: {first}{more}")
+
+    def __reduce__(self):
+        return type(self), (self.source, self.malformed, self.lines_read, self.limit)
+
+
+def malformed_fraction(malformed: int, lines_read: int) -> float:
+    return malformed / lines_read if lines_read else 0.0
+
+
+def check_malformed(source: Path | str, malformed: list[tuple[int, str]], lines_read: int, limit: float) -> None:
+    """Raise :class:`MalformedSourceError` when more than ``limit`` of the ``lines_read`` lines were
+    malformed (``traffic.max_malformed_fraction``)."""
+    if malformed and malformed_fraction(len(malformed), lines_read) > limit:
+        raise MalformedSourceError(Path(source), malformed, lines_read, limit)
 
 
 @dataclass
@@ -184,7 +221,7 @@ def read_request_log(path: Path | str, limit: int | None = None) -> IngestResult
     frame = pl.DataFrame(rows, schema={"line": pl.Int64, "timestamp_s": pl.Float64, "request": pl.Utf8,
                                        "completion_tokens": pl.Int64, "logged_prompt_tokens": pl.Int64,
                                        "logged_cached_tokens": pl.Int64})
-    return IngestResult(frame, malformed, Path(path), count_lines(path))
+    return IngestResult(frame, malformed, Path(path), count_lines(path), lines_read=frame.height + len(malformed))
 
 
 def read_azure(path: Path | str, limit: int | None = None) -> IngestResult:
@@ -212,7 +249,8 @@ def read_azure(path: Path | str, limit: int | None = None) -> IngestResult:
         good = good.head(limit)
     frame = good.select(pl.col("line").cast(pl.Int64), (pl.col("ts").dt.epoch("us") / 1e6).alias("timestamp_s"),
                         pl.col("p").alias("prompt_tokens"), pl.col("o").alias("output_tokens"))
-    return IngestResult(frame, list(zip(bad["line"].cast(pl.Int64).to_list(), bad["reason"].to_list())), path, len(df) + 1)
+    return IngestResult(frame, list(zip(bad["line"].cast(pl.Int64).to_list(), bad["reason"].to_list())), path, len(df) + 1,
+                        lines_read=len(df))
 
 
 def read_mooncake(path: Path | str, limit: int | None = None, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> IngestResult:
@@ -257,4 +295,4 @@ def read_mooncake(path: Path | str, limit: int | None = None, block_tokens: int 
         rows["hash_ids"].append(ids)
     frame = pl.DataFrame(rows, schema={"line": pl.Int64, "timestamp_s": pl.Float64, "prompt_tokens": pl.Int64,
                                        "output_tokens": pl.Int64, "hash_ids": pl.List(pl.Int64)})
-    return IngestResult(frame, malformed, path, len(lines))
+    return IngestResult(frame, malformed, path, len(lines), lines_read=frame.height + len(malformed))
