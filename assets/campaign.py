@@ -6,7 +6,7 @@ runs (or resumes) a campaign headless through research.campaign and records into
 
 import dagster as dg
 
-from assets.common import key, md_image, table
+from assets.common import key, md_image, refuse_unrunnable, table
 from autoresearch.config import DefinitionSet, EndpointSpec
 from research.campaign import CampaignOutcome
 from dagster_project.pools import campaign_for, pool_for
@@ -33,6 +33,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               f"candidates with verdicts, confirmed baselines, review report (settings: {settings.name}). "
               "Resumable: a re-run skips finished experiments.")
     def campaign(context: dg.AssetExecutionContext) -> CampaignOutcome:
+        refuse_unrunnable(endpoint)
         from autoresearch.workflows import run_campaign
 
         outcome = run_campaign(settings, endpoint, partition=context.partition_key, progress=context.log.info)

@@ -12,7 +12,7 @@ unjudged drafter to the research round's candidates.
 
 import dagster as dg
 
-from assets.common import key, table
+from assets.common import key, refuse_unrunnable, table
 from autoresearch import paths
 from autoresearch.config import DefinitionSet, EndpointSpec
 from dagster_project.pools import campaign_for, pool_for
@@ -60,6 +60,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               description=f"On-policy training data for a drafter: {name}'s engine answers replay-pool requests as "
               "logged (sampling settings, tools, response format); the prompt and reply token ids are kept.")
     def drafter_data(context: dg.AssetExecutionContext, config: DrafterDataConfig) -> OnPolicyData:
+        refuse_unrunnable(endpoint)
         from autoresearch.workflows import load_pool, working_spec
         from research.drafter import DrafterError, onpolicy_data
 
@@ -119,6 +120,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               "engine counted while serving it; the verdict is written to the drafter's record.")
     def drafter_verdict(context: dg.AssetExecutionContext, config: DrafterVerdictConfig, drafter: DrafterRecord,
                         noise_floor: NoiseFloor) -> CandidateRun:
+        refuse_unrunnable(endpoint)
         from autoresearch.workflows import load_pool, run_proposal, working_spec
         from memory_db.store import MemoryStore
         from research.drafter import drafter_proposal
@@ -126,7 +128,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         spec = working_spec(endpoint)
         proposal = drafter_proposal(spec, drafter)
         run = run_proposal(spec, proposal, load_pool(spec), noise_floor, repeats=config.repeats or settings.repeats,
-                           campaign_id=f"{name}-interactive", dagster_run_id=context.run_id, progress=context.log.info)
+                           campaign_id=f"{name}-interactive", dagster_run_id=context.run_id, progress=context.log.info,
+                           extra_repeats=settings.extra_repeats)
         verdict = run.verdict()
         judged = next((r for r in MemoryStore(paths.memory_db_path()).drafters(name)
                        if r.drafter_id == drafter.drafter_id), drafter)

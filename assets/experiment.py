@@ -9,7 +9,7 @@ remote one (a GPU host, Modal) runs the same files with the same entry point.
 
 import dagster as dg
 
-from assets.common import key
+from assets.common import key, refuse_unrunnable
 from dagster_project.pools import pool_for
 from autoresearch.config import EndpointSpec
 from autoresearch.experiment_unit import unit_command
@@ -35,6 +35,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               "measured by the experiment unit in its own process, launched through Dagster Pipes: engine start, "
               "repeated capacity sweeps, stop. Metadata: capacity per repeat, load curve, verdict inputs, engine log.")
     def experiment_unit(context: dg.AssetExecutionContext, config: ExperimentUnitConfig):
+        refuse_unrunnable(endpoint)
         from autoresearch import paths
         from autoresearch.engine_args import OverrideError, apply_overrides
         from autoresearch.workflows import working_spec, write_experiment

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.common import key, md_image, table
+from assets.common import key, md_image, refuse_unrunnable, table
 from autoresearch import paths
 from autoresearch.config import EndpointSpec
 from dagster_project.pools import pool_for
@@ -20,6 +20,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               description=f"{endpoint.sweep.repeats} identical capacity sweeps of the working baseline on the "
               "replay pool (open loop, warm-up and prefix-cache reset per step).")
     def baseline_runs(context: dg.AssetExecutionContext) -> list[SweepResult]:
+        refuse_unrunnable(endpoint)
         from autoresearch.workflows import baseline_sweeps, load_pool, record_runs, working_spec
 
         spec = working_spec(endpoint)
@@ -42,7 +43,11 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
         context.add_output_metadata({
             "capacity_mean_rps": floor.capacity_mean, "capacity_std_rps": floor.capacity_std,
             "relative_spread": floor.capacity_rel_spread, "threshold": floor.threshold,
-            "validity": floor.validity,
+            "validity": floor.validity, "invalid_reason": floor.invalid_reason or "",
+            # the interval verdict's noise: the smallest effect it can see, from A/A pairs pooled with the prior
+            "minimum_detectable_effect": floor.mde, "fitted_capacity_rps": floor.capacity_fit_rps,
+            "between_run_sd": (floor.between_var or 0.0) ** 0.5 if floor.between_var is not None else None,
+            "between_run_df": floor.between_df,
             "per_rate": table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
         })
         return floor
@@ -76,6 +81,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               "prefix cache left warm: SLA attainment over time. Multi-turn sessions keep their order: a later "
               "turn goes out after the previous reply plus its logged think time.")
     def production_replay(context: dg.AssetExecutionContext) -> dict:
+        refuse_unrunnable(endpoint)
         from autoresearch.workflows import load_pool, working_spec
         from engines import start_engine
         from loadgen.replay import run_production_replay

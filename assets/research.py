@@ -8,7 +8,7 @@ makes it the working baseline of the next round (see sensors/continuation.py).
 
 import dagster as dg
 
-from assets.common import key, md_image, table
+from assets.common import key, md_image, refuse_unrunnable, table
 from assets.campaign import campaign_for
 from autoresearch import paths
 from autoresearch.config import DefinitionSet, EndpointSpec
@@ -39,6 +39,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               description="Suspected bottlenecks with their evidence: request statistics, engine metrics over the "
               "sweeps, a torch-profiler breakdown under steady load, diagnostic workloads from recipes.")
     def diagnosis(context: dg.AssetExecutionContext, baseline_runs: list[SweepResult]) -> Diagnosis:
+        refuse_unrunnable(endpoint)
         from autoresearch.workflows import diagnose_endpoint, load_pool, working_spec
 
         spec = working_spec(endpoint)
@@ -87,6 +88,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               f"baseline, {settings.repeats} repeated sweeps, correctness check; skipped if memory already decided it.")
     def candidate_runs(context: dg.AssetExecutionContext, proposals: ProposalBatch,
                        noise_floor: NoiseFloor) -> CandidateRun:
+        refuse_unrunnable(endpoint)
         from autoresearch.workflows import load_pool, run_proposal, working_spec
 
         batch = proposals
@@ -96,8 +98,21 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
                              "re-materialize proposals or pick one of: " + ", ".join(p.proposal_id for p in batch.proposals))
         spec = working_spec(endpoint)
         run = run_proposal(spec, proposal, load_pool(spec), noise_floor, repeats=settings.repeats,
-                           campaign_id=interactive_campaign, dagster_run_id=context.run_id, progress=context.log.info)
-        context.add_output_metadata({"change": proposal.intervention.describe(), "skipped": run.skipped or "no"})
+                           campaign_id=interactive_campaign, dagster_run_id=context.run_id, progress=context.log.info,
+                           extra_repeats=settings.extra_repeats)
+        result = run.result
+        context.add_output_metadata({
+            "change": proposal.intervention.describe(), "skipped": run.skipped or "no",
+            "verdict": result.verdict if result else "skipped",
+            # why a run is invalid, named where the UI shows it (crash, client behind its schedule, ...)
+            "invalid_reason": (result.invalid_reason or "") if result else "",
+            "sweeps": table([{"repeat": s.label, "capacity_rps": s.capacity_rps, "validity": s.validity,
+                              "reason": s.invalid_reason or "",
+                              "send_lag_p99_ms": max((st.send_lag_ms.p99 or 0.0 for st in s.steps), default=None)}
+                             for s in (result.sweeps if result else [])]),
+            # held at its capacity before adoption (loadgen.soak): "none" when it was not to be adopted
+            "soak": result.soak.summary() if result and result.soak else "none",
+        })
         return run
 
     @dg.asset(key=key(name, "verdicts"), group_name=name, partitions_def=candidates,

@@ -183,6 +183,17 @@ class TrafficSpec(Strict):
     length_scale: float = Field(default=1.0, gt=0)
     max_prompt_tokens: int | None = Field(default=None, gt=0)
     max_output_tokens: int | None = Field(default=None, gt=0)
+    # A source whose malformed lines exceed this fraction of the lines read fails the pool build
+    # (naming its first bad lines); the last good pool stays in place. 0 = no bad line allowed.
+    max_malformed_fraction: float = 0.05
+
+    @field_validator("max_malformed_fraction", mode="before")
+    @classmethod
+    def _fraction(cls, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ValueError(f"traffic.max_malformed_fraction must be a fraction of the source's lines between 0 "
+                             f"and 1 (0.05 = 5%), got {value!r}")
+        return float(value)
 
     @model_validator(mode="after")
     def _path_needed(self) -> "TrafficSpec":
@@ -267,6 +278,22 @@ class SweepSpec(Strict):
         return users
 
 
+class SoakSpec(Strict):
+    """Before a configuration is adopted (and on every campaign baseline): held at its measured
+    capacity for ``hold_s``, then at ``overload_factor`` times it for ``overload_s``, then at half of
+    it for ``recovery_s`` (loadgen.soak). Short sweep steps never show an engine that OOMs after a
+    minute or a queue that grows without bound. Minutes on a GPU, less on a CPU; 0 = no soak."""
+
+    hold_s: float = Field(default=60.0, ge=0)
+    overload_factor: float = Field(default=1.3, gt=1)
+    overload_s: float = Field(default=20.0, ge=0)
+    recovery_s: float = Field(default=20.0, ge=0)
+    # At capacity each SLA target's fraction over its limit is its allowance (5% for a p95); the hold
+    # breaks the SLA when a fraction exceeds this many times the allowance (clearly past the edge,
+    # not the capacity estimate's own uncertainty).
+    sla_tolerance: float = Field(default=3.0, ge=1)
+
+
 class BudgetSpec(Strict):
     gpu_hours: float = Field(default=1.0, gt=0)
     wall_clock_minutes: float = Field(default=60.0, gt=0)
@@ -285,6 +312,7 @@ class EndpointSpec(Strict):
     budget: BudgetSpec = BudgetSpec()
     fidelity: FidelitySpec = FidelitySpec()
     sweep: SweepSpec = SweepSpec()
+    soak: SoakSpec = SoakSpec()
 
     @field_validator("launcher")
     @classmethod
@@ -328,6 +356,9 @@ class CampaignSpec(Strict):
     max_concurrent_gpus: int = Field(default=1, ge=1)
     subagents: int = Field(default=3, ge=1)
     repeats: int = Field(default=2, ge=1)  # candidate sweeps per experiment
+    # Sweeps a candidate may add, one at a time, while its verdict's interval still straddles the
+    # decision (the sequential rule of loadgen.verdict); 0 judges on `repeats` sweeps alone.
+    extra_repeats: int = Field(default=2, ge=0)
     max_rounds: int = Field(default=4, ge=1)
     proposer: Literal["auto", "rules", "llm"] = "auto"
     recipes: list[str] = Field(default_factory=list)

@@ -36,7 +36,8 @@ def build_replay_pool(spec: EndpointSpec):
     from replay.build import build_pool
 
     build = build_pool(spec, tokenizer_dir(spec.model.path), pool_dir(spec))
-    build.production_profile.save(production_profile_path(spec))
+    if build.accepted:  # a rejected build left the last good pool and its drift reference in place
+        build.production_profile.save(production_profile_path(spec))
     return build
 
 
@@ -46,7 +47,11 @@ def load_pool(spec: EndpointSpec) -> pl.DataFrame:
 
     path = pool_dir(spec) / f"{spec.name}-pool.parquet"
     if not path.exists():
-        return build_replay_pool(spec).pool
+        build = build_replay_pool(spec)
+        if not build.accepted:
+            raise ValueError(f"{spec.name}: no replay pool passes its fidelity check; fix the traffic source "
+                             f"(traffic.path) and run `autoresearch replay build {spec.name}`:\n{build.table()}")
+        return build.pool
     return check_pool(pl.read_parquet(path))
 
 
@@ -258,7 +263,8 @@ def record_runs(spec: EndpointSpec, sweeps, *, kind: str, run_prefix: str, campa
 
 
 def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, repeats: int, campaign_id: str,
-                 dagster_run_id: str | None = None, progress: Callable[[str], None] = print) -> CandidateRun:
+                 dagster_run_id: str | None = None, progress: Callable[[str], None] = print,
+                 extra_repeats: int = 2) -> CandidateRun:
     """Run one proposal through the shared harness, unless memory already decided it; record either way."""
     from autoresearch.engine_args import apply_diff
     from memory_db.records import ExperimentRecord
@@ -278,7 +284,8 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
     candidate_args = apply_diff(list(spec.engine.args), iv.engine_arg_diff)
     reference = None if iv.lossy else reference_outputs(spec)
     result = run_candidate(spec, candidate_args, pool, noise, repeats, lossy=iv.lossy, reference=reference,
-                           workdir=paths.runs_dir() / "candidates" / spec.name / proposal.proposal_id, progress=progress)
+                           workdir=paths.runs_dir() / "candidates" / spec.name / proposal.proposal_id, progress=progress,
+                           extra_repeats=extra_repeats)
     c, corr = result.comparison, result.correctness
     experiment_id = f"{campaign_id}:{proposal.proposal_id}"
     memory.record_experiment(ExperimentRecord(
@@ -291,8 +298,11 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
         capacity_ratio=c.capacity_ratio if c else None, baseline_capacity=c.baseline_capacity if c else None,
         candidate_capacity=(sum(result.capacities) / len(result.capacities)) if result.capacities else None,
         noise_threshold=c.threshold if c else None, noise_rel_spread=noise.capacity_rel_spread if noise else None,
+        effect=c.effect if c else None, effect_low=c.effect_low if c else None,
+        effect_high=c.effect_high if c else None, mde=c.mde if c else None,
         repeats=len(result.sweeps), lossless=not iv.lossy,
         correctness=corr.model_dump(mode="json", exclude={"sequences"}) if corr else {},
+        soak=result.soak.metadata() if result.soak else None,
         needs_review=bool(iv.lossy or (corr and corr.flag_for_review)),
         evidence=c.evidence if c else (result.invalid_reason or ""),
         dagster_run_ids=[dagster_run_id] if dagster_run_id else [],

@@ -19,6 +19,7 @@ from assets import measurement as measurement_stage
 from assets import pareto as pareto_stage
 from assets import replay as replay_stage
 from assets import research as research_stage
+from assets.common import mark_unrunnable
 from autoresearch.config import DefinitionSet, EndpointSpec
 from sensors import continuation as continuation_sensors
 from sensors import drift as drift_sensors
@@ -30,7 +31,7 @@ STAGES = [engine_stage, replay_stage, measurement_stage, experiment_stage, resea
 def endpoint_definitions(endpoint: EndpointSpec, definitions: DefinitionSet,
                          reread: Callable[[], EndpointSpec]) -> dg.Definitions:
     """``reread`` reads the endpoint's YAML afresh (the drift sensors compare it on every tick)."""
-    stages = dg.Definitions.merge(*(stage.build(endpoint, definitions) for stage in STAGES))
+    stages = mark_unrunnable(dg.Definitions.merge(*(stage.build(endpoint, definitions) for stage in STAGES)), endpoint)
     jobs = {job.name: job for job in stages.jobs or []}
     sensors = [
         *drift_sensors.build(endpoint, reread, jobs[campaign_stage.job_name(endpoint)],

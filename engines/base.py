@@ -212,6 +212,27 @@ class EngineAdapter(ABC):
             return "unknown"
         return installed_version(self.engine_python(), self.version_distributions)
 
+    def missing_on_host(self) -> str | None:
+        """What this host lacks to start the engine, found in seconds before any start: its interpreter,
+        its package, or the GPUs the endpoint declares. None when nothing is missing."""
+        import shutil
+
+        if not self.manages_process:
+            return None
+        python = self.engine_python()
+        if not Path(python).is_file() and shutil.which(python) is None:
+            return f"its interpreter {python} does not exist"
+        if self.version_distributions and self.engine_version() == "unknown":
+            return f"{' or '.join(self.version_distributions)} is not installed for {python}"
+        hardware = self.spec.hardware
+        if hardware.gpu_count > 0:
+            from engines.gpu_lease import host_gpus
+
+            if not host_gpus():
+                return (f"it declares {hardware.gpu_count} x {hardware.gpu_type} GPU and this host has none "
+                        "(NVML finds no GPU; AUTORESEARCH_GPUS and CUDA_VISIBLE_DEVICES name none)")
+        return None
+
     @classmethod
     def can_give(cls, what: str) -> bool:
         """Whether the engine gives this kind of evidence (one of EVIDENCE)."""

@@ -15,6 +15,8 @@ and every percentage in the evidence is finite.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from loadgen.noise import upper_capacities
@@ -25,7 +27,8 @@ def _pct(ratio: float) -> str:
     return f"{ratio - 1:+.1%}"
 
 
-def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult]) -> Comparison:
+def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, final: bool = True) -> Comparison:
+    """``final``: no further repeat will follow (the interval verdict spends its last look's error rate)."""
     if not candidate_sweeps:
         raise ValueError("compare needs at least one candidate sweep")
     base = np.array(noise_floor.capacities, dtype=np.float64)
@@ -49,6 +52,8 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult]) -> Com
     if reasons:
         reason = "; ".join(reasons)
         return Comparison(verdict="invalid", evidence=reason, invalid_reason=reason, capacity_ratio=ratio, **common)
+    if noise_floor.steps and _has_samples(candidate_sweeps):
+        return _interval_compare(noise_floor, candidate_sweeps, final)
     b_max, b_min = float(base.max()), float(base.min())
     unbounded = [s.label or str(i) for i, s in enumerate(candidate_sweeps) if not s.capacity_bounded]
     facts = (f"baseline capacity {b_mean:.3g} req/s (K={len(base)}, range {b_min:.3g}-{b_max:.3g}, "
@@ -98,3 +103,49 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult]) -> Com
         verdict = "same"
         why = "change within the noise floor or not repeated by every candidate sweep"
     return Comparison(verdict=verdict, evidence=f"{why}. {facts}", capacity_ratio=ratio, ratio_bound=bound, **common)
+
+
+def _has_samples(sweeps: list[SweepResult]) -> bool:
+    steps = [st for s in sweeps for st in s.steps if st.validity == "valid"]
+    return bool(steps) and all(st.sla_samples for st in steps)
+
+
+def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], final: bool) -> Comparison:
+    """The interval verdict (loadgen.verdict) of candidate sweeps against a baseline measured with
+    per-request samples: effect, interval, minimum detectable effect; ``decided`` is False while the
+    interval still straddles the decision (the harness may add a repeat)."""
+    from loadgen.verdict import LOOKS, judge_rounds
+
+    cand_steps = [[st for st in s.steps if st.validity == "valid"] for s in candidate_sweeps]
+    stats = judge_rounds(noise_floor.steps, cand_steps, max_rounds=len(cand_steps) + (0 if final else 1), looks=LOOKS,
+                         prior_var=noise_floor.between_var or 0.0, prior_df=noise_floor.between_df)
+    decided = stats.verdict != "undecided"
+    verdict = "same" if not decided else stats.verdict
+    if verdict == "invalid":
+        return Comparison(verdict="invalid", evidence=stats.reason or "invalid", invalid_reason=stats.reason,
+                          capacity_ratio=None, baseline_capacity=noise_floor.capacity_mean,
+                          candidate_capacities=[s.capacity_rps or 0.0 for s in candidate_sweeps],
+                          threshold=noise_floor.threshold, baseline_capacities=list(noise_floor.capacities))
+    per_sweep = [s.capacity_fit_rps if s.capacity_fit_rps is not None else (s.capacity_rps or 0.0)
+                 for s in candidate_sweeps]
+    if stats.effect is not None:
+        ratio = 1 + stats.effect
+    elif verdict == "better" and stats.low is not None:
+        ratio = 1 + stats.low  # a crossing beyond the tested rates: the ratio is a lower bound (ratio_bound)
+    elif verdict == "worse" and stats.high is not None:
+        ratio = 1 + stats.high
+    else:
+        ratio = None
+    head = stats.sentence() if decided else f"undecided so far: {stats.sentence().split(': ', 1)[-1]}"
+    evidence = (f"{head}. baseline {stats.baseline} over {len(noise_floor.steps)} sweep(s); candidate "
+                f"{stats.candidate} over {len(cand_steps)} sweep(s); between-run sd of a paired difference "
+                f"{math.sqrt(noise_floor.between_var or 0):.1%} ({noise_floor.between_df} df)")
+    if stats.reason:
+        evidence += f"; {stats.reason}"
+    return Comparison(verdict=verdict, capacity_ratio=ratio, baseline_capacity=stats.baseline_rps or 0.0,
+                      candidate_capacities=per_sweep, threshold=stats.mde if stats.mde is not None else noise_floor.threshold,
+                      evidence=evidence, baseline_capacities=list(noise_floor.capacities),
+                      candidate_mean=stats.candidate_rps, effect=stats.effect, effect_low=stats.low,
+                      effect_high=stats.high, mde=stats.mde, decided=decided,
+                      ratio_bound=None if stats.effect is not None or ratio is None else
+                      ("lower" if verdict == "better" else "upper"))

@@ -63,11 +63,31 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
         row["throughput_std"] = float(tput.std(ddof=1)) if tput.size > 1 else 0.0
         row["within_sla_fraction"] = float(np.mean([st.within_sla for st in steps]))
         per_rate[rate_key(rate)] = row
+    threshold = max(2 * cv, spread, min_rel)
+    interval = _interval_inputs(sweeps) if not invalid else {}
+    if interval.get("mde") is not None:
+        threshold = interval["mde"]  # the smallest effect the interval verdict can see (loadgen.verdict)
     return NoiseFloor(repeats=len(sweeps), capacities=caps.tolist(), capacity_mean=mean, capacity_std=std,
-                      capacity_rel_spread=spread, per_rate=per_rate, threshold=max(2 * cv, spread, min_rel),
+                      capacity_rel_spread=spread, per_rate=per_rate, threshold=threshold, **interval,
                       validity="invalid" if invalid else "valid",
                       invalid_reason="; ".join(invalid) if invalid else None, labels=[s.label for s in sweeps],
                       capacity_below=[_below(s) for s in sweeps])
+
+
+def _interval_inputs(sweeps: list[SweepResult]) -> dict:
+    """What the interval verdict needs from the baseline: its steps, the A/A between-run variance of its
+    repeats pooled with the prior, and the minimum detectable effect. {} for sweeps without samples."""
+    from loadgen.capacity import estimate
+    from loadgen.verdict import LOOKS, aa_prior, floor_mde
+
+    steps = [[st for st in s.steps if st.validity == "valid"] for s in sweeps if s.mode == "rate"]
+    if not steps or not all(st.sla_samples for r in steps for st in r):
+        return {}
+    var, df = aa_prior(steps)
+    fit = estimate([st for r in steps for st in r])
+    return {"steps": steps, "between_var": var, "between_df": df,
+            "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS),
+            "capacity_fit_rps": fit.capacity if fit and not fit.censored else None}
 
 
 def _below(sweep: SweepResult) -> float | None:

@@ -96,6 +96,9 @@ class StepResult(BaseModel):
     warmup_wall_s: float | None = None
     device_metrics: dict[str, float] = Field(default_factory=dict)  # NVML GPU telemetry over the step (engines.gpu)
     users: int | None = None  # concurrency mode: closed-loop users held (target_rate is then the rate they sent)
+    # Per request and SLA target, values over the limit and of how many (loadgen.capacity.sla_samples):
+    # what the capacity estimate fits and bootstraps.
+    sla_samples: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class SweepResult(BaseModel):
@@ -132,6 +135,10 @@ class SweepResult(BaseModel):
     mode: Literal["rate", "users"] = "rate"
     capacity_users: int | None = None  # highest tested users within the SLA below the first failing count
     think_time_s: float | None = None  # think time the users kept (None: the pool's logged ones)
+    # Capacity from every step (loadgen.capacity): the fitted SLA crossing with its 95% bootstrap interval.
+    capacity_fit_rps: float | None = None
+    capacity_fit_low: float | None = None
+    capacity_fit_high: float | None = None
 
     @property
     def valid(self) -> bool:
@@ -157,6 +164,13 @@ class NoiseFloor(BaseModel):
     invalid_reason: str | None = None
     labels: list[str | None] = Field(default_factory=list)
     capacity_below: list[float | None] = Field(default_factory=list)  # per repeat: no rate held, capacity < this
+    # The interval verdict's inputs (loadgen.verdict): every repeat's steps, and the between-run variance
+    # of a paired log-capacity difference (A/A pairs of these repeats pooled with the endpoint's prior).
+    steps: list[list[StepResult]] = Field(default_factory=list)
+    between_var: float | None = None
+    between_df: int = 0
+    mde: float | None = None  # minimum detectable effect of a candidate measured like this baseline
+    capacity_fit_rps: float | None = None
 
 
 Verdict = Literal["better", "same", "worse", "invalid"]
@@ -174,6 +188,13 @@ class Comparison(BaseModel):
     candidate_mean: float | None = None
     invalid_reason: str | None = None
     ratio_bound: Literal["lower", "upper"] | None = None  # capacity_ratio is a bound (a side was below its floor)
+    # The interval verdict (loadgen.verdict): effect with its interval, minimum detectable effect, and
+    # whether another repeat could still decide it ("undecided" while the interval straddles 0).
+    effect: float | None = None
+    effect_low: float | None = None
+    effect_high: float | None = None
+    mde: float | None = None
+    decided: bool = True
 
 
 class IntervalResult(BaseModel):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoresearch.config import SLASpec
+from loadgen.capacity import sla_samples
 from loadgen.results import LatencySummary, RequestRecord, StepResult
 from loadgen.runner import RunOutcome
 
@@ -187,4 +188,5 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
         cut_requests=len(cut),
         cut_before_first_token=cut_early,
         sla_ratios=ratios,
+        sla_samples=sla_samples(records, sla),
     )

@@ -50,6 +50,7 @@ import polars as pl
 from autoresearch.config import SweepSpec, EndpointSpec, SLASpec
 from autoresearch.engine_args import parse_args
 from loadgen import arrivals
+from loadgen.capacity import estimate as estimate_capacity
 from loadgen.results import RequestRecord, StepResult, SweepResult
 from loadgen.closedloop import UserScript, run_closed_loop
 from loadgen.runner import LagBounds, RunOutcome, run_open_loop
@@ -479,6 +480,9 @@ class _StepRunner:
                   "started_at": outcome.started_at, "device_metrics": watch.device_summary()}
         if watch.device_note and watch.device_note not in self.notes:
             self.notes.append(watch.device_note)
+        if not crash and step.requests and step.cut_before_first_token == step.requests:
+            crash = (f"the engine answered none of the {step.requests} requests by the step's deadline (not one "
+                     "first token): it accepts connections but does not serve")
         if crash:
             reason = crash if not step.invalid_reason else f"{crash}; {step.invalid_reason}"
             update.update(validity="invalid", invalid_reason=reason, within_sla=False)
@@ -488,6 +492,19 @@ class _StepRunner:
             _records_frame(outcome.records).write_parquet(path)
             update["records_path"] = str(path)
         return step.model_copy(update=update)
+
+
+def runner_for(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, max_rate: float) -> _StepRunner:
+    """A step runner for open-loop runs up to ``max_rate`` outside a sweep (the soak), built as a sweep
+    builds its own: the pool's requests, the SLA's send-lag bounds and timeout, calibrated senders."""
+    from loadgen.calibrate import client_limit, senders_for
+
+    bodies, ids = pool_requests(pool)
+    sla, cfg = spec.sla, spec.sweep
+    timeout = max(60.0, 3 * cfg.step_duration_s, 3 * (sla.e2e_ms or 0) / 1000)
+    return _StepRunner(engine, spec, bodies, ids, senders=senders_for(max_rate, client_limit()),
+                       lag_bounds=sweep_lag_bounds(sla, cfg), timeout_s=timeout, records_dir=None,
+                       prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups))
 
 
 def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: list[float] | None = None,
@@ -644,6 +661,9 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
         capacity_below_rps=below, min_rate=floor, drain_s=drain,
         engine_startup_s=engine_startup_s if engine_startup_s is not None else getattr(engine, "startup_s", None),
         wall_s=time.monotonic() - started_mono)
+    fit = estimate_capacity(steps)
+    if fit is not None and not fit.censored and validity == "valid":
+        result.capacity_fit_rps, result.capacity_fit_low, result.capacity_fit_high = fit.capacity, fit.low, fit.high
     text = f"below {below:g} req/s" if below is not None else f"{cap:.3g} req/s ({cap / divisor:.3g} per GPU)"
     emit("done", None, f"capacity {text}, knee {result.knee_rate}")
     return result

@@ -73,7 +73,7 @@ class Record(BaseModel):
                 else:
                     row.update(value.model_dump())
             elif name in self.JSON_FIELDS:
-                row[name] = canonical_json(value)
+                row[name] = None if value is None else canonical_json(value)  # SQL NULL, not 'null'
             else:
                 row[name] = value
         return row
@@ -175,7 +175,7 @@ class ExperimentRecord(Record):
 
     TABLE: ClassVar[str] = "experiments"
     ID_FIELD: ClassVar[str] = "experiment_id"
-    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("change", "correctness")
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("change", "correctness", "soak")
 
     experiment_id: str = ""  # derived when empty: campaign, endpoint, change, base config
     endpoint: str
@@ -202,9 +202,15 @@ class ExperimentRecord(Record):
     candidate_capacity: float | None = None
     noise_threshold: float | None = None  # relative change needed to leave the noise floor
     noise_rel_spread: float | None = None
+    effect: float | None = None  # interval verdict (loadgen.verdict): relative capacity change
+    effect_low: float | None = None  # its interval
+    effect_high: float | None = None
+    mde: float | None = None  # minimum detectable effect at this noise
     repeats: int | None = None
     lossless: bool = True
     correctness: dict[str, Any] = Field(default_factory=dict)  # KL, top-1 agreement, exact-match, ...
+    # The soak before adoption (loadgen.soak.SoakResult without its log): rate, held_s, outcome, ...
+    soak: dict[str, Any] | None = None
     needs_review: bool = False
     evidence: str = ""
     run_ids: list[str] = Field(default_factory=list)

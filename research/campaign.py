@@ -363,7 +363,8 @@ class _Campaign:
         return run_candidate(self.endpoint, args, self.pool, noise, repeats, lossy=lossy, reference=reference,
                              capture=capture, thresholds=self.thresholds, workdir=workdir,
                              active_file=self.workdir / f"active_engine.{label}.json", sweep_fn=self.sweep_fn,
-                             compare_fn=self.compare_fn, progress=progress or self.progress)
+                             compare_fn=self.compare_fn, progress=progress or self.progress,
+                             extra_repeats=self.campaign.extra_repeats)
 
     # -- steps --------------------------------------------------------------------------------
     def baseline(self) -> str | None:
@@ -383,7 +384,7 @@ class _Campaign:
             return f"baseline invalid: {result.invalid_reason or 'no reference outputs'}"
         noise = self.noise_fn(result.sweeps)
         record = BaselineRecord(engine_args=args, sweeps=result.sweeps, noise=noise, identity=result.identity,
-                                wall_s=result.wall_s)
+                                wall_s=result.wall_s, soak=result.soak)
         self.state.reference = self.state.working = record
         self.state.baselines.append(record)
         self.state.reference_outputs[_config_hash(self.endpoint, args)] = result.reference
@@ -442,6 +443,7 @@ class _Campaign:
         proposals = [p for p in offered if not self._already_tried(p, working.engine_args)]
         if not proposals and previous is not None and previous.baseline_args == working.engine_args:
             proposals = [p for p in self._alternatives(previous) if not self._already_tried(p, working.engine_args)]
+        proposals = self._below_mde(proposals, working)
         record = RoundRecord(round=len(rounds) + 1, baseline_args=list(working.engine_args), diagnosis=diagnosis,
                              proposals=proposals[: self.campaign.subagents])
         if not proposals:  # the round is kept: the review shows what was diagnosed and why nothing ran
@@ -516,6 +518,24 @@ class _Campaign:
     def _ratio(self, e: ExperimentRecord) -> str:
         c = e.comparison
         return f"capacity x{c.capacity_ratio:.2f} vs working baseline" if c and c.capacity_ratio else "no ratio"
+
+    def _below_mde(self, proposals: list, working: BaselineRecord) -> list:
+        """Queue proposals predicted to gain less than the harness's minimum detectable effect: a `same`
+        for them would say nothing. They wait, as open questions with the reason, while proposals the
+        harness can see run first; a round whose every proposal is below it still runs them (the
+        prediction may be wrong, and the verdict's interval says how little it could see)."""
+        mde = working.noise.mde
+        if mde is None:
+            return proposals
+        visible = [p for p in proposals if p.predicted_capacity_ratio is None or p.predicted_capacity_ratio - 1 >= mde]
+        if not visible:
+            return proposals
+        for p in proposals:
+            if p not in visible:
+                self._question(f"{p.title} is predicted to gain {p.predicted_capacity_ratio - 1:+.1%}, below the "
+                               f"harness's minimum detectable effect {mde:.1%} at this noise: queued until the harness "
+                               "can see it (more repeats, longer steps, a quieter host)")
+        return visible
 
     def _question(self, text: str, e: ExperimentRecord | None = None) -> None:
         if text in self.state.open_questions:
@@ -674,6 +694,7 @@ class _Campaign:
         record.invalid_reason, record.sweeps = result.invalid_reason, result.sweeps
         record.comparison, record.correctness = result.comparison, result.correctness
         record.identity, record.log_tail, record.wall_s = result.identity, result.log_tail, result.wall_s
+        record.soak = result.soak
         record.cost_hours = result.wall_s / 3600 * self.limits.units
         record.finished_at = time.time()
         if self.state.reference is not None and record.capacity_mean is not None:
@@ -720,8 +741,11 @@ class _Campaign:
             capacity_ratio=c.capacity_ratio if c else None, baseline_capacity=c.baseline_capacity if c else None,
             candidate_capacity=record.capacity_mean, noise_threshold=c.threshold if c else None,
             noise_rel_spread=noise.capacity_rel_spread if noise else None, repeats=len(record.sweeps),
+            effect=c.effect if c else None, effect_low=c.effect_low if c else None,
+            effect_high=c.effect_high if c else None, mde=c.mde if c else None,
             lossless=not record.lossy,
             correctness=corr.model_dump(mode="json", exclude={"sequences"}) if corr else {},
+            soak=record.soak.metadata() if record.soak else None,
             needs_review=bool(record.lossy or (corr and corr.flag_for_review)),
             evidence=(c.evidence if c else record.invalid_reason or ""),
             run_ids=[f"{self._memory_id(record)}-s{i}" for i in range(len(record.sweeps))])
@@ -812,7 +836,8 @@ class _Campaign:
             sweeps += extra.sweeps
             wall += extra.wall_s
         record = BaselineRecord(engine_args=list(best.engine_args), sweeps=sweeps, noise=self.noise_fn(sweeps),
-                                source_experiment=best.experiment_id, identity=best.identity, wall_s=wall)
+                                source_experiment=best.experiment_id, identity=best.identity, wall_s=wall,
+                                soak=best.soak)
         self.state.working = record
         self.state.baselines.append(record)
         rnd.adopted = best.experiment_id

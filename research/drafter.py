@@ -342,6 +342,7 @@ def run_drafter_candidate(spec, engine_args: list[str], draft_dir: Path, k: int,
             served.add(before, read_metrics(engine.base_url))
 
     args = candidate_args(engine_args, draft_dir, k, spec.engine.kind)
+    kwargs.setdefault("soak", sweep_fn is None)  # the wrapper below counts acceptance; the sweep is ours
     result = run_candidate(spec, args, pool, noise, repeats, lossy=False, reference=reference, sweep_fn=sweep,
                            progress=progress, **kwargs)
     return result, served

@@ -42,6 +42,7 @@ class ExperimentSpec(BaseModel):
     endpoint: EndpointSpec
     engine_args: list[str]
     repeats: int = Field(default=1, ge=1)
+    extra_repeats: int = Field(default=2, ge=0)  # more sweeps while the verdict straddles (CampaignSpec)
     # The replay pool (Parquet): relative paths are relative to the spec file's folder, so the
     # folder (spec.json + pool.parquet) can be copied to another machine and run there.
     pool: str = POOL_FILE
@@ -216,6 +217,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, progress: Progress = pri
     started, clock = time.time(), time.monotonic()
     progress(f"experiment {spec.label} on {spec.endpoint.name}: {' '.join(spec.engine_args)} "
              f"({spec.repeats} repeat(s))")
+    harness_kwargs.setdefault("soak", "sweep_fn" not in harness_kwargs)  # the unit's own sweep is soaked
     harness_kwargs.setdefault("sweep_fn", default_sweep_fn(progress=_sweep_progress(progress)))
     follower = (LogFollower(out_dir / ENGINE_LOG, engine_log_sink, keep_log_line) if engine_log_sink
                 else contextlib.nullcontext())
@@ -229,7 +231,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, progress: Progress = pri
         with _cuda_devices(spec.cuda_visible_devices), follower:
             candidate = run_candidate(spec.endpoint, list(spec.engine_args), pool, spec.noise_floor, spec.repeats,
                                       lossy=spec.lossy, reference=spec.reference, capture=spec.capture_reference,
-                                      workdir=out_dir, progress=progress, **harness_kwargs)
+                                      workdir=out_dir, progress=progress, extra_repeats=spec.extra_repeats,
+                                      **harness_kwargs)
     result = ExperimentResult(label=spec.label, endpoint=spec.endpoint.name, candidate=candidate,
                               cuda_visible_devices=spec.cuda_visible_devices, started_at=started,
                               wall_s=time.monotonic() - clock,

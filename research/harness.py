@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from autoresearch.config import EndpointSpec
 from loadgen.results import Comparison, NoiseFloor, SweepResult, Verdict
+from loadgen.soak import SoakResult
 from research.correctness import (
     CorrectnessReport,
     CorrectnessThresholds,
@@ -54,6 +55,7 @@ class CandidateResult(BaseModel):
     startup_s: float | None = None  # launch to healthy (measured; the budget estimator uses it)
     sweep_wall_s: list[float] = Field(default_factory=list)  # wall time of each sweep, drains included
     log_tail: str | None = None
+    soak: SoakResult | None = None  # sustained load at its capacity, before adoption (loadgen.soak)
 
     @property
     def capacities(self) -> list[float]:
@@ -68,6 +70,25 @@ def default_sweep_fn(**kwargs) -> SweepFn:
         return run_sweep(engine, pool, spec, **kwargs)
 
     return sweep
+
+
+def soak_rate(sweeps: list[SweepResult]) -> float | None:
+    """The rate a soak holds: the mean fitted capacity of the sweeps (their rung capacity where none was
+    fitted); None when no rate held."""
+    rates = [s.capacity_fit_rps if s.capacity_fit_rps is not None else s.capacity_rps for s in sweeps]
+    rates = [r for r in rates if r]
+    return sum(rates) / len(rates) if rates else None
+
+
+def _soak(engine, pool: pl.DataFrame, spec: EndpointSpec, sweeps: list[SweepResult],
+          progress: Progress) -> SoakResult | None:
+    from loadgen.soak import run_soak
+
+    rate = soak_rate(sweeps)
+    if rate is None:
+        progress("  soak skipped: no rate held within the SLA")
+        return None
+    return run_soak(engine, pool, spec, rate, progress=progress)
 
 
 def _cmdline(pid: int) -> list[str] | None:
@@ -112,7 +133,7 @@ def stop_orphan(active_file: Path, progress: Progress = print, wait_s: float = 2
 
 
 def judge(sweeps: list[SweepResult], noise: NoiseFloor | None, spec: EndpointSpec,
-          compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None
+          compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None, *, final: bool = True
           ) -> tuple[Verdict, bool, str | None, Comparison | None]:
     """Verdict of finished sweeps against a noise floor: (verdict, confirmed, invalid_reason, comparison).
 
@@ -137,8 +158,13 @@ def judge(sweeps: list[SweepResult], noise: NoiseFloor | None, spec: EndpointSpe
     if noise is None:
         return "same", False, None, None
     if compare_fn is None:
-        from loadgen.compare import compare as compare_fn  # noqa: PLC0415
-    comparison = compare_fn(noise, sweeps)
+        from loadgen.compare import compare
+
+        comparison = compare(noise, sweeps, final=final)
+    else:
+        comparison = compare_fn(noise, sweeps)
+    if comparison.effect_low is not None or (comparison.mde is not None and comparison.verdict == "better"):
+        return _verdict_of(comparison)
     base_max = max(comparison.baseline_capacities or [comparison.baseline_capacity])
     confirmed = comparison.verdict == "better" and all(
         c >= comparison.baseline_capacity * (1 + comparison.threshold) and c > base_max
@@ -147,21 +173,35 @@ def judge(sweeps: list[SweepResult], noise: NoiseFloor | None, spec: EndpointSpe
     return comparison.verdict, confirmed, reason, comparison
 
 
+def _verdict_of(comparison: Comparison) -> tuple[Verdict, bool, str | None, Comparison]:
+    """An interval verdict's outcome: better means its interval clears 0 at the stated error rate."""
+    reason = comparison.evidence if comparison.verdict == "invalid" else None
+    return comparison.verdict, comparison.verdict == "better", reason, comparison
+
+
 def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame, baseline_noise: NoiseFloor | None,
                   repeats: int, *, lossy: bool = False, reference: ReferenceOutputs | None = None,
                   capture: bool = False, thresholds: CorrectnessThresholds | None = None,
                   workdir: Path | None = None, active_file: Path | None = None, sweep_fn: SweepFn | None = None,
                   compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
-                  progress: Progress = print) -> CandidateResult:
+                  progress: Progress = print, extra_repeats: int = 2, soak: bool | None = None) -> CandidateResult:
     """Measure ``engine_args`` on ``pool`` and judge it against ``baseline_noise``.
 
     ``reference``: outputs to check correctness against (skipped when None); ``capture``: record
     this configuration's outputs as the reference instead (the campaign's first baseline).
+    ``extra_repeats``: against a baseline with per-request samples, up to this many more sweeps while
+    the verdict's interval still straddles the decision (the sequential rule, loadgen.verdict).
+    ``soak``: a configuration that would be adopted (a confirmed ``better``) and a captured baseline are
+    then held at their capacity on the same engine (``spec.soak``, loadgen.soak); a candidate unstable
+    there is ``invalid: unstable under sustained load``; an unstable baseline is reported, not rejected.
+    None (the default): soak when measuring with the product's own sweep, not when the caller hands in
+    a ``sweep_fn`` of its own (a test's instrument decides what it measures).
     ``active_file``: where the running engine's pid is recorded while it runs, so that a resumed
     campaign can stop an engine its killed predecessor left behind (see :func:`stop_orphan`).
     """
     from engines import EngineError, start_engine
 
+    soak = sweep_fn is None if soak is None else soak
     sweep_fn = sweep_fn or default_sweep_fn()
     started = time.monotonic()
     result = CandidateResult(engine_args=list(engine_args), verdict="invalid")
@@ -211,7 +251,8 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
         except CorrectnessUnavailable as exc:
             engine.check_alive()
             return done(f"correctness check could not run: {exc}")
-        for i in range(repeats):
+        i, decided_early = 0, None
+        while True:  # `repeats` sweeps, then more only while the sequential rule asks for them
             engine.check_alive()
             sweep_started = time.monotonic()
             sweep = sweep_fn(engine, pool, spec)
@@ -220,11 +261,39 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             result.sweeps.append(sweep)
             held = (f"below {sweep.capacity_below_rps:g} req/s (no rate held down to the floor)"
                     if sweep.capacity_method == "below_floor" else f"{sweep.capacity_rps:.3g} req/s")
-            progress(f"  sweep {i + 1}/{repeats}: capacity {held} in {sweep_wall:.0f} s"
+            fit = (f" (fitted {sweep.capacity_fit_rps:.3g}, 95% {sweep.capacity_fit_low:.3g}-{sweep.capacity_fit_high:.3g})"
+                   if sweep.capacity_fit_rps is not None else "")
+            progress(f"  sweep {i + 1}/{max(repeats, i + 1)}: capacity {held}{fit} in {sweep_wall:.0f} s"
                      + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else ""))
             if sweep.validity != "valid":
                 break
+            i += 1
+            if i < repeats:
+                continue
+            if i >= repeats + extra_repeats or baseline_noise is None or not baseline_noise.steps:
+                break
+            # sequential rule: another repeat only while the interval still straddles the decision
+            look = judge(result.sweeps, baseline_noise, spec, compare_fn, final=False)
+            if look[3] is None or look[3].decided:
+                decided_early = look  # judged at that look's error rate: that judgement is the verdict
+                break
+            progress(f"  {look[3].evidence.split('. ')[0]}: one more repeat")
         engine.check_alive()
+        judged = decided_early or judge(result.sweeps, baseline_noise, spec, compare_fn)
+        if soak and spec.soak.hold_s > 0 and (capture or (judged[0] == "better" and judged[1])):
+            result.comparison = judged[3]  # kept when the soak rejects it: what the sweeps had shown
+            result.soak = _soak(engine, pool, spec, result.sweeps, progress)
+            if result.soak is not None and result.soak.outcome == "unstable":
+                if not capture:
+                    return done("unstable under sustained load: " + "; ".join(result.soak.reasons),
+                                result.soak.log_tail or engine.log_tail())
+                progress("  the baseline is unstable under sustained load (a finding: "
+                         + "; ".join(result.soak.reasons) + ")")
+            elif result.soak is not None and result.soak.outcome == "unmeasured":
+                if not capture:  # nothing is adopted on a soak that said nothing about the engine
+                    return done("soak unmeasured: " + "; ".join(result.soak.reasons))
+                progress("  the baseline's soak could not be measured: " + "; ".join(result.soak.reasons))
+            engine.check_alive()
     except EngineError as exc:  # includes EngineCrashed
         return done(f"engine failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
     except Exception as exc:
@@ -241,7 +310,7 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
         else:
             if active_file is not None:
                 active_file.unlink(missing_ok=True)
-    verdict, confirmed, reason, comparison = judge(result.sweeps, baseline_noise, spec, compare_fn)
+    verdict, confirmed, reason, comparison = judged
     result.verdict, result.confirmed, result.comparison = verdict, confirmed, comparison
     if verdict == "invalid":
         return done(reason or "invalid")

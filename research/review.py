@@ -155,7 +155,11 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
     n = b.noise
     return [f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
             f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
-            f"threshold to beat {getattr(n, 'threshold', 0):.1%}"]
+            f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
+            + (f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
+               f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df)"
+               if n.mde is not None else "")
+            + (f"; {b.soak.summary()}" if b.soak else "")]
 
 
 def _experiment_section(e: ExperimentRecord) -> list[str]:
@@ -167,6 +171,9 @@ def _experiment_section(e: ExperimentRecord) -> list[str]:
         c = e.comparison
         lines.append(f"- Repeats: capacities {[round(x, 3) for x in c.candidate_capacities]} req/s vs working baseline "
                      f"{_fmt(c.baseline_capacity)} req/s (needs > +{c.threshold:.1%}); ratio {_fmt(c.capacity_ratio)}")
+        if c.effect is not None:
+            lines.append(f"- Effect: **{c.effect:+.1%}** (95% interval {c.effect_low:+.1%} to {c.effect_high:+.1%}); "
+                         f"smallest effect this noise could see: {c.mde:.1%}")
         lines.append(f"- Evidence: {c.evidence}")
     if e.correctness:
         lines.append(f"- Correctness: {e.correctness.summary()}")
@@ -175,6 +182,8 @@ def _experiment_section(e: ExperimentRecord) -> list[str]:
             lines.append(f"  - prompt {s.prompt_index}: first divergence at token {s.first_divergence}"
                          f"{' (a near-tie)' if s.divergence_is_tie else ''}: reference {s.reference_text[:80]!r} vs "
                          f"candidate {s.candidate_text[:80]!r}")
+    if e.soak:
+        lines.append(f"- Soak: {e.soak.summary()}" + (f"; diagnosis: {e.soak.diagnosis}" if e.soak.diagnosis else ""))
     for note in e.notes:
         lines.append(f"- {note}")
     if e.invalid_reason:
@@ -302,7 +311,10 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
     md += _noise_lines("reference (campaign start)", ref)
     for i, b in enumerate(state.baselines[1:], start=1):
         md += _noise_lines(f"working baseline {i} (from `{b.source_experiment}`)", b)
-    md += ["", "A candidate counts only if every repeat beats its working baseline by more than the threshold.", ""]
+    md += ["", "A candidate counts when the 95% interval of its capacity change against its working baseline lies "
+           "above zero (a paired, sequential test with a stated error rate: docs/measurement.md); the threshold is "
+           "the smallest effect that interval can resolve. Results without per-request samples use the older rule: "
+           "every repeat beyond the baseline by more than the threshold.", ""]
     md += ["## Adopted changes (in order)", ""]
     if not adopted:
         md += ["None: no candidate beat the noise floor in all its repeats.", ""]

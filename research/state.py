@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from loadgen.results import Comparison, NoiseFloor, SweepResult, Verdict
+from loadgen.soak import SoakResult
 from research.correctness import CorrectnessReport, ReferenceOutputs
 
 STATE_VERSION = 1
@@ -36,6 +37,7 @@ class BaselineRecord(BaseModel):
     source_experiment: str | None = None  # experiment id that produced it (None = the campaign's start)
     identity: dict[str, Any] = Field(default_factory=dict)  # engine, version, launch command, config hash
     wall_s: float = 0.0  # time its measurement took (for cost estimates)
+    soak: SoakResult | None = None  # the baseline's own soak (an unstable baseline is a finding)
     adopted_at: float = Field(default_factory=time.time)
 
     @property
@@ -57,6 +59,11 @@ class ProposalRecord(BaseModel):
     falsification: str = ""
     source: str = "rules"  # "rules" or "llm"
     raw: dict[str, Any] = Field(default_factory=dict)  # the full proposal object, for the report
+
+    @property
+    def predicted_capacity_ratio(self) -> float | None:
+        value = self.raw.get("predicted_capacity_ratio")
+        return float(value) if isinstance(value, (int, float)) else None
 
 
 class ExperimentRecord(BaseModel):
@@ -86,6 +93,7 @@ class ExperimentRecord(BaseModel):
     identity: dict[str, Any] = Field(default_factory=dict)
     log_tail: str | None = None
     notes: list[str] = Field(default_factory=list)
+    soak: SoakResult | None = None  # sustained load before adoption (loadgen.soak)
 
     @property
     def capacity_mean(self) -> float | None:

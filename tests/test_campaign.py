@@ -185,6 +185,9 @@ def test_workload_signature_follows_the_pool_shape():
 def test_stop_orphan_stops_only_the_recorded_process(tmp_path: Path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
+        deadline = time.monotonic() + 30  # until the child has exec'd (a busy host forks slowly)
+        while b"time.sleep(60)" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
         argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
         active = tmp_path / "active_engine.json"
         active.write_text(json.dumps({"pid": proc.pid, "argv": ["something", "else"]}))

@@ -47,7 +47,8 @@ RESUME_SCRIPT = textwrap.dedent('''
     spec = spec.with_engine_args(args).model_copy(update={{"sweep": spec.sweep.model_copy(update=dict(
         rates=[2.0, 6.0], step_duration_s=3, warmup_requests=1, repeats=2, max_steps=2))}})
     campaign = CampaignSpec(name="resume_test", endpoint="tiny_random", deadline_minutes=30, gpu_hours=1,
-                            subagents=2, repeats=1, max_rounds=1, proposer="rules")
+                            subagents=2, repeats=1, max_rounds=1, proposer="rules", profile_seconds=0,
+                            extra_repeats=0)
     out = run_campaign(campaign, spec, state_dir=sys.argv[1], progress=lambda m: print(m, flush=True))
     print("OUTCOME", out.model_dump_json())
 ''').format(tool_args=", ".join(repr(a) for a in TOOL_ARGS))
@@ -61,6 +62,9 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
 
 
+# Four engine starts: a few minutes on a quiet 2-core host, up to 25 on a slow one (each start then
+# takes 2-3 minutes): more than the suite's 900 s default.
+@pytest.mark.timeout(2700)
 def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path: Path, engine_slot):
     engine_slot.release()  # one engine at a time on this machine
     script = tmp_path / "run.py"
@@ -73,7 +77,7 @@ def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path
     state_file = state_dir / "resume_test.state.json"
     runs = state_dir / "resume_test.runs"  # active_engine.<label>.json: one per running engine
     finished_id, orphan_pid = None, None
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 1500  # a bound on a stuck run, not a timing assertion
     try:
         while time.monotonic() < deadline and first.poll() is None:
             time.sleep(0.5)
@@ -104,7 +108,7 @@ def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path
     before = StateStore(state_dir, "resume_test").load()
     recorded = before.experiments[finished_id]
 
-    second = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=900)
+    second = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=1100)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     out = second.stdout
     assert "resuming campaign resume_test" in out
@@ -142,12 +146,11 @@ def test_default_campaign_finds_a_lossless_1_5x_gain(tmp_path: Path, engine_slot
     state = StateStore(tmp_path / "state", campaign.name).load()
     adopted = [state.experiments[b.source_experiment] for b in state.baselines[1:]]
     assert adopted, log
-    for e in adopted:  # every confirmation beat its working baseline's noise floor in every repeat
+    for e in adopted:  # every confirmation's interval lies above its working baseline (loadgen.verdict)
         c = e.comparison
         assert e.verdict == "better" and e.confirmed and not e.lossy
-        assert len(c.candidate_capacities) == campaign.repeats
-        assert all(x >= c.baseline_capacity * (1 + c.threshold) and x > max(c.baseline_capacities)
-                   for x in c.candidate_capacities)
+        assert campaign.repeats <= len(c.candidate_capacities) <= campaign.repeats + 2  # sequential repeats
+        assert c.effect_low is not None and c.effect_low > 0, c.evidence
         assert e.correctness is not None and e.correctness.passed and e.correctness.lossless_equivalent
     report = Path(outcome.report_path).read_text()
     assert "lossless (outputs kept, checked)" in report and "Nothing has been deployed" in report

@@ -58,7 +58,7 @@ def test_a_campaign_judges_a_fresh_drafter_and_records_the_verdict_on_it(tmp_pat
                             acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.6, 0.4, 0.3]})
     memory.record_drafter(trained)
     campaign = CampaignSpec(name="draft", endpoint=endpoint.name, subagents=2, repeats=2, max_rounds=1,
-                            proposer="rules", deadline_minutes=30, gpu_hours=5)
+                            proposer="rules", deadline_minutes=30, gpu_hours=5, extra_repeats=0)
     lines: list[str] = []
     outcome = run_campaign(campaign, endpoint, state_dir=tmp_path / "state", memory=memory, pool=pool(),
                            sweep_fn=_speculating_sweep, diagnose_fn=lambda *a: _decode_bound(endpoint.name),

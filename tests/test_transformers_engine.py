@@ -138,7 +138,8 @@ def test_a_campaign_on_transformers_serve_gets_greedy_checked_correctness_and_re
         rates=[0.5, 1.0], step_duration_s=4, min_requests=3, warmup_requests=1, max_steps=3, repeats=2,
         refine_steps=0))})
     campaign = CampaignSpec(name="tiny_transformers_test", endpoint=endpoint.name, deadline_minutes=30, gpu_hours=1,
-                            subagents=1, repeats=1, max_rounds=1, proposer="rules", profile_seconds=0)
+                            subagents=1, repeats=1, max_rounds=1, proposer="rules", profile_seconds=0,
+                            extra_repeats=0)
     lines: list[str] = []
     started = time.monotonic()
     outcome = run_campaign(campaign, endpoint, state_dir=tmp_path / "state", proposer="rules",

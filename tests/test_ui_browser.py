@@ -26,7 +26,7 @@ from PIL import Image
 from autoresearch.paths import REPO_ROOT
 from ui_support import Browser, Webserver, capture_page, report_dir, require_chromium, start_webserver
 
-pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.timeout(2400)]  # may build research_graph
+pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.timeout(3600)]  # may build research_graph
 
 SAMPLE_ENDPOINT = "support_smollm"
 REAL_LOCATION = "dagster_project.definitions"

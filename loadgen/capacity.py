@@ -1,0 +1,196 @@
+"""Capacity from every step of a sweep, with a confidence interval.
+
+A step meets a percentile target (say TTFT p95 <= 500 ms) exactly when the fraction of its
+requests over the limit is at most the allowance (5%). So each SLA target is a count per step:
+``over`` of ``n`` (requests, or inter-token gaps, or errors). Across steps, that fraction rises
+with the arrival rate; a binomial model
+
+    logit P(over | rate) = a + b * log(rate)
+
+fitted to every step of every repeat (not only the two around the crossing) gives the rate at
+which the fraction reaches the allowance: the target's SLA crossing. Capacity is the lowest
+crossing over the targets. Borrowing strength from every request of every step is what makes
+it precise: a p95 from 12 requests is its largest value, a crossing fitted on 1,000 is not.
+
+The interval is a bootstrap over requests: each step's requests are resampled (its gaps travel
+with their request, so their correlation is kept) and the crossing refitted. The between-run
+variance (engine restarts, a busy host) is not in a bootstrap over requests; the paired verdict
+(:mod:`loadgen.verdict`) adds it from the spread of repeated pairs.
+
+Pure numpy: every fit of the bootstrap is one vectorised Newton iteration over (bootstrap x step).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadgen.results import StepResult
+
+TARGETS = ("ttft", "itl", "e2e", "errors")
+BLOCKS = 8  # blocks per step in the bootstrap: about the span of a queueing episode at capacity
+PRIOR = 0.5  # pseudo-count added to each step's over and under counts: keeps all-0 / all-1 steps finite
+
+
+@dataclass(frozen=True)
+class CapacityEstimate:
+    """The SLA crossing of a set of steps: point, interval, and what limits it."""
+
+    capacity: float  # req/s; 0.0 when even the lowest rate is past the SLA, inf when none is near it
+    low: float
+    high: float
+    log_se: float  # bootstrap standard error of log(capacity); inf when it is not resolved
+    limiting: str | None  # the target with the lowest crossing
+    rates: tuple[float, ...]  # the tested rates it used
+    requests: int
+    censored: str | None = None  # "above" / "below": the crossing lies outside the tested rates
+    draws: np.ndarray | None = None  # bootstrap draws of log(capacity) (for paired differences)
+
+    def describe(self) -> str:
+        if self.censored == "above":
+            return f"above {max(self.rates):.3g} req/s (no tested rate near the SLA)"
+        if self.censored == "below":
+            return f"below {min(self.rates):.3g} req/s (every tested rate past the SLA)"
+        return f"{self.capacity:.3g} req/s (95% interval {self.low:.3g} to {self.high:.3g}, {self.limiting})"
+
+
+def _counts(step: StepResult) -> dict[str, tuple[np.ndarray, np.ndarray, float]] | None:
+    """Per target: (over, n) per request of the step, and the allowance. None without samples."""
+    s = step.sla_samples
+    if not s:
+        return None
+    out = {}
+    for name in TARGETS:
+        if f"{name}_over" not in s:
+            continue
+        over = np.asarray(s[f"{name}_over"], dtype=np.float64)
+        n = np.asarray(s[f"{name}_n"], dtype=np.float64)
+        out[name] = (over, n, float(s["allowance"][TARGETS.index(name)]))
+    return out
+
+
+def _fit(x: np.ndarray, over: np.ndarray, n: np.ndarray, iters: int = 25) -> tuple[np.ndarray, np.ndarray]:
+    """Binomial logistic fit logit p = a + b x for each row (rows: bootstrap draws; columns: steps)."""
+    over = over + PRIOR
+    n = n + 2 * PRIOR
+    p0 = np.clip(over.sum(1) / n.sum(1), 1e-4, 1 - 1e-4)
+    a = np.log(p0 / (1 - p0))
+    b = np.zeros_like(a)
+    xm = x[None, :]
+    for _ in range(iters):
+        eta = np.clip(a[:, None] + b[:, None] * xm, -30, 30)
+        p = 1 / (1 + np.exp(-eta))
+        w = n * p * (1 - p) + 1e-9
+        r = over - n * p
+        g0, g1 = r.sum(1), (r * xm).sum(1)
+        h00, h01, h11 = w.sum(1), (w * xm).sum(1), (w * xm * xm).sum(1) + 1e-6
+        det = h00 * h11 - h01 * h01
+        da = (h11 * g0 - h01 * g1) / det
+        db = (h00 * g1 - h01 * g0) / det
+        a, b = a + da, b + db
+        if np.max(np.abs(db)) < 1e-7 and np.max(np.abs(da)) < 1e-7:
+            break
+    return a, b
+
+
+def estimate(steps: list[StepResult], *, boot: int = 400, seed: int = 0) -> CapacityEstimate | None:
+    """The SLA crossing of ``steps`` (any mix of rates and repeats) with a bootstrap interval; None when
+    the steps carry no per-request samples (results recorded before they did) or are not valid."""
+    steps = [s for s in steps if s.validity == "valid" and s.target_rate > 0]
+    data = [(s.target_rate, _counts(s)) for s in steps]
+    if not data or any(c is None for _, c in data):
+        return None
+    rates = np.array([r for r, _ in data])
+    x = np.log(rates)
+    rng = np.random.default_rng(seed)
+    names = [n for n in TARGETS if all(n in c for _, c in data)]
+    # Resample each step's requests once per draw, in blocks of consecutive requests (latencies are
+    # correlated through the queue: an iid bootstrap would understate the noise); every target of a
+    # draw uses the same requests. The picks depend only on (seed, step order, step size), so two
+    # sides measured on the same schedules with the same seed are resampled alike: a paired bootstrap.
+    picks = [_block_picks(rng, len(c[names[0]][0]), boot) for _, c in data]
+    crossings, point = {}, {}
+    for name in names:
+        allowance = data[0][1][name][2]
+        if allowance <= 0:
+            continue
+        target = math.log(allowance / (1 - allowance))
+        over = np.array([[c[name][0].sum()] for _, c in data]).T
+        n = np.array([[c[name][1].sum()] for _, c in data]).T
+        if n.sum() == 0:
+            continue
+        b_over = np.stack([c[name][0][pk].sum(1) for (_, c), pk in zip(data, picks)], axis=1)
+        b_n = np.stack([c[name][1][pk].sum(1) for (_, c), pk in zip(data, picks)], axis=1)
+        all_over, all_n = np.vstack([over, b_over]), np.vstack([n, b_n])
+        a_all, b_all = _fit(x, all_over, all_n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = np.where(b_all > 1e-6, (target - a_all) / np.where(b_all > 1e-6, b_all, 1.0), np.inf)
+        # a falling or flat curve whose fraction is already over the allowance crosses below everything
+        p_all = (all_over.sum(1) + PRIOR) / (all_n.sum(1) + 2 * PRIOR)
+        cross = np.where((b_all <= 1e-6) & (p_all > allowance), -np.inf, cross)
+        point[name], crossings[name] = cross[0], cross[1:]
+    if not crossings:
+        return None
+    limiting = min(point, key=lambda n: point[n])
+    log_cap = point[limiting]
+    lo_x, hi_x = float(x.min()), float(x.max())
+    margin = math.log(1.25)  # extrapolate at most a quarter beyond the tested rates
+    censored = "above" if log_cap > hi_x + margin else ("below" if log_cap < lo_x - margin else None)
+    cap = 0.0 if log_cap == -np.inf else (math.inf if log_cap == np.inf else math.exp(float(log_cap)))
+    common = dict(capacity=cap, limiting=limiting, rates=tuple(sorted(set(rates.tolist()))), censored=censored,
+                  requests=int(sum(len(c[names[0]][0]) for _, c in data)))
+    if boot == 0:
+        return CapacityEstimate(low=cap, high=cap, log_se=math.nan, **common)
+    draws = np.vstack([crossings[n] for n in crossings]).min(0)
+    clipped = np.clip(draws, lo_x - 2 * margin, hi_x + 2 * margin)
+    se = float(np.std(clipped)) if np.isfinite(draws).mean() > 0.9 else math.inf
+    lo, hi = np.percentile(clipped, [2.5, 97.5])
+    return CapacityEstimate(low=math.exp(float(lo)), high=math.exp(float(hi)), log_se=se, draws=clipped, **common)
+
+
+def _block_picks(rng: np.random.Generator, n: int, boot: int, blocks: int = BLOCKS) -> np.ndarray:
+    """(boot, n) request indices of a moving-block bootstrap with about ``blocks`` blocks per step."""
+    if n == 0 or boot == 0:
+        return np.zeros((boot, n), dtype=np.int64)
+    length = max(1, math.ceil(n / blocks))
+    starts = rng.integers(0, n - length + 1, size=(boot, math.ceil(n / length)))
+    idx = (starts[:, :, None] + np.arange(length)[None, None, :]).reshape(boot, -1)[:, :n]
+    return idx
+
+
+def sla_samples(records, sla) -> dict[str, list]:
+    """Per request, for each SLA target: how many of its values are over the limit, of how many
+    (TTFT and E2E: 0 or 1 of 1; ITL: its gaps; errors: 0 or 1 of 1). Cut requests count as in
+    :mod:`loadgen.stats` (worst case for what was not seen); failed requests count only as errors.
+    ``allowance``: the fraction over the limit each target allows (1 - percentile, the error limit)."""
+    ttft_o, ttft_n, itl_o, itl_n, e2e_o, e2e_n, err = [], [], [], [], [], [], []
+    for r in records:
+        counted = r.ok or r.cut
+        err.append(0 if counted else 1)
+        if not counted:
+            for lst in (ttft_o, ttft_n, itl_o, itl_n, e2e_o, e2e_n):
+                lst.append(0)
+            continue
+        ttft_n.append(1)
+        ttft_o.append(1 if r.ttft_s is None or (sla.ttft_ms and r.ttft_s * 1000 > sla.ttft_ms) else 0)
+        gaps = np.asarray(r.itl_s, dtype=np.float64)
+        over = int((gaps * 1000 > sla.itl_ms).sum()) if sla.itl_ms else 0
+        if r.cut and sla.itl_ms and r.ttft_s is not None and r.e2e_s is not None \
+                and (r.e2e_s - r.ttft_s - float(gaps.sum())) * 1000 > sla.itl_ms:
+            over, gaps = over + 1, np.append(gaps, 0.0)  # the gap still open at the cut
+        itl_o.append(over)
+        itl_n.append(int(gaps.size))
+        e2e_n.append(1)
+        e2e_o.append(1 if r.cut or (sla.e2e_ms and r.e2e_s is not None and r.e2e_s * 1000 > sla.e2e_ms) else 0)
+    out: dict[str, list] = {"errors_over": err, "errors_n": [1] * len(err)}
+    allowance = [0.0, 0.0, 0.0, float(sla.max_error_rate)]
+    for i, (name, limit, q, o, n) in enumerate((("ttft", sla.ttft_ms, sla.ttft_percentile, ttft_o, ttft_n),
+                                                ("itl", sla.itl_ms, sla.itl_percentile, itl_o, itl_n),
+                                                ("e2e", sla.e2e_ms, sla.e2e_percentile, e2e_o, e2e_n))):
+        if limit is not None:
+            out[f"{name}_over"], out[f"{name}_n"] = o, n
+            allowance[i] = 1 - q / 100
+    out["allowance"] = allowance
+    return out

@@ -1,0 +1,263 @@
+"""The paired, sequential verdict: better / same / worse with a stated error rate.
+
+Design (docs/measurement.md has the reasoning and the measured error rates):
+
+* **Paired.** Baseline (A) and candidate (B) are measured on the same rates, with the same
+  requests and arrival schedules (common random numbers), in interleaved rounds A B, B A, A B, ...
+  so that a drift of the host cancels instead of landing on one side.
+* **Capacity from every step** (:mod:`loadgen.capacity`): the fitted SLA crossing of all steps of
+  a side, with a bootstrap over requests.
+* **The effect** is d = log(capacity B / capacity A). Its standard error is the larger of the
+  bootstrap's and the between-run one: the variance of a paired per-round difference, from this
+  verdict's rounds pooled with A/A pairs (the noise floor's repeats and a prior, :func:`aa_prior`),
+  which holds the between-run noise a bootstrap over requests cannot see; t on the pooled df.
+* **Sequential.** After each round the interval d +- t SE is checked: wholly above 0 is
+  ``better``, wholly below ``worse``, wholly inside +-``equivalence`` is ``same`` (decided); else
+  another round, up to ``max_rounds``, then ``same``. The early looks share alpha / 4, the last gets
+  3 alpha / 4 (Bonferroni, :func:`spent_alpha`), so the chance of a false better-or-worse over all
+  looks is at most ``alpha``.
+* **Minimum detectable effect**: the smallest true effect this noise would call better with 80%
+  power at the final look's z: (z + 0.84) SE.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+from pydantic import BaseModel, Field
+from scipy.stats import norm
+from scipy.stats import t as student_t
+
+from loadgen.capacity import CapacityEstimate, estimate
+from loadgen.results import StepResult
+
+ALPHA = 0.05
+LOOKS = 3  # a harness verdict is looked at after its planned repeats and after up to two more
+POWER_Z = float(norm.ppf(0.8))
+
+
+class VerdictStats(BaseModel):
+    """How sure a verdict is. Effects are relative capacity changes (+0.12 = 12% more req/s)."""
+
+    verdict: str  # better | same | worse | invalid
+    effect: float | None = None
+    low: float | None = None  # interval at the decision's level (family-wise 1 - alpha)
+    high: float | None = None
+    confidence: float = 1 - ALPHA
+    mde: float | None = None  # minimum detectable effect (80% power) at this noise
+    rounds: int = 0
+    stopped: str = ""  # decided | equivalent | max_rounds | invalid
+    baseline: str | None = None  # the capacity estimates, described
+    candidate: str | None = None
+    baseline_censored: str | None = None  # "above" / "below": that side's crossing lies outside the tested rates
+    candidate_censored: str | None = None
+    baseline_rps: float | None = None
+    candidate_rps: float | None = None
+    se_bootstrap: float | None = None
+    se_between: float | None = None
+    rates: list[float] = Field(default_factory=list)
+    reason: str | None = None
+
+    def sentence(self) -> str:
+        if self.verdict == "invalid":
+            return f"invalid: {self.reason}"
+        if self.effect is None:
+            return f"{self.verdict}: {self.reason or 'no effect estimate'}"
+        mde = f"; smallest effect it could see {self.mde:.1%}" if self.mde is not None else ""
+        return (f"{self.verdict}: {self.effect:+.1%} ({self.confidence:.0%} interval {self.low:+.1%} to "
+                f"{self.high:+.1%}; {self.rounds} round(s){mde})")
+
+
+def spent_alpha(alpha: float, looks: int, final: bool) -> float:
+    """The error rate one look may spend (Bonferroni, weighted to the last look): the early looks share
+    a quarter of ``alpha``, the final look gets the rest, so early stops need overwhelming evidence and
+    the last look keeps most of the power. Over all looks at most ``alpha`` is spent."""
+    if looks <= 1:
+        return alpha
+    return 0.75 * alpha if final else 0.25 * alpha / (looks - 1)
+
+
+def _crit(alpha: float, looks: int, df: int | None, final: bool = True) -> float:
+    q = 1 - spent_alpha(alpha, looks, final) / 2
+    return float(norm.ppf(q)) if df is None else float(student_t.ppf(q, df))
+
+
+def round_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
+    """log(capacity B / capacity A) of each round on its own (rounds whose crossings are resolved)."""
+    out = []
+    for a, b in zip(a_rounds, b_rounds):
+        ea, eb = estimate(a, boot=0), estimate(b, boot=0)
+        if ea and eb and not ea.censored and not eb.censored and ea.capacity > 0 and eb.capacity > 0:
+            out.append(math.log(eb.capacity / ea.capacity))
+    return out
+
+
+def between_variance(diffs: list[float], prior_var: float = 0.0, prior_df: int = 0) -> tuple[float | None, int]:
+    """(variance of one round's difference, degrees of freedom): this verdict's rounds pooled with
+    the noise floor's A/A rounds (``prior_var`` over ``prior_df`` degrees of freedom)."""
+    df = prior_df + max(0, len(diffs) - 1)
+    if df == 0:
+        return None, 0
+    own = float(np.var(diffs, ddof=1)) * (len(diffs) - 1) if len(diffs) > 1 else 0.0
+    return (prior_df * prior_var + own) / df, df
+
+
+def judge_rounds(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]], *, alpha: float = ALPHA,
+                 max_rounds: int = 4, equivalence: float = 0.02, final: bool = False, seed: int = 0,
+                 prior_var: float = 0.0, prior_df: int = 0, looks: int | None = None) -> VerdictStats:
+    """The verdict on the sweeps measured so far (each round: the steps of one sweep); sweep i of A
+    and of B share their schedules (same seed per rate), so they pair. A and B may have different
+    numbers of sweeps (a baseline measured K times, a candidate once so far).
+
+    ``prior_var``/``prior_df``: the between-run variance of a paired difference from A/A pairs
+    (the noise floor's repeats, the endpoint's prior). Without any, a verdict needs rounds of its
+    own to see that variance. ``looks``: how many times this verdict may be taken (alpha is split)."""
+    k = min(len(a_rounds), len(b_rounds))
+    ka, kb = len(a_rounds), len(b_rounds)
+    looks = looks or max_rounds
+    est_a = estimate([s for r in a_rounds for s in r], seed=seed)
+    est_b = estimate([s for r in b_rounds for s in r], seed=seed)  # same seed: paired resampling
+    if est_a is None or est_b is None:
+        return VerdictStats(verdict="invalid", rounds=k, stopped="invalid",
+                            reason="no capacity estimate (steps without per-request SLA samples, or none valid)")
+    common = dict(rounds=k, baseline=est_a.describe(), candidate=est_b.describe(), baseline_rps=est_a.capacity,
+                  candidate_rps=est_b.capacity, rates=sorted(set(est_a.rates) | set(est_b.rates)),
+                  baseline_censored=est_a.censored, candidate_censored=est_b.censored)
+    if est_a.censored or est_b.censored:
+        return _censored(est_a, est_b, final, common)
+    d = math.log(est_b.capacity / est_a.capacity)
+    se_boot = float(np.std(est_b.draws - est_a.draws))
+    var, df = between_variance(round_differences(a_rounds[:k], b_rounds[:k]), prior_var, prior_df)
+    # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
+    # var / 2 x (1/ka + 1/kb)
+    se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
+    se = max(se_boot, se_between or 0.0)
+    last = final or kb >= max_rounds
+    use_df = df if se_between is not None and se_between >= se_boot else None
+    z = _crit(alpha, looks, use_df, last)
+    lo, hi = d - z * se, d + z * se
+    eq = math.log1p(equivalence)
+    if df == 0 and not final and kb < max_rounds:
+        verdict, stopped = "undecided", ""  # no measure of the between-run noise yet: another round
+    elif lo > 0:
+        verdict, stopped = "better", "decided"
+    elif hi < 0:
+        verdict, stopped = "worse", "decided"
+    elif -eq < lo and hi < eq:
+        verdict, stopped = "same", "equivalent"
+    else:
+        verdict, stopped = ("same", "max_rounds") if final or kb >= max_rounds else ("undecided", "")
+    return VerdictStats(verdict=verdict, effect=math.expm1(d), low=math.expm1(lo), high=math.expm1(hi),
+                        mde=math.expm1((_crit(alpha, looks, use_df, True) + POWER_Z) * se), stopped=stopped, se_bootstrap=se_boot,
+                        se_between=se_between, confidence=1 - alpha, **common)
+
+
+def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dict) -> VerdictStats:
+    """A side whose crossing lies outside the tested rates: decided only when the other side's
+    interval clears the tested range; else the driver widens the rates and measures again."""
+    if b.censored == "above" and a.censored is None and a.high < max(b.rates):
+        return VerdictStats(verdict="better", stopped="decided", low=max(b.rates) / a.high - 1,
+                            reason="the candidate held the SLA beyond every tested rate", **common)
+    if b.censored == "below" and a.censored is None and a.low > min(b.rates):
+        return VerdictStats(verdict="worse", stopped="decided", high=min(b.rates) / a.low - 1,
+                            reason="the candidate broke the SLA at every tested rate", **common)
+    if a.censored == "below" and b.censored is None and b.low > min(a.rates):
+        return VerdictStats(verdict="better", stopped="decided", low=b.low * 1.25 / min(a.rates) - 1,
+                            reason="the baseline broke the SLA at every tested rate", **common)
+    if final:
+        return VerdictStats(verdict="same", stopped="max_rounds",
+                            reason="a capacity lies outside the tested rates in every round", **common)
+    return VerdictStats(verdict="undecided", reason="widening the rates", **common)
+
+
+#: (side "A"/"B", round index, rates) -> the steps of one sweep at those rates
+MeasureFn = Callable[[str, int, list[float]], list[StepResult]]
+
+
+def default_grid(capacity_guess: float) -> list[float]:
+    """Rates around a capacity guess: where the fitted crossing is best resolved (+-40%)."""
+    return [float(f"{capacity_guess * f:.4g}") for f in (0.6, 0.8, 1.0, 1.2, 1.4)]
+
+
+def sequential_verdict(measure: MeasureFn, capacity_guess: float, *, alpha: float = ALPHA, max_rounds: int = 4,
+                       min_rounds: int = 1, equivalence: float = 0.02, seed: int = 0, prior_var: float = 0.0,
+                       prior_df: int = 0, progress: Callable[[str], None] | None = None,
+                       time_left: Callable[[], float] | None = None) -> tuple[VerdictStats, dict]:
+    """Measure A and B in interleaved rounds (A B, B A, ...) until the verdict is decided.
+
+    ``time_left``: seconds the caller can still spend; a round is not begun when the last one took
+    longer than that, and the rounds measured so far are judged as final (their error rate is that
+    of the last look, so a budget cut never inflates it).
+
+    Returns the verdict and the steps measured per side ({"A": [[steps of round 1], ...], "B": ...}).
+    A step that is invalid (crash, client behind) makes the verdict invalid with its reason."""
+    rates = default_grid(capacity_guess)
+    rounds: dict[str, list[list[StepResult]]] = {"A": [], "B": []}
+    stats = VerdictStats(verdict="invalid", reason="no round measured")
+    round_s = 0.0
+    for i in range(max_rounds):
+        if i >= min_rounds and time_left is not None and time_left() < round_s:
+            stats = judge_rounds(rounds["A"], rounds["B"], alpha=alpha, max_rounds=max_rounds,
+                                 equivalence=equivalence, final=True, seed=seed + i, prior_var=prior_var,
+                                 prior_df=prior_df)
+            if progress:
+                progress(f"out of time after {i} round(s): {stats.sentence()}")
+            return stats.model_copy(update={"verdict": "same"} if stats.verdict == "undecided" else {}), rounds
+        round_began = time.monotonic()
+        for side in (("A", "B") if i % 2 == 0 else ("B", "A")):
+            steps = measure(side, i, list(rates))
+            bad = next((s for s in steps if s.validity != "valid"), None)
+            if bad is not None:
+                reason = f"{'baseline' if side == 'A' else 'candidate'} round {i + 1} at {bad.target_rate:g} req/s: " \
+                         f"{bad.invalid_reason}"
+                return VerdictStats(verdict="invalid", rounds=i, stopped="invalid", reason=reason), rounds
+            rounds[side].append(steps)
+        round_s = time.monotonic() - round_began
+        if i + 1 < min_rounds:
+            continue
+        stats = judge_rounds(rounds["A"], rounds["B"], alpha=alpha, max_rounds=max_rounds, equivalence=equivalence,
+                             final=i + 1 == max_rounds, seed=seed + i, prior_var=prior_var, prior_df=prior_df)
+        if progress:
+            progress(f"round {i + 1}: {stats.sentence()}")
+        if stats.verdict != "undecided":
+            return stats, rounds
+        rates = _widen(rates, stats)
+    return stats, rounds
+
+
+def _widen(rates: list[float], stats: VerdictStats) -> list[float]:
+    """Add a rate beyond the tested range on the side where a crossing lies outside it."""
+    out = list(rates)
+    for censored in (stats.baseline_censored, stats.candidate_censored):
+        if censored == "above":
+            out.append(float(f"{max(out) * 1.3:.4g}"))
+        elif censored == "below":
+            out.insert(0, float(f"{min(out) / 1.3:.4g}"))
+    return sorted(set(out))
+
+
+#: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
+#: 4 A/A pairs of evidence; every A/A pair measured (the noise floor's repeats) updates it.
+PRIOR_SD, PRIOR_DF = 0.03, 4
+
+
+def aa_prior(sweeps_steps: list[list[StepResult]], prior_sd: float = PRIOR_SD,
+             prior_df: int = PRIOR_DF) -> tuple[float, int]:
+    """(variance of a paired difference, df) from disjoint A/A pairs of one configuration's repeats
+    (they share schedules), pooled with the prior."""
+    diffs = round_differences(sweeps_steps[0::2], sweeps_steps[1::2])
+    df = prior_df + len(diffs)
+    return (prior_df * prior_sd**2 + float(np.sum(np.square(diffs)))) / df if df else 0.0, df
+
+
+def floor_mde(est: CapacityEstimate | None, k: int, var: float, df: int, *, looks: int = 1,
+              alpha: float = ALPHA) -> float | None:
+    """Minimum detectable effect (80% power) of a candidate measured like this baseline: ``est`` is the
+    baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many."""
+    if est is None or est.censored or k == 0:
+        return None
+    se = max(est.log_se * math.sqrt(2), math.sqrt(var / k))
+    return math.expm1((_crit(alpha, looks, df) + POWER_Z) * se)

@@ -1,0 +1,110 @@
+"""The soak's judgement (loadgen.soak): pure rules on constructed request records, over several seeds,
+and whole soaks over HTTP against the simulated engine of known capacity (the harness's measuring
+instrument, loadgen.simengine): held well below its capacity it is stable and recovers from a short
+overload; held far above it, the queue grows and the soak says so."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from autoresearch.config import SLASpec, SoakSpec
+from loadgen import simengine
+from loadgen.results import RequestRecord
+from loadgen.soak import death_cause, kept_tail, queue_growth, run_soak
+
+
+def records(ttft_ms: np.ndarray, span_s: float) -> list[RequestRecord]:
+    sent = np.linspace(0, span_s, ttft_ms.size)
+    return [RequestRecord(request_id=str(i), scheduled_s=float(t), sent_s=float(t), ttft_s=float(w) / 1000,
+                          e2e_s=float(w) / 1000 + 0.5, status=200, output_tokens=8)
+            for i, (t, w) in enumerate(zip(sent, ttft_ms))]
+
+
+def test_stationary_waits_are_rarely_called_growth_and_a_climbing_queue_always_is():
+    steady = sum(queue_growth(records(np.random.default_rng(seed).lognormal(math.log(300), 0.8, 300), 60.0),
+                              60.0, 1000.0)[3] for seed in range(200))
+    assert steady <= 4  # 1% test, and a rise of half the limit besides: at most a few of 200 seeds
+    climbing = [queue_growth(records(np.linspace(200, 2400, 300) * np.random.default_rng(seed).lognormal(0, 0.3, 300),
+                                     60.0), 60.0, 1000.0) for seed in range(20)]
+    assert all(grows for *_, grows in climbing)
+    first, last, p, _ = climbing[0]
+    assert first < 1000 < last and p < 0.01
+    # a rise that is significant but small against the limit is not a runaway queue
+    assert not queue_growth(records(np.linspace(100, 300, 300), 60.0), 60.0, 1000.0)[3]
+
+
+def test_too_few_requests_are_not_judged():
+    assert queue_growth(records(np.array([100.0, 5000.0, 9000.0]), 3.0), 3.0, 1000.0) == (None, None, None, False)
+
+
+def test_the_out_of_memory_error_is_named_and_kept_from_a_long_shutdown():
+    log = ("INFO starting\n" + "INFO step\n" * 50 + "Traceback (most recent call last):\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + "INFO shutting down\n" * 800)
+    assert death_cause(log) == "oom"
+    assert "CUDA out of memory" in kept_tail(log) and len(kept_tail(log)) <= 4000
+    assert death_cause("ERROR engine core exited with code 1\n") == "engine died"
+    assert kept_tail("INFO a\nERROR b\n") == "INFO a\nERROR b\n"
+
+
+SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
+
+
+@pytest.fixture(scope="module")
+def spec(definitions):
+    base = definitions.endpoint("tiny_random")
+    return base.model_copy(update={
+        "sla": SLA, "soak": SoakSpec(hold_s=8, overload_s=3, recovery_s=4),
+        "sweep": base.sweep.model_copy(update={"warm_prefix_groups": 0, "max_send_lag_ms": 50.0})})
+
+
+@pytest.fixture(scope="module")
+def pool():
+    rng = np.random.default_rng(5)
+    bodies = [json.dumps({"messages": [{"role": "user", "content": "x" * int(4 * p)}], "max_tokens": int(o)})
+              for p, o in zip(rng.lognormal(math.log(300), 0.6, 400).astype(int) + 8, rng.integers(16, 65, 400))]
+    return pl.DataFrame({"request_id": [str(i) for i in range(400)], "body": bodies})
+
+
+def test_a_soak_well_below_capacity_is_stable_and_recovers_from_overload(spec, pool):
+    with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
+        soak = run_soak(engine, pool, spec, 6.0)
+    assert soak.outcome == "stable", soak.reasons
+    assert soak.held_s == 8 and soak.requests > 20 and soak.error_rate == 0
+    assert soak.overload == "queued and recovered" and soak.overload_rate == pytest.approx(7.8)
+    assert set(soak.over_fraction) == {"ttft", "itl"}
+
+
+def test_a_soak_far_above_capacity_finds_the_queue_growing(spec, pool):
+    with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
+        soak = run_soak(engine, pool, spec, 150.0)
+    assert soak.outcome == "unstable"
+    assert soak.diagnosis in ("queue growth", "sla", "errors"), soak
+    assert any("TTFT keeps climbing" in r or "over its limit" in r for r in soak.reasons), soak.reasons
+    assert soak.growth_p < 0.01  # the last third of the hold waited longer (or never got a first token)
+
+
+def test_a_soak_whose_engine_errs_keeps_what_the_errors_said(spec, pool):
+    with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01, error_every=4)) as engine:
+        soak = run_soak(engine, pool, spec, 6.0)
+    assert soak.outcome == "unstable" and soak.diagnosis == "errors"
+    assert soak.error_rate == pytest.approx(0.25, abs=0.06)  # every 4th request, warm-up requests included
+    assert soak.error_examples and all("500" in e for e in soak.error_examples)
+    assert any("error rate" in r and "500" in r for r in soak.reasons)  # the reason says what the errors were
+
+
+def test_the_rank_sum_test_agrees_with_scipy_on_ties_and_censored_values():
+    from scipy.stats import mannwhitneyu
+
+    from loadgen.soak import rank_sum_p
+
+    rng = np.random.default_rng(11)
+    for shift in (0.0, 0.2, 0.5, 1.0):
+        x, y = np.round(rng.normal(1 + shift, 1, 80), 1), np.round(rng.normal(1, 1, 70), 1)
+        x[:5] = np.inf  # never saw a first token: ranks above everything
+        expected = mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue
+        assert rank_sum_p(x, y) == pytest.approx(expected, rel=1e-9, abs=1e-12)
