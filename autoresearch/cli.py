@@ -449,11 +449,21 @@ def _memory_store(args):
     except MemoryBusyError as exc:
         raise UsageError(_busy_message(exc), where=where, hint=_BUSY_HINT) from None
     except duckdb.Error as exc:
+        from memory_db.store import last_good_path
+
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        backup = last_good_path(path)
+        hint = ("it is not a DuckDB database of this DuckDB version: move it aside (a new memory is "
+                "created) or point --db (or AUTORESEARCH_MEMORY_DB) at the research memory")
+        if backup.is_file():
+            import datetime
+
+            when = datetime.datetime.fromtimestamp(backup.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
+            hint = (f"its last good copy is {backup} (written {when}, after the last successful write): move the "
+                    f"damaged file aside and copy that one to {path.name}")
         raise UsageError(f"research memory {path} is not a DuckDB database" if "not a valid DuckDB" in first
                          else f"research memory {path} cannot be opened: {first}", where=where,
-                         hint="it is not a DuckDB database of this DuckDB version: move it aside (a new memory is "
-                              "created) or point --db (or AUTORESEARCH_MEMORY_DB) at the research memory") from None
+                         hint=hint) from None
     finally:
         quiet.setLevel(level)
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -487,11 +488,31 @@ class _StepRunner:
             reason = crash if not step.invalid_reason else f"{crash}; {step.invalid_reason}"
             update.update(validity="invalid", invalid_reason=reason, within_sla=False)
         if self.records_dir is not None:
-            self.records_dir.mkdir(parents=True, exist_ok=True)
             path = self.records_dir / f"{label}.parquet"
-            _records_frame(outcome.records).write_parquet(path)
-            update["records_path"] = str(path)
+            failed = _write_records(outcome.records, path)
+            if failed:  # a step whose evidence cannot be kept is not a measurement (a full disk, a read-only mount)
+                reason = f"request records could not be written to {path.parent}: {failed}"
+                previous = update.get("invalid_reason") or step.invalid_reason
+                update.update(validity="invalid", within_sla=False,
+                              invalid_reason=f"{previous}; {reason}" if previous else reason)
+            else:
+                update["records_path"] = str(path)
         return step.model_copy(update=update)
+
+
+def _write_records(records: list[RequestRecord], path: Path) -> str | None:
+    """Write a step's request records beside their place and rename them into it, so that a failed write
+    (a full disk) leaves no half-written file; returns the error, or None when written."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _records_frame(records).write_parquet(partial)
+        os.replace(partial, path)
+    except (OSError, pl.exceptions.PolarsError) as exc:  # polars wraps the OS error in its own
+        partial.unlink(missing_ok=True)
+        text = getattr(exc, "strerror", None) or str(exc)
+        return text.split("IO error: ", 1)[-1]
+    return None
 
 
 def runner_for(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, max_rate: float) -> _StepRunner:

@@ -61,6 +61,12 @@ class MemoryWriteError(OSError):
     """A record could not be made durable (the disk is full, the folder is read-only)."""
 
 
+def last_good_path(path: str | Path) -> Path:
+    """Where the copy of the memory as of its last successful write lives (``<file>.last-good``)."""
+    path = Path(path)
+    return path.with_name(path.name + ".last-good")
+
+
 class MemoryStore:
     """The research memory in one DuckDB file (default :func:`autoresearch.paths.memory_db_path`)."""
 
@@ -228,7 +234,29 @@ class MemoryStore:
             files = sorted(self.spool_dir.glob("*.json"))
             for start in range(0, len(files), MAX_BATCH):
                 self._ingest_batch(files[start:start + MAX_BATCH], timeout)
+            if files:
+                self._keep_last_good()
             return len(files)
+
+    @property
+    def last_good_path(self) -> Path:
+        return last_good_path(self.path)
+
+    def _keep_last_good(self) -> None:
+        """Copy the database, just written and closed (under the write lock, so whole), to its
+        last-good copy: a file later corrupted (a disk fault, a foreign writer) loses nothing
+        ingested before. Written beside it and renamed, so a copy is never half-written; a copy
+        that cannot be made (a full disk) is logged and leaves the previous one in place."""
+        target = self.last_good_path
+        partial = target.with_name(target.name + ".partial")
+        try:
+            import shutil
+
+            shutil.copyfile(self.path, partial)
+            os.replace(partial, target)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            log.warning("research memory: last-good copy %s not refreshed: %s", target, exc)
 
     def flush(self, spooled: list[Path] | None = None) -> None:
         """Make sure the given spool files (default: all spooled so far) are in the database.

@@ -91,6 +91,29 @@ def test_a_full_disk_refuses_the_write_keeps_the_memory_readable_and_leaves_noth
     assert _findings(db)["finding_id"].to_list() == ["f000", "f001"]
 
 
+def test_a_full_disk_during_a_sweep_makes_the_step_invalid_and_leaves_no_half_written_records(small_disk: Path,
+                                                                                               definitions):
+    """The sweep's request records go to a full file system: the step is invalid with the cause (its
+    evidence cannot be kept), and no partial Parquet file is left behind."""
+    from loadgen.sweep import run_sweep
+
+    spec = definitions.endpoint("tiny_random")
+    spec = spec.model_copy(update={"sla": SLA, "sweep": spec.sweep.model_copy(update={
+        "rates": [4.0], "step_duration_s": 2.0, "refine_steps": 0, "warmup_requests": 0, "warm_prefix_groups": 0,
+        "drain_s": 2.0, "repeats": 1})})
+    pool = pl.DataFrame({"request_id": [str(i) for i in range(20)], "body": [json.dumps(BODIES[0])] * 20})
+    records = small_disk / "records"
+    records.mkdir()
+    _fill(small_disk)
+    with simengine.start(simengine.ServiceModel()) as engine:
+        result = run_sweep(engine, pool, spec, repeats_label="full", check_client=False, records_dir=records)
+    assert result.validity == "invalid"
+    step = result.steps[0]
+    assert step.validity == "invalid" and "request records could not be written" in step.invalid_reason
+    assert "No space left on device" in step.invalid_reason, step.invalid_reason
+    assert step.records_path is None and list(records.iterdir()) == []
+
+
 # --- a SIGKILL inside a memory write -----------------------------------------------------------------
 
 WRITER = """
@@ -185,3 +208,31 @@ def test_an_engine_that_accepts_connections_but_never_answers_ends_the_step_at_i
     assert took < 120  # a bound on a stuck run (3 s step + 2 s drain), not a timing assertion
     with pytest.raises(ProcessLookupError):  # the engine process is gone
         os.kill(pid, 0)
+
+
+# --- a corrupt memory file -------------------------------------------------------------------------
+
+def test_a_corrupt_memory_is_refused_naming_its_last_good_copy_which_keeps_every_record(tmp_path):
+    """Bytes of the database overwritten (a disk fault, a foreign writer): the CLI refuses it in one
+    line naming the last good copy, which holds every record written before."""
+    home = tmp_path / "home"
+    home.mkdir()
+    db = home / "memory.duckdb"
+    store = MemoryStore(db)
+    for i in range(3):
+        store.record_finding(_finding(i))
+    assert len(_findings(db)) == 3
+    backup = db.with_name(db.name + ".last-good")
+    assert backup.is_file()
+    with open(db, "r+b") as handle:  # the header and the first blocks: DuckDB can no longer read it
+        handle.write(os.urandom(64 * 1024))
+    env = {**os.environ, "AUTORESEARCH_HOME": str(home)}
+    env.pop("AUTORESEARCH_MEMORY_DB", None)
+    result = subprocess.run([str(REPO / ".venv" / "bin" / "autoresearch"), "memory", "query",
+                             "select count(*) as n from findings"], capture_output=True, text=True, env=env, cwd=REPO)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"research memory {db}" in result.stderr
+    assert f"its last good copy is {backup}" in result.stderr, result.stderr
+    os.replace(db, db.with_name("memory.duckdb.damaged"))
+    (db.parent / backup.name).rename(db)  # what the hint says to do (move aside, copy back)
+    assert _findings(db)["finding_id"].to_list() == ["f000", "f001", "f002"]

@@ -108,3 +108,60 @@ def test_the_rank_sum_test_agrees_with_scipy_on_ties_and_censored_values():
         x[:5] = np.inf  # never saw a first token: ranks above everything
         expected = mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue
         assert rank_sum_p(x, y) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def _senders() -> list[int]:
+    """This process's load-sender children (``python -m loadgen.runner``)."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
+                continue
+            if b"loadgen.runner" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def test_a_hold_the_client_cannot_keep_is_unmeasured_never_a_finding_about_the_engine(spec, pool):
+    """The sender is stopped 60 ms of every 100 (SIGSTOP/SIGCONT) through both tries of the hold: the
+    soak says it could not measure, and does not call the engine unstable."""
+    import os
+    import signal
+    import threading
+
+    done = threading.Event()
+
+    def starve():
+        while not done.is_set():
+            pids = _senders()
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            done.wait(0.06)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            done.wait(0.04)
+
+    starver = threading.Thread(target=starve, daemon=True)
+    with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
+        starver.start()
+        try:
+            soak = run_soak(engine, pool, spec, 6.0)
+        finally:
+            done.set()
+            starver.join()
+    assert soak.outcome == "unmeasured", soak.summary()
+    assert soak.diagnosis == "client fell behind" and "client fell behind" in soak.reasons[0]
+    assert soak.overload is None and soak.overload_rate is None  # nothing else is judged on an unmeasured hold
