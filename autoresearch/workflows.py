@@ -234,8 +234,9 @@ def reference_outputs(spec: EndpointSpec):
     with start_engine(spec, workdir=paths.runs_dir() / "references" / spec.name) as engine:
         reference = capture_reference(engine.base_url, engine.served_model, list(spec.engine.args),
                                       adapter=engine.adapter)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(reference.model_dump_json())
+    if reference.evidence != "none":  # a capture that got no evidence (a timeout) is tried again next time
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(reference.model_dump_json())
     return reference
 
 

@@ -114,13 +114,13 @@ def estimate(steps: list[StepResult], *, boot: int = 400, seed: int = 0) -> Capa
     crossings, point = {}, {}
     for name in names:
         allowance = data[0][1][name][2]
-        if allowance <= 0:
-            continue
-        target = math.log(allowance / (1 - allowance))
         over = np.array([[c[name][0].sum()] for _, c in data]).T
         n = np.array([[c[name][1].sum()] for _, c in data]).T
         if n.sum() == 0:
             continue
+        if allowance <= 0:  # "no errors at all" (max_error_rate: 0): half an error in a typical step crosses it
+            allowance = 0.5 / max(1.0, float(np.median(n)))
+        target = math.log(allowance / (1 - allowance))
         b_over = np.stack([c[name][0][pk].sum(1) for (_, c), pk in zip(data, picks)], axis=1)
         b_n = np.stack([c[name][1][pk].sum(1) for (_, c), pk in zip(data, picks)], axis=1)
         all_over, all_n = np.vstack([over, b_over]), np.vstack([n, b_n])

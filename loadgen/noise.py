@@ -38,6 +38,8 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
     if not sweeps:
         raise ValueError("noise_floor needs at least one sweep")
     invalid = [f"{s.label or i}: {s.invalid_reason}" for i, s in enumerate(sweeps) if s.validity != "valid"]
+    invalid += [f"{s.label or i}: capacity {s.capacity_rps} is not a number" for i, s in enumerate(sweeps)
+                if s.capacity_rps is not None and not np.isfinite(s.capacity_rps)]
     caps = np.array([s.capacity_rps or 0.0 for s in sweeps], dtype=np.float64)
     mean = float(caps.mean())
     std = float(caps.std(ddof=1)) if caps.size > 1 else 0.0

@@ -659,6 +659,10 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
             refined += next_rate is not None
         else:
             next_rate, used = ladder[used], used + 1
+    if not steps and validity == "valid":  # nothing measured is not a capacity of 0
+        validity = "invalid"
+        reason = ("no step was run: " + (notes[-1] if notes else "the first rate was refused")
+                  + "; nothing about the engine was measured")
     tested, bounded = capacity(steps)
     cap, method = interpolated_capacity(steps, sla)
     below = None

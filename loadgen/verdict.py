@@ -128,6 +128,12 @@ def judge_rounds(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResul
                   baseline_censored=est_a.censored, candidate_censored=est_b.censored)
     if est_a.censored or est_b.censored:
         return _censored(est_a, est_b, final, common)
+    if not (math.isfinite(est_a.log_se) and math.isfinite(est_b.log_se)):  # most bootstrap draws unresolved
+        unresolved = "baseline" if not math.isfinite(est_a.log_se) else "candidate"
+        if final or kb >= max_rounds:
+            return VerdictStats(verdict="same", stopped="max_rounds", reason=f"the {unresolved}'s crossing is not "
+                                "resolved by its steps (most bootstrap draws find none): no interval", **common)
+        return VerdictStats(verdict="undecided", reason=f"the {unresolved}'s crossing is not resolved yet", **common)
     d = math.log(est_b.capacity / est_a.capacity)
     se_boot = float(np.std(est_b.draws - est_a.draws))
     var, df = between_variance(round_differences(a_rounds[:k], b_rounds[:k]), prior_var, prior_df)

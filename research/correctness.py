@@ -430,12 +430,18 @@ def sampled_stats(client: "_Client", prompts, t: CorrectnessThresholds) -> Sampl
                         se=math.sqrt(var / n) if n else 0.0, texts=[x[:200] for x in texts[:3]])
 
 
+#: Fewer scored sampled tokens than this on either side: the sampled check is not measured (fails).
+MIN_SAMPLED_TOKENS = 20
+
+
 def compare_sampled(reference: SampledStats, candidate: SampledStats, t: CorrectnessThresholds) -> SampledComparison:
     """Two-sided: a sampler that emits nonsense raises the NLL, one that turned greedy lowers it."""
     shift = candidate.mean_nll - reference.mean_nll
     limit = max(t.sampled_max_nll_shift, t.sampled_se_multiple * math.hypot(reference.se, candidate.se))
+    # a side that sampled (almost) nothing was not measured: no pass on a mean of no tokens
+    measured = min(reference.tokens, candidate.tokens) >= MIN_SAMPLED_TOKENS
     return SampledComparison(reference=reference, candidate=candidate, shift=shift, limit=limit,
-                             passed=abs(shift) <= limit)
+                             passed=measured and abs(shift) <= limit)
 
 
 def _capture_greedy_text(base_url: str, model: str, engine_args: list[str], prompts, t: CorrectnessThresholds,
@@ -595,6 +601,11 @@ def compare_greedy_text(index: int, reference_ids: list[int], reference_text: st
                               matched_prefix=matched, reference_length=len(reference_ids))
 
 
+#: The least the baseline must agree with itself (solo vs batched, matched prefix of an output) for its
+#: own variance to excuse a candidate's changed output.
+MIN_SELF_AGREEMENT = 0.5
+
+
 def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], comparisons: list[SequenceComparison],
                       *, lossy: bool, thresholds: CorrectnessThresholds | None = None,
                       unit: str = "tokens", self_fraction: float = 1.0) -> CorrectnessReport:
@@ -607,6 +618,16 @@ def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], co
     review. Lossy: the mean matched-prefix fraction must reach ``greedy_lossy_min_prefix_fraction``;
     always flagged for review."""
     t = thresholds or CorrectnessThresholds()
+    empty = sum(1 for c in comparisons if not c.reference_length)
+    if not comparisons or empty == len(comparisons):  # nothing to compare: never a pass
+        return CorrectnessReport(
+            mode="lossy" if lossy else "lossless", passed=False, lossless_equivalent=False, float32=False,
+            flag_for_review=True, thresholds=t, evidence="greedy_text", checked=False, unit=unit,
+            greedy_identical=0, greedy_total=len(comparisons), sequences=comparisons,
+            reason=("no output was compared" if not comparisons else
+                    f"the baseline's {len(comparisons)} reference outputs are all empty (a reasoning model "
+                    "spending its tokens on hidden thinking, a null content): nothing to compare; raise the "
+                    "check's max_tokens or review by hand"))
     identical = sum(c.identical for c in comparisons)
     equivalent = identical == len(comparisons)
     fractions = [(c.matched_prefix or 0) / c.reference_length if c.reference_length else (1.0 if c.identical else 0.0)
@@ -617,7 +638,10 @@ def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], co
     why = (f"greedy-text check under the model's tokenizer: {identical}/{len(comparisons)} outputs identical as {unit}"
            + (f"; first divergence {', '.join(diverged[:4])}" if diverged else ""))
     if not lossy:
-        within_noise = not equivalent and self_fraction < 1.0 and min(fractions, default=1.0) >= self_fraction
+        # the baseline's own batch variance is a bar only while it agreed with itself on most of each
+        # output: below MIN_SELF_AGREEMENT (an empty batched output agrees on nothing) it bars nothing
+        within_noise = (not equivalent and MIN_SELF_AGREEMENT <= self_fraction < 1.0
+                        and min(fractions, default=1.0) >= self_fraction)
         passed = equivalent or within_noise
         if equivalent:
             reason = "outputs kept; " + why
@@ -626,7 +650,10 @@ def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], co
                       f"{self_fraction:.0%} of each output; the candidate on at least {min(fractions):.0%}); " + why)
         else:
             reason = ("outputs CHANGED by a change declared lossless"
-                      + (f" (beyond the baseline's own batch variance, {self_fraction:.0%})" if self_fraction < 1 else "")
+                      + (f" (beyond the baseline's own batch variance, {self_fraction:.0%})"
+                         if MIN_SELF_AGREEMENT <= self_fraction < 1 else
+                         f" (the baseline agreed with itself on only {self_fraction:.0%} of an output when batched: "
+                         "too noisy a bar to pass a changed output against)" if self_fraction < 1 else "")
                       + "; " + why)
     else:
         passed = mean_prefix >= t.greedy_lossy_min_prefix_fraction
@@ -644,7 +671,8 @@ def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], co
 def unchecked_report(reference: ReferenceOutputs, candidate_args: list[str], *, lossy: bool,
                      thresholds: CorrectnessThresholds | None = None) -> CorrectnessReport:
     """The report when there is no evidence to check against: it says so, never "checked", and is
-    flagged for review; it does not fail the candidate (the engine's missing API is not its fault)."""
+    flagged for review; it does not fail the candidate (the engine's missing API is not its fault),
+    but the adoption rule never adopts an unchecked change by itself (research.loop.pick_winner)."""
     return CorrectnessReport(mode="lossy" if lossy else "lossless", passed=True, lossless_equivalent=False,
                              float32=reference.float32 and is_float32(candidate_args), flag_for_review=True,
                              reason=f"no correctness evidence: {reference.note or 'the engine answered no request'}; "

@@ -159,6 +159,7 @@ class Contender:
     lossy: bool
     capacity: float | None  # mean capacity over its repeats (req/s)
     change_size: int  # flags changed against the working baseline
+    unchecked: bool = False  # its outputs were never compared with the reference (no evidence): a person decides
 
 
 class CandidateRun(BaseModel):
@@ -182,7 +183,8 @@ class CandidateRun(BaseModel):
         return CandidateVerdict(verdict=r.verdict, confirmed=r.confirmed, capacity_ratio=c.capacity_ratio if c else None,
                                 evidence=c.evidence if c else None, invalid_reason=r.invalid_reason,
                                 capacities=[s.capacity_rps for s in r.sweeps],
-                                correctness=r.correctness.reason if r.correctness else None, **base)
+                                correctness=r.correctness.reason if r.correctness else None,
+                                correctness_unchecked=bool(r.correctness and not r.correctness.checked), **base)
 
 
 class CandidateVerdict(BaseModel):
@@ -197,6 +199,7 @@ class CandidateVerdict(BaseModel):
     invalid_reason: str | None = None
     reason: str | None = None  # why it was skipped
     correctness: str | None = None
+    correctness_unchecked: bool = False  # no evidence to compare outputs with: never adopted by itself
     lossy: bool = False
     engine_args: list[str] = Field(default_factory=list)
     baseline_args: list[str] = Field(default_factory=list)
@@ -209,7 +212,8 @@ class CandidateVerdict(BaseModel):
         capacities = [c for c in self.capacities if c is not None]
         return Contender(id=self.proposal_id, confirmed=self.confirmed, lossy=self.lossy,
                          capacity=sum(capacities) / len(capacities) if capacities else None,
-                         change_size=len(diff_args(self.baseline_args, self.engine_args)))
+                         change_size=len(diff_args(self.baseline_args, self.engine_args)),
+                         unchecked=self.correctness_unchecked)
 
 
 class Adoption(BaseModel):
@@ -221,7 +225,8 @@ class Adoption(BaseModel):
 
 
 def pick_winner(contenders: Iterable[Contender]) -> Contender | None:
-    """The change to adopt: among confirmed lossless ones, the highest mean capacity; a tie goes to
-    the smaller change. Lossy wins are never adopted by themselves (a person reviews them)."""
-    eligible = [c for c in contenders if c.confirmed and not c.lossy and c.capacity is not None]
+    """The change to adopt: among confirmed lossless ones whose outputs were checked, the highest mean
+    capacity; a tie goes to the smaller change. Lossy wins, and wins whose correctness could not be
+    checked, are never adopted by themselves (a person reviews them)."""
+    eligible = [c for c in contenders if c.confirmed and not c.lossy and not c.unchecked and c.capacity is not None]
     return max(eligible, key=lambda c: (c.capacity, -c.change_size, c.id), default=None)

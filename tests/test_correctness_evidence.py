@@ -168,6 +168,22 @@ def test_greedy_text_judging_lossless_and_lossy():
     assert not broken.passed and "BELOW" in broken.reason and broken.flag_for_review
 
 
+def test_greedy_text_with_nothing_to_compare_or_a_baseline_that_disagrees_with_itself_never_passes():
+    """Empty reference outputs (a reasoning model thinking through its tokens), no prompts at all, and a
+    baseline whose batched outputs agree with its solo ones on almost nothing: no lossless pass."""
+    empty = [compare_greedy_text(i, [], "", [], "") for i in range(3)]
+    for lossy in (False, True):
+        report = judge_greedy_text(_ref(), [], empty, lossy=lossy)
+        assert not report.passed and not report.checked and "all empty" in report.reason
+        assert not judge_greedy_text(_ref(), [], [], lossy=lossy).passed
+    changed = [compare_greedy_text(0, [1, 2, 3, 4], "", [1, 9, 9, 9], "")]
+    noisy = judge_greedy_text(_ref(), [], changed, lossy=False, self_fraction=0.0)  # an empty batched output
+    assert not noisy.passed and "too noisy a bar" in noisy.reason
+    within = judge_greedy_text(_ref(), [], [compare_greedy_text(0, [1, 2, 3, 4], "", [1, 2, 3, 9], "")],
+                               lossy=False, self_fraction=0.7)
+    assert within.passed and within.flag_for_review  # 75% agreement against the baseline's own 70%
+
+
 def test_an_engine_without_logprobs_is_checked_on_greedy_text_and_never_sent_rejected_fields(
         engine_factory, tokenizer_dir: Path):
     adapter = FakeAdapter(frozenset(), NO_LOGPROBS_REJECTS | {"seed"})

@@ -236,3 +236,22 @@ def test_a_corrupt_memory_is_refused_naming_its_last_good_copy_which_keeps_every
     os.replace(db, db.with_name("memory.duckdb.damaged"))
     (db.parent / backup.name).rename(db)  # what the hint says to do (move aside, copy back)
     assert _findings(db)["finding_id"].to_list() == ["f000", "f001", "f002"]
+
+
+def test_a_sweep_that_runs_no_step_is_invalid_not_a_capacity_of_zero(definitions, monkeypatch):
+    """The client's calibration refuses the first probed rate (beyond what this host's client holds): no step
+    runs, and the sweep says it measured nothing instead of reporting a capacity of 0 req/s."""
+    import loadgen.sweep as sweep_module
+    from loadgen.results import CalibrationResult
+
+    calibration = CalibrationResult(max_rate=0.01, senders=1, lag_p99_ms_bound=20, rate_ratio_bound=0.95,
+                                    duration_s=10, points=[], host="test", cpus=2, measured_at=time.time())
+    monkeypatch.setattr("loadgen.calibrate.client_limit", lambda: calibration)
+    spec = definitions.endpoint("tiny_random")
+    spec = spec.model_copy(update={"sla": SLA, "sweep": spec.sweep.model_copy(update={
+        "rates": None, "step_duration_s": 2.0, "refine_steps": 0, "warmup_requests": 2, "warm_prefix_groups": 0})})
+    pool = pl.DataFrame({"request_id": [str(i) for i in range(20)], "body": [json.dumps(BODIES[0])] * 20})
+    with simengine.start(simengine.ServiceModel()) as engine:  # the automatic ladder: a probe picks the first rate
+        result = sweep_module.run_sweep(engine, pool, spec, repeats_label="refused", max_steps=3)
+    assert result.steps == [] and result.validity == "invalid"
+    assert "no step was run" in result.invalid_reason and "calibrated client limit" in result.invalid_reason

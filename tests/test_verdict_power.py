@@ -125,8 +125,10 @@ def test_an_http_sweep_against_the_simulated_server_feeds_the_estimator():
             outcome = run_open_loop(engine.base_url, engine.served_model, bodies, schedule, duration_s=3.0, isolate=True)
             steps.append(summarize(outcome, SLA, target_rate=rate))
     assert all(s.errors == 0 and s.sla_samples["ttft_n"] for s in steps)
+    valid = [s for s in steps if s.validity == "valid"]  # a step the client could not keep is left out
+    assert len(valid) >= 2, [s.invalid_reason for s in steps]
     est = estimate(steps)
-    assert est is not None and est.requests == sum(s.requests for s in steps)
+    assert est is not None and est.requests == sum(s.requests for s in valid)
     # the fraction over the limits rises with the rate: the crossing lies between the lowest and highest
     assert 10.0 < est.capacity < 40.0 or est.censored is not None
 
@@ -163,3 +165,35 @@ def test_real_sweeps_of_the_simulated_server_give_an_interval_verdict(definition
     assert verdict.verdict == "better", verdict.evidence
     assert verdict.effect_low is not None and verdict.effect_low > 0
     assert "interval" in verdict.evidence or "beyond every tested rate" in verdict.evidence
+
+
+def test_a_verdict_out_of_time_judges_what_it_measured_as_its_last_look(capacity, prior):
+    """``time_left``: after the first round the budget says no, so the verdict is taken on one round at
+    the final look's error rate: a large planted gain is still found, an A/A pair is never undecided."""
+    budgets = []
+
+    def time_left():
+        budgets.append(1)
+        return 0.0
+
+    for effect, expected in ((0.3, "better"), (0.0, "same")):
+        candidate = BASE.planted(effect)
+
+        def measure(side, i, rates, candidate=candidate):
+            return _sweep(BASE if side == "A" else candidate, rates, i, 11, side)
+
+        stats, rounds = sequential_verdict(measure, capacity, seed=11, prior_var=prior[0], prior_df=prior[1],
+                                           max_rounds=4, time_left=time_left)
+        assert len(rounds["A"]) == 1 and stats.rounds == 1
+        assert stats.verdict == expected, stats.sentence()
+    assert budgets  # the budget was asked before a second round
+
+
+def test_steady_means_latency_has_stopped_falling():
+    from loadgen.steady import is_steady
+
+    assert not is_steady([120.0, 60.0, 40.0], 0.05, 2)  # still falling
+    assert is_steady([120.0, 40.0, 41.0, 39.5], 0.05, 2)  # within 5% of the best twice in a row
+    assert is_steady([40.0, 41.0, 46.0], 0.05, 2)  # rising is not falling
+    assert not is_steady([40.0, None, 41.0], 0.05, 2)  # a burst without a measurement does not count
+    assert not is_steady([], 0.05, 2)
