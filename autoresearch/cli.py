@@ -846,6 +846,10 @@ def describe_error(exc: BaseException) -> tuple[str, str | None, str | None, int
     if isinstance(exc, kinds("replay.ingest", "MalformedSourceError")):
         return text, _where("traffic.path") if _CONTEXT.get("endpoint") else None, (
             "fix or drop the bad lines named above, or raise traffic.max_malformed_fraction if they are expected"), 2
+    if isinstance(exc, kinds("replay.ingest", "SourceFormatError")):
+        return text, _where("traffic.kind") if _CONTEXT.get("endpoint") else None, (
+            "set traffic.kind to the file's format (request_log, azure, mooncake, sample) or point traffic.path "
+            "at a file of that kind"), 2
     if isinstance(exc, kinds("research.llm_agents", "LLMNotConfigured")):
         return text, "--proposer", "configure the model in the environment, or use --proposer rules", 2
     if isinstance(exc, kinds("autoresearch.models", "ModelUnavailable")):

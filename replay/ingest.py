@@ -52,6 +52,10 @@ class IngestResult:
         return f"{self.source.name}: {len(self.malformed)} of {self.total_lines} lines malformed: {shown}{more}"
 
 
+class SourceFormatError(ValueError):
+    """A traffic file that is not of its declared kind (its columns do not match): nothing is read."""
+
+
 class MalformedSourceError(ValueError):
     """A traffic source with too many malformed lines: the pool build fails, nothing is replaced."""
 
@@ -232,7 +236,8 @@ def read_azure(path: Path | str, limit: int | None = None) -> IngestResult:
     header = path.open().readline().strip().split(",")
     need = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
     if [c for c in need if c not in header]:
-        raise ValueError(f"{path}:1: Azure trace header must contain {need}, found {header}")
+        raise SourceFormatError(f"{path}:1: traffic.kind azure expects a CSV header with {', '.join(need)}; "
+                                f"found {', '.join(header)[:160]}")
     lf = (pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True)
           .select(need).with_row_index("line", offset=2)
           .with_columns(ts=pl.col("TIMESTAMP").str.strip_chars().str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False),

@@ -61,6 +61,9 @@ def bad_defs(tmp_path_factory, busy_port) -> Path:
     endpoint("no_weights", model={"path": str(root / "model_without_weights"), "served_name": "x"})
     endpoint("fixed_port", engine={**base["attributes"]["engine"], "port": busy_port})
     endpoint("unreachable", engine={"kind": "external", "url": f"http://127.0.0.1:{_free_port()}"})
+    mooncake = root / "data" / "mooncake_trace.jsonl"  # a Mooncake trace declared as an Azure one
+    mooncake.write_text('{"timestamp": 0, "input_length": 512, "output_length": 20, "hash_ids": [0, 1, 2, 3]}\n')
+    endpoint("wrong_columns", traffic={"kind": "azure", "path": str(mooncake)})
     return root
 
 
@@ -120,6 +123,11 @@ def test_a_folder_or_an_unreadable_file_where_the_traffic_file_should_be(bad_def
     if os.geteuid() != 0:  # root reads a chmod 000 file anyway
         line = error_line(cli(bad_defs, "replay", "build", "unreadable_traffic"))
         assert "is not readable (permission denied)" in line and "attributes.traffic.path" in line
+
+
+def test_a_traffic_file_whose_columns_do_not_match_its_kind(bad_defs):
+    line = error_line(cli(bad_defs, "replay", "build", "wrong_columns"))
+    assert "mooncake_trace.jsonl" in line and "TIMESTAMP" in line and "ContextTokens" in line, line
 
 
 def test_model_folder_without_weights_is_refused_before_the_engine_starts(bad_defs):
