@@ -90,8 +90,10 @@ def test_concurrency_sweep_reports_the_highest_users_within_the_sla(engine):
     sla = spec.sla.model_copy(update={"ttft_ms": 1.5 * reply_s * 1000, "itl_ms": None, "e2e_ms": None})
     sweep_cfg = spec.sweep.model_copy(update={"warmup_requests": 1, "think_time_s": 0.0})
     spec = spec.model_copy(update={"sla": sla, "sweep": sweep_cfg})
+    # the engine and the client share 2 cores: a step whose client fell behind (a host stall, 1.15 s once
+    # in a full suite) is repeated, as the product does, up to three times before the sweep is invalid
     result = run_user_sweep(running, pool, spec, users=[1, 4], step_duration_s=max(4.0, 8 * reply_s),
-                            lag_bounds=BOUNDS)
+                            lag_bounds=BOUNDS, client_retries=3)
     print(f"reply {reply_s * 1000:.0f} ms, ttft limit {sla.ttft_ms:.0f} ms")
     assert result.valid, result.invalid_reason
     one, four = result.steps
