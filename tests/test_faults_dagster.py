@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ResearchGraph
+from conftest import ResearchGraph
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(2700)]
 
