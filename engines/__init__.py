@@ -21,6 +21,7 @@ import httpx
 
 from autoresearch.config import EndpointSpec
 from engines.base import EngineAdapter, EngineCrashed, EngineError, EngineIdentity, MetricsSnapshot
+from engines import overlays
 from engines.gpu_lease import acquire
 from engines.process import ManagedProcess, free_port, port_is_free
 
@@ -66,7 +67,15 @@ def _identity(adapter: EngineAdapter, argv: list[str], model_dir: Path | str) ->
     version = adapter.engine_version()
     return EngineIdentity(engine=adapter.kind, engine_version=version, model=spec.model.served_name or spec.model.path,
                           model_revision=spec.model.revision, launch_config_hash=spec.launch_config_hash(),
-                          launch_command=tuple(command))
+                          launch_command=tuple(command), overlays=overlays.hashes(_overlays_of(spec)))
+
+
+def _overlays_of(spec: EndpointSpec) -> list:
+    """The runtime overlays engine.args asks for (engines.overlays); EngineError when one cannot be honoured."""
+    try:
+        return overlays.split(list(spec.engine.args))[1]
+    except overlays.OverlayError as exc:
+        raise EngineError(f"endpoint {spec.name!r}: {exc}") from None
 
 
 def engine_identity(spec: EndpointSpec) -> EngineIdentity:
@@ -317,6 +326,7 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
     model_dir = resolve_model_dir(spec)
     argv = adapter.launch_command(model_dir)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", **adapter.launch_env(), **spec.engine.env}
+    env.update(overlays.launch_env(_overlays_of(spec), env))  # in this engine process only
     lease = None
     if "CUDA_VISIBLE_DEVICES" not in spec.engine.env:
         asked = time.monotonic()

@@ -131,6 +131,7 @@ class EngineIdentity:
     model_revision: str
     launch_config_hash: str
     launch_command: tuple[str, ...]
+    overlays: tuple[tuple[str, str], ...] = ()  # (name, content hash) of each runtime overlay (engines.overlays)
 
 
 class EngineAdapter(ABC):
@@ -245,10 +246,22 @@ class EngineAdapter(ABC):
         """Whole-configuration checks the engine itself would fail on at start (parsed arguments)."""
         return []
 
+    def cli_args(self) -> list[str]:
+        """engine.args as the engine's command line gets them: without the product's ``--overlay``
+        arguments (engines.overlays applies those through the environment)."""
+        from engines.overlays import split
+
+        return split(list(self.spec.engine.args))[0]
+
     def validate_flags(self, args: list[str]) -> list[str]:
         """Reasons why ``args`` would not launch; empty when every flag is known."""
         from autoresearch.engine_args import parse_args
+        from engines import overlays
 
+        found = overlays.problems(list(args), self.kind)
+        if found:
+            return found
+        args = overlays.split(list(args))[0]
         if not self.known_flags:
             return []
         try:

@@ -72,7 +72,7 @@ class SglangAdapter(EngineAdapter):
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--enable-metrics",
-            *[a for a in self.spec.engine.args if a != "--enable-metrics"],
+            *[a for a in self.cli_args() if a != "--enable-metrics"],
         ]
 
     def profile_env(self, profile_dir: Path) -> dict[str, str]:

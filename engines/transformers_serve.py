@@ -65,7 +65,7 @@ class TransformersServeAdapter(EngineAdapter):
         return [
             self.engine_python(), "-m", "transformers.cli.transformers", "serve", str(model_dir),
             "--host", "127.0.0.1", "--port", str(self.port),
-            *self.spec.engine.args,
+            *self.cli_args(),
         ]
 
     def served_model_name(self, model_dir: Path) -> str:

@@ -47,7 +47,14 @@ def validate_against(args: list[str], known: frozenset[str], kind: str, reserved
     """Reasons ``args`` would not launch: not a flag list, unknown flags, or adapter-owned flags.
 
     Accepts argparse spellings vLLM/SGLang accept too: ``--flag=value``, ``--flag_name``
-    (underscores) and ``--json-flag.key value`` (vLLM's dotted JSON fields)."""
+    (underscores) and ``--json-flag.key value`` (vLLM's dotted JSON fields). The product's
+    ``--overlay`` arguments are checked against the overlays made for ``kind`` (engines.overlays)."""
+    from engines import overlays
+
+    found = overlays.problems(list(args), kind)
+    if found:
+        return found
+    args = overlays.split(list(args))[0]
     try:
         flags = parse_args(list(args))
     except ValueError as exc:
@@ -107,7 +114,7 @@ class VllmAdapter(EngineAdapter):
             "--served-model-name", self.served_model_name(model_dir),
             "--host", "127.0.0.1",
             "--port", str(self.port),
-            *self.spec.engine.args,
+            *self.cli_args(),
         ]
 
     def launch_env(self) -> dict[str, str]:

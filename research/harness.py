@@ -232,6 +232,8 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
         result.identity = {"engine": identity.engine, "engine_version": identity.engine_version,
                            "model": identity.model, "launch_config_hash": identity.launch_config_hash,
                            "launch_command": list(identity.launch_command)}
+        if identity.overlays:  # runtime overlays and patches, by content hash (engines.overlays)
+            result.identity["overlays"] = {name: sha for name, sha in identity.overlays}
         try:
             # The adapter says which evidence the engine gives (can_give) and which fields it rejects.
             adapter = getattr(engine, "adapter", None)

@@ -98,4 +98,5 @@ try:
         print(f"[autoresearch patch] {_message}", file=sys.stderr, flush=True)
 except Exception as _exc:  # noqa: BLE001 - never stop an engine from starting
     print(f"[autoresearch patch] planted slowdown not applied: {_exc!r}", file=sys.stderr, flush=True)
-_chain()
+if __name__ == "sitecustomize":  # on the path by itself; the overlay loader chains on its own
+    _chain()
