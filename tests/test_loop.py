@@ -182,3 +182,28 @@ def test_roofline_names_launch_overhead_on_a_measured_low_load_case(tiny_engine,
     overhead = diagnosis.bottleneck("cpu_overhead")
     assert overhead is not None, diagnosis.bottlenecks
     assert any("x the roofline" in e for e in overhead.evidence)
+
+
+def test_proposals_below_the_mde_fill_free_slots_and_wait_only_when_the_round_is_full():
+    """Visible proposals first; below-MDE ones (largest prediction first) take the round's free slots, the
+    rest wait as open questions naming the MDE."""
+    from types import SimpleNamespace
+
+    from research.campaign import _Campaign
+
+    def proposal(title, ratio):
+        return SimpleNamespace(title=title, predicted_capacity_ratio=ratio)
+
+    big, prefix, tokens = proposal("seqs", 1.6), proposal("prefix caching", 1.46), proposal("tokens", 1.15)
+    working = SimpleNamespace(noise=SimpleNamespace(mde=0.51))
+    for subagents, runs, waits in ((3, ["seqs", "prefix caching", "tokens"], []),
+                                   (2, ["seqs", "prefix caching"], ["tokens"]),
+                                   (1, ["seqs"], ["prefix caching", "tokens"])):
+        questions = []
+        fake = SimpleNamespace(campaign=SimpleNamespace(subagents=subagents), _question=questions.append)
+        chosen = _Campaign._below_mde(fake, [tokens, big, prefix], working)
+        assert [p.title for p in chosen] == runs
+        assert [q.split(" is predicted")[0] for q in questions] == waits
+        assert all("minimum detectable effect 51.0%" in q for q in questions)
+    none = SimpleNamespace(campaign=SimpleNamespace(subagents=1), _question=lambda q: None)
+    assert _Campaign._below_mde(none, [tokens, big], SimpleNamespace(noise=SimpleNamespace(mde=None))) == [tokens, big]
