@@ -128,12 +128,23 @@ def judge_rounds(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResul
                   baseline_censored=est_a.censored, candidate_censored=est_b.censored)
     if est_a.censored or est_b.censored:
         return _censored(est_a, est_b, final, common)
-    if not (math.isfinite(est_a.log_se) and math.isfinite(est_b.log_se)):  # most bootstrap draws unresolved
+    if not (math.isfinite(est_a.log_se) and math.isfinite(est_b.log_se)):  # many bootstrap draws unresolved
+        # no standard error to pool: only the two sides' own intervals, which must not overlap
         unresolved = "baseline" if not math.isfinite(est_a.log_se) else "candidate"
-        if final or kb >= max_rounds:
-            return VerdictStats(verdict="same", stopped="max_rounds", reason=f"the {unresolved}'s crossing is not "
-                                "resolved by its steps (most bootstrap draws find none): no interval", **common)
-        return VerdictStats(verdict="undecided", reason=f"the {unresolved}'s crossing is not resolved yet", **common)
+        why = f"the {unresolved}'s crossing is not resolved by many bootstrap draws: judged on the two intervals"
+        finite = est_a.capacity > 0 and est_a.low > 0 and est_a.high > 0  # no ratio is ever infinite
+        effect = est_b.capacity / est_a.capacity - 1 if finite else None
+        low = est_b.low / est_a.high - 1 if finite else None  # the ratio's widest bounds
+        high = est_b.high / est_a.low - 1 if finite else None
+        if est_b.high < est_a.low:
+            verdict, stopped = "worse", "decided"
+        elif est_b.low > est_a.high:
+            verdict, stopped = "better", "decided"
+        elif final or kb >= max_rounds:
+            verdict, stopped, why = "same", "max_rounds", why + " (they overlap)"
+        else:
+            verdict, stopped = "undecided", ""
+        return VerdictStats(verdict=verdict, stopped=stopped, effect=effect, low=low, high=high, reason=why, **common)
     d = math.log(est_b.capacity / est_a.capacity)
     se_boot = float(np.std(est_b.draws - est_a.draws))
     var, df = between_variance(round_differences(a_rounds[:k], b_rounds[:k]), prior_var, prior_df)

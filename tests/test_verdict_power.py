@@ -197,3 +197,29 @@ def test_steady_means_latency_has_stopped_falling():
     assert is_steady([40.0, 41.0, 46.0], 0.05, 2)  # rising is not falling
     assert not is_steady([40.0, None, 41.0], 0.05, 2)  # a burst without a measurement does not count
     assert not is_steady([], 0.05, 2)
+
+
+def test_an_unresolved_crossing_is_judged_on_the_two_intervals():
+    """Many bootstrap draws of a side find no crossing (its standard error is not finite): the verdict
+    compares the sides' own intervals, deciding only when they do not overlap."""
+    from loadgen.capacity import CapacityEstimate
+    from loadgen.verdict import judge_rounds
+    import loadgen.verdict as verdict_module
+
+    def est(capacity, low, high, log_se):
+        return CapacityEstimate(capacity=capacity, low=low, high=high, log_se=log_se, limiting="itl",
+                                rates=(1.0, 2.0), requests=100, draws=np.full(10, math.log(capacity)))
+
+    cases = [(est(1.47, 1.15, 1.55, 0.05), est(0.54, 0.22, 1.09, math.inf), "worse"),
+             (est(0.54, 0.22, 1.09, math.inf), est(1.47, 1.15, 1.55, 0.05), "better"),
+             (est(1.47, 1.15, 1.55, 0.05), est(1.2, 0.5, 1.3, math.inf), "same")]
+    for a, b, expected in cases:
+        picks = iter([a, b])
+        original = verdict_module.estimate
+        verdict_module.estimate = lambda steps, seed=0: next(picks)
+        try:
+            stats = judge_rounds([[]], [[]], final=True)
+        finally:
+            verdict_module.estimate = original
+        assert stats.verdict == expected, stats.sentence()
+        assert "two intervals" in stats.reason and stats.low <= stats.effect <= stats.high
