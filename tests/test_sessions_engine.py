@@ -81,13 +81,14 @@ def test_multi_turn_replay_waits_for_each_reply_and_keeps_think_times(engine, tm
 @pytest.mark.timeout(600)
 def test_concurrency_sweep_reports_the_highest_users_within_the_sla(engine):
     """One sequence at a time: a user's TTFT is its prefill alone, four users' TTFT waits for up to
-    three other replies. A TTFT limit of 1.5 replies holds one user and breaks four."""
+    three other replies. A TTFT limit of 2.5 replies holds one user and breaks four (with 1.5, a single
+    host stall put one user's p95 at 615 ms against a 608 ms limit)."""
     spec, running = engine
     pool = session_pool(sessions=4, turns=1, tokens=96)
     probe = run_closed_loop(running.base_url, running.served_model, pool["body"].to_list(),
                             [UserScript(0.0, [0, 1, 2], [0.0, 0.0, 0.0])], lag_bounds=BOUNDS)
     reply_s = max(r.e2e_s for r in probe.records if r.ok)
-    sla = spec.sla.model_copy(update={"ttft_ms": 1.5 * reply_s * 1000, "itl_ms": None, "e2e_ms": None})
+    sla = spec.sla.model_copy(update={"ttft_ms": 2.5 * reply_s * 1000, "itl_ms": None, "e2e_ms": None})
     sweep_cfg = spec.sweep.model_copy(update={"warmup_requests": 1, "think_time_s": 0.0})
     spec = spec.model_copy(update={"sla": sla, "sweep": sweep_cfg})
     # the engine and the client share 2 cores: a step whose client fell behind (a host stall, 1.15 s once
