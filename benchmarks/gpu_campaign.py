@@ -67,6 +67,14 @@ def definitions(models: Path, engine_python: str):
     return campaign, spec.model_copy(update={"engine": engine, "traffic": traffic})
 
 
+def shipped_endpoint(engine_python: str, model_size: str = "442m"):
+    """The shipped endpoint on this machine, its random model built first if it is not there yet."""
+    models = WORK / "models"
+    if not (models / MODEL_NAME / "config.json").exists():
+        build_model(models / MODEL_NAME, WORK / "tokenizer", model_size)
+    return definitions(models, engine_python)[1]
+
+
 def pool():
     import polars as pl
 

@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.gpu_campaign import definitions, pool  # noqa: E402
-from benchmarks.gpu_transformers_serve import MODEL_NAME, WORK, build_model  # noqa: E402
+from benchmarks.gpu_campaign import pool, shipped_endpoint  # noqa: E402
+from benchmarks.gpu_transformers_serve import WORK  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 SLOWDOWN = REPO / "engines" / "patches" / "planted_slowdown"
@@ -66,10 +66,7 @@ def run(args) -> None:
     began = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    models = WORK / "models"
-    if not (models / MODEL_NAME / "config.json").exists():
-        build_model(models / MODEL_NAME, WORK / "tokenizer", args.model_size)
-    _, spec = definitions(models, args.engine_python)
+    spec = shipped_endpoint(args.engine_python, args.model_size)
     specs = {"A": _spec_for(spec, 0.0), "B": _spec_for(spec, PLANTED_STEP if args.pair == "planted" else 0.0)}
     data = pool()
     record = {"pair": args.pair, "engine_args": ARGS, "planted_step_fraction": PLANTED_STEP if args.pair == "planted" else 0,

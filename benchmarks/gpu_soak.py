@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.gpu_campaign import definitions, pool  # noqa: E402
-from benchmarks.gpu_transformers_serve import MODEL_NAME, WORK, build_model  # noqa: E402
+from benchmarks.gpu_campaign import pool, shipped_endpoint  # noqa: E402
+from benchmarks.gpu_transformers_serve import WORK  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 OVERLAY = REPO / "engines" / "patches" / "transformers_cb_config"
@@ -76,10 +76,7 @@ def run(args) -> None:
     config = CONFIGS[args.config]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    models = WORK / "models"
-    if not (models / MODEL_NAME / "config.json").exists():
-        build_model(models / MODEL_NAME, WORK / "tokenizer", args.model_size)
-    _, spec = definitions(models, args.engine_python)
+    spec = shipped_endpoint(args.engine_python, args.model_size)
     if args.hold_s is not None:
         spec = spec.model_copy(update={"soak": spec.soak.model_copy(update={"hold_s": args.hold_s})})
     env = dict(spec.engine.env)
