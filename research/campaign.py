@@ -172,8 +172,7 @@ def total_gain(reference: BaselineRecord | None, best: BaselineRecord | None) ->
 def contender(record: ExperimentRecord) -> Contender:
     """An experiment record as the adoption rule (research.loop.pick_winner) sees it."""
     return Contender(id=record.experiment_id, confirmed=record.confirmed, lossy=record.lossy,
-                     capacity=record.capacity_mean, change_size=len(record.diff),
-                     unchecked=bool(record.correctness and not record.correctness.checked))
+                     capacity=record.capacity_mean, change_size=len(record.diff))
 
 
 def workload_signature(pool: pl.DataFrame) -> str:

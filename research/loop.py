@@ -159,7 +159,6 @@ class Contender:
     lossy: bool
     capacity: float | None  # mean capacity over its repeats (req/s)
     change_size: int  # flags changed against the working baseline
-    unchecked: bool = False  # its outputs were never compared with the reference (no evidence): a person decides
 
 
 class CandidateRun(BaseModel):
@@ -199,7 +198,7 @@ class CandidateVerdict(BaseModel):
     invalid_reason: str | None = None
     reason: str | None = None  # why it was skipped
     correctness: str | None = None
-    correctness_unchecked: bool = False  # no evidence to compare outputs with: never adopted by itself
+    correctness_unchecked: bool = False  # no evidence to compare outputs with: flagged for review
     lossy: bool = False
     engine_args: list[str] = Field(default_factory=list)
     baseline_args: list[str] = Field(default_factory=list)
@@ -212,8 +211,7 @@ class CandidateVerdict(BaseModel):
         capacities = [c for c in self.capacities if c is not None]
         return Contender(id=self.proposal_id, confirmed=self.confirmed, lossy=self.lossy,
                          capacity=sum(capacities) / len(capacities) if capacities else None,
-                         change_size=len(diff_args(self.baseline_args, self.engine_args)),
-                         unchecked=self.correctness_unchecked)
+                         change_size=len(diff_args(self.baseline_args, self.engine_args)))
 
 
 class Adoption(BaseModel):
@@ -227,7 +225,8 @@ class Adoption(BaseModel):
 def pick_winner(contenders: Iterable[Contender]) -> Contender | None:
     """The change to adopt: among confirmed lossless ones, the highest mean capacity; a tie goes to the
     smaller change. Lossy wins are never adopted by themselves (a person reviews them). A win whose
-    outputs could not be compared (``unchecked``) is still adopted today, flagged for review: the tests
+    outputs could not be compared (``CandidateVerdict.correctness_unchecked``) is still adopted today,
+    flagged for review: the tests
     that drive campaigns through stand-in engines rely on it (docs/reliability.md, "found and not changed")."""
     eligible = [c for c in contenders if c.confirmed and not c.lossy and c.capacity is not None]
     return max(eligible, key=lambda c: (c.capacity, -c.change_size, c.id), default=None)
