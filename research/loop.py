@@ -226,7 +226,7 @@ def pick_winner(contenders: Iterable[Contender]) -> Contender | None:
     """The change to adopt: among confirmed lossless ones, the highest mean capacity; a tie goes to the
     smaller change. Lossy wins are never adopted by themselves (a person reviews them). A win whose
     outputs could not be compared (``CandidateVerdict.correctness_unchecked``) is still adopted today,
-    flagged for review: the tests
-    that drive campaigns through stand-in engines rely on it (docs/reliability.md, "found and not changed")."""
+    flagged for review: the tests that drive campaigns through stand-in engines rely on it
+    (docs/reliability.md, "found and not changed")."""
     eligible = [c for c in contenders if c.confirmed and not c.lossy and c.capacity is not None]
     return max(eligible, key=lambda c: (c.capacity, -c.change_size, c.id), default=None)
