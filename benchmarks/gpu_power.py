@@ -22,7 +22,10 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -71,6 +74,21 @@ def run(args) -> None:
     data = pool()
     record = {"pair": args.pair, "engine_args": ARGS, "planted_step_fraction": PLANTED_STEP if args.pair == "planted" else 0,
               "sla": spec.sla.model_dump(exclude_none=True), "capacity_guess": args.guess, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    measured, resumed = _resumed(args.resume)
+    if args.resume:
+        previous = json.loads(Path(args.resume).read_text())
+        record["resumes"] = Path(args.resume).name
+        record["resumed_wall_s"] = previous["wall_s"] + previous.get("resumed_wall_s", 0)
+        record["resumed_verdict_wall_s"] = previous.get("verdict_wall_s", previous["wall_s"]) + \
+            previous.get("resumed_verdict_wall_s", 0)
+        log(f"resuming {record['resumes']}: {len(measured['A'])} round(s) measured there, on other engines")
+    if measured["A"]:
+        from loadgen.verdict import judge_rounds
+
+        look = judge_rounds(measured["A"], measured["B"], max_rounds=args.max_rounds, prior_var=PRIOR_SD**2,
+                            prior_df=PRIOR_DF)
+        if look.verdict != "undecided":
+            raise SystemExit(f"{args.resume} is already decided ({look.sentence()}): nothing to resume")
     engines = {}
     try:
         for side in ("A", "B"):
@@ -93,7 +111,7 @@ def run(args) -> None:
         cursor = max(getattr(e, "pool_cursor", 0) for e in engines.values())
         for e in engines.values():  # both walk the same requests from here (common random numbers)
             e.pool_cursor = cursor
-        sweeps = record["sweeps"] = []  # kept as they come: a call cut by its limit still records them
+        sweeps = record["sweeps"] = list(resumed)  # kept as they come: a call cut by its limit still records them
 
         def measure(side: str, i: int, rates: list[float]):
             t0 = time.monotonic()
@@ -112,7 +130,8 @@ def run(args) -> None:
         verdict_began = time.monotonic()
         stats, _ = sequential_verdict(measure, args.guess, max_rounds=args.max_rounds, min_rounds=2,
                                       prior_var=PRIOR_SD**2, prior_df=PRIOR_DF, progress=log,
-                                      time_left=lambda: args.window_s - (time.monotonic() - began))
+                                      time_left=lambda: args.window_s - (time.monotonic() - began),
+                                      measured=measured)
         record["verdict"] = stats.model_dump()
         record["verdict_sentence"] = stats.sentence()
         record["verdict_wall_s"] = round(time.monotonic() - verdict_began, 1)
@@ -125,31 +144,54 @@ def run(args) -> None:
         log(f"wrote power_{args.pair}{args.tag}.json")
 
 
+def _resumed(path: str | None) -> tuple[dict, list]:
+    """The rounds a previous call measured on both sides (its valid sweeps), to continue its verdict."""
+    from loadgen.results import StepResult
+
+    if not path:
+        return {"A": [], "B": []}, []
+    sweeps = [s for s in json.loads(Path(path).read_text()).get("sweeps", []) if s["validity"] == "valid"]
+    done = sorted({s["round"] for s in sweeps if s["side"] == "A"} & {s["round"] for s in sweeps if s["side"] == "B"})
+    kept = [s | {"from": Path(path).name} for s in sweeps if s["round"] in done]
+    by = {(s["side"], s["round"]): [StepResult(**st) for st in s["steps"]] for s in kept}
+    return {side: [by[(side, i)] for i in done] for side in ("A", "B")}, kept
+
+
 def report(args) -> None:
     """The h200 cells: the verdict of each pair as the harness gave it (A/A: expected ``same``;
     planted: the slowed candidate against the baseline, expected ``worse``)."""
     from benchmarks.harness_power import write_markdown
 
-    rows = [json.loads(p.read_text()) for p in sorted(Path(args.dir).glob("power_*.json"))]
+    rows = [json.loads(p.read_text()) | {"file": p.name} for p in sorted(Path(args.dir).glob("power_*.json"))]
+    superseded = {r["resumes"] for r in rows if r.get("resumes")}  # a resumed verdict replaces the call it continued
+    rows = [r for r in rows if r["file"] not in superseded]
     cells = []
-    for r in rows:
-        v = r.get("verdict") or _judge_cut(r)
-        verdict = v["verdict"]
-        counts = {k: int(k == verdict) for k in ("better", "same", "worse", "invalid")}
-        gpu_minutes = r["wall_s"] / 60
+    for pair in ("aa", "planted"):
+        group = [(r, r.get("verdict") or _judge_cut(r)) for r in rows if r["pair"] == pair]
+        if not group:
+            continue
+        counts = Counter(v["verdict"] for _, v in group)
+        mdes = [v["mde"] for _, v in group if v.get("mde") is not None]
+        first = group[0][0]
         cells.append({
-            "instrument": "h200", "mode": "real", "planted_effect": -0.15 if r["pair"] == "planted" else 0.0,
-            "planted_as": (f"the candidate's batch steps x{1 + r['planted_step_fraction']:.3f} (engines/patches/planted_slowdown)"
-                           if r["pair"] == "planted" else "the same configuration on both sides"),
-            "trials": 1, "verdicts": counts, "verdict_sentence": r.get("verdict_sentence") or v.get("sentence"),
-            "cut": v.get("cut"),
-            "effect_median": v.get("effect"), "interval": [v.get("low"), v.get("high")],
-            "noise_threshold": v.get("mde"), "mde_median": v.get("mde"), "rounds_mean": v.get("rounds"),
-            "minutes_per_verdict": round(r.get("verdict_wall_s", r["wall_s"]) / 60, 2),
-            "gpu_minutes_per_verdict": round(gpu_minutes, 2),
-            "warmup": {s: r.get(f"warmup_{s}", {}).get("itl_p50_ms") for s in ("A", "B")},
-            ("false_verdict_rate" if r["pair"] == "aa" else "power"): (
-                float(verdict in ("better", "worse")) if r["pair"] == "aa" else float(verdict == "worse")),
+            "instrument": "h200", "mode": "real", "planted_effect": -0.15 if pair == "planted" else 0.0,
+            "planted_as": (f"the candidate's batch steps x{1 + first['planted_step_fraction']:.3f} "
+                           "(engines/patches/planted_slowdown)" if pair == "planted" else "the same configuration on both sides"),
+            "trials": len(group), "verdicts": {k: counts.get(k, 0) for k in ("better", "same", "worse", "invalid")},
+            "trial_verdicts": [{"file": r.get("file"), "verdict": r.get("verdict_sentence") or v.get("sentence"),
+                                "rounds": v.get("rounds"), "calls": 1 + bool(r.get("resumes")), "cut": v.get("cut"),
+                                "gpu_minutes": round((r["wall_s"] + r.get("resumed_wall_s", 0)) / 60, 2)}
+                               for r, v in group],
+            "effect_median": float(np.median([v["effect"] for _, v in group if v.get("effect") is not None])),
+            "noise_threshold": max(mdes) if mdes else None, "mde_median": float(np.median(mdes)) if mdes else None,
+            "rounds_mean": float(np.mean([v.get("rounds") or 0 for _, v in group])),
+            "minutes_per_verdict": round(float(np.mean([r.get("verdict_wall_s", r["wall_s"]) + r.get("resumed_verdict_wall_s", 0)
+                                                        for r, _ in group])) / 60, 2),
+            # a resumed verdict's GPU time is both calls' (two engine starts and warm-ups)
+            "gpu_minutes_per_verdict": round(float(np.mean([r["wall_s"] + r.get("resumed_wall_s", 0) for r, _ in group])) / 60, 2),
+            ("false_verdict_rate" if pair == "aa" else "power"): round(
+                (counts.get("better", 0) + counts.get("worse", 0)) / len(group) if pair == "aa"
+                else counts.get("worse", 0) / len(group), 4),
         })
     out = RESULTS / "harness_power.json"
     doc = json.loads(out.read_text()) if out.exists() else {"cells": []}
@@ -192,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--max-rounds", type=int, default=4)
     r.add_argument("--window-s", type=float, default=540)
     r.add_argument("--warm-bursts", type=int, default=4, help="at most this many warm-up bursts per engine")
+    r.add_argument("--resume", help="a previous call's power_*.json: continue its verdict with more rounds")
     r.add_argument("--tag", default="", help="appended to the output file's name (a second trial)")
     r.add_argument("--engine-python", default=sys.executable)
     r.add_argument("--model-size", default="442m", help="'tiny' tries the pipeline on a CPU machine")

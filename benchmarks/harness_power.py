@@ -291,6 +291,12 @@ def write_markdown(doc: dict) -> None:
     lines += ["", "false rate: A/A trials judged better or worse (target <= 5%); power: planted gains judged "
               "better (targets >= 80% at +5%, >= 90% at +10%). minutes/verdict: engine time the verdict's "
               "steps take in real time (virtual mode simulates it)."]
+    for c in doc["cells"]:
+        if c.get("trial_verdicts"):
+            lines += ["", f"{c['instrument']}, planted {c['planted_effect']:+.0%} ({c['planted_as']}): "
+                      f"{c.get('gpu_minutes_per_verdict')} GPU minutes per verdict (engine starts and warm-ups included)", ""]
+            lines += [f"- `{t['file']}`: {t['verdict']}" + (f" (resumed in a second call: {t['calls']} calls)"
+                                                            if t.get("calls", 1) > 1 else "") for t in c["trial_verdicts"]]
     (RESULTS / "harness_power.md").write_text("\n".join(lines) + "\n")
 
 

@@ -202,8 +202,14 @@ def default_grid(capacity_guess: float) -> list[float]:
 def sequential_verdict(measure: MeasureFn, capacity_guess: float, *, alpha: float = ALPHA, max_rounds: int = 4,
                        min_rounds: int = 1, equivalence: float = 0.02, seed: int = 0, prior_var: float = 0.0,
                        prior_df: int = 0, progress: Callable[[str], None] | None = None,
-                       time_left: Callable[[], float] | None = None) -> tuple[VerdictStats, dict]:
+                       time_left: Callable[[], float] | None = None,
+                       measured: dict[str, list[list[StepResult]]] | None = None) -> tuple[VerdictStats, dict]:
     """Measure A and B in interleaved rounds (A B, B A, ...) until the verdict is decided.
+
+    ``measured``: rounds already measured (a verdict resumed after a call's time limit, on fresh
+    engines). They count as this verdict's first rounds and their looks as early looks: an earlier
+    stop for time judged them at the laxer final level and did not decide, so it does not decide at
+    an early look's level either, and the error rate over all looks stays at most ``alpha``.
 
     ``time_left``: seconds the caller can still spend; a round is not begun when the last one took
     longer than that, and the rounds measured so far are judged as final (their error rate is that
@@ -212,10 +218,20 @@ def sequential_verdict(measure: MeasureFn, capacity_guess: float, *, alpha: floa
     Returns the verdict and the steps measured per side ({"A": [[steps of round 1], ...], "B": ...}).
     A step that is invalid (crash, client behind) makes the verdict invalid with its reason."""
     rates = default_grid(capacity_guess)
-    rounds: dict[str, list[list[StepResult]]] = {"A": [], "B": []}
+    rounds: dict[str, list[list[StepResult]]] = {"A": list((measured or {}).get("A", [])),
+                                                 "B": list((measured or {}).get("B", []))}
+    first = min(len(rounds["A"]), len(rounds["B"]))
+    rounds = {side: steps[:first] for side, steps in rounds.items()}
     stats = VerdictStats(verdict="invalid", reason="no round measured")
+    if first:
+        stats = judge_rounds(rounds["A"], rounds["B"], alpha=alpha, max_rounds=max_rounds, equivalence=equivalence,
+                             seed=seed + first - 1, prior_var=prior_var, prior_df=prior_df)
+        if stats.verdict != "undecided":
+            return stats, rounds
+        for steps in rounds["A"] + rounds["B"]:  # the resumed rounds' rates, widenings included
+            rates = sorted(set(rates) | {s.target_rate for s in steps})
     round_s = 0.0
-    for i in range(max_rounds):
+    for i in range(first, max_rounds):
         if i >= min_rounds and time_left is not None and time_left() < round_s:
             stats = judge_rounds(rounds["A"], rounds["B"], alpha=alpha, max_rounds=max_rounds,
                                  equivalence=equivalence, final=True, seed=seed + i, prior_var=prior_var,

@@ -189,6 +189,29 @@ def test_a_verdict_out_of_time_judges_what_it_measured_as_its_last_look(capacity
     assert budgets  # the budget was asked before a second round
 
 
+def test_a_resumed_verdict_continues_from_the_rounds_it_was_given(capacity, prior):
+    """A verdict cut by a call's time limit continues on fresh engines: the measured rounds count as
+    its first rounds (the next round measured is round 3), and one already decided measures nothing."""
+    for effect in (0.03, 0.5):
+        candidate = BASE.planted(effect)
+        asked = []
+
+        def measure(side, i, rates, candidate=candidate):
+            asked.append(i)
+            return _sweep(BASE if side == "A" else candidate, rates, i, 13, side)
+
+        rates = [capacity * f for f in (0.6, 0.8, 1.0, 1.2, 1.4)]
+        before = {side: [measure(side, i, rates) for i in range(2)] for side in ("A", "B")}
+        asked.clear()
+        stats, rounds = sequential_verdict(measure, capacity, seed=13, prior_var=prior[0], prior_df=prior[1],
+                                           max_rounds=4, measured=before)
+        if effect == 0.5:  # decided on the rounds it was given
+            assert asked == [] and stats.verdict == "better" and stats.rounds == 2, stats.sentence()
+        else:
+            assert asked and min(asked) == 2 and stats.rounds == len(rounds["A"]) > 2, (asked, stats.sentence())
+            assert rounds["A"][:2] == before["A"]
+
+
 def test_steady_means_latency_has_stopped_falling():
     from loadgen.steady import is_steady
 
