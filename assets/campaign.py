@@ -1,15 +1,29 @@
 """Campaign stage: the whole research loop as one partitioned asset (one partition per campaign).
 
-Partitions are added by hand in the UI, by ``autoresearch`` or by the drift sensors; each one
-runs (or resumes) a campaign headless through research.campaign and records into memory.
+Partitions are added by hand in the UI, by ``autoresearch campaign run`` (the partition is the
+campaign's name; dagster_project.headless) or by the drift sensors; each one runs (or resumes) a
+campaign headless through research.campaign, records into memory, and records the research assets
+it measured in this run (assets/campaign_record.py), so the UI shows what the campaign did.
 """
 
 import dagster as dg
 
+from assets.campaign_record import record_campaign, record_pool_build
 from assets.common import key, md_image, refuse_unrunnable, table
 from autoresearch.config import DefinitionSet, EndpointSpec
 from research.campaign import CampaignOutcome
 from dagster_project.pools import campaign_for, pool_for
+
+
+class CampaignRun(dg.Config):
+    """How to run the partition's campaign. The UI's defaults run the endpoint's declared campaign;
+    ``autoresearch campaign run`` sets the rest from its options."""
+
+    campaign: str | None = None  # a declared campaign of this endpoint (default: its first)
+    proposer: str | None = None  # rules | llm (default: the campaign's)
+    from_declared: bool = False  # start from the YAML configuration, not the last confirmed one
+    stop_after_s: float | None = None  # pause (resumable) after this long
+    echo: bool = False  # progress also on this process's stdout, as plain lines (the CLI)
 
 
 def campaign_partitions(endpoint: EndpointSpec) -> dg.DynamicPartitionsDefinition:
@@ -28,15 +42,35 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
     campaign_key = key(name, "campaign")
 
     @dg.asset(key=campaign_key, group_name=name, partitions_def=partitions, pool=pool_for(endpoint),
+              required_resource_keys={"io_manager"},
               deps=[key(name, "replay_pool")], kinds={endpoint.engine.kind, "duckdb"},
               description=f"A research campaign on {name}: baseline and noise floor, diagnosis, proposals, "
               f"candidates with verdicts, confirmed baselines, review report (settings: {settings.name}). "
               "Resumable: a re-run skips finished experiments.")
-    def campaign(context: dg.AssetExecutionContext) -> CampaignOutcome:
+    def campaign(context: dg.AssetExecutionContext, config: CampaignRun) -> CampaignOutcome:
         refuse_unrunnable(endpoint)
-        from autoresearch.workflows import run_campaign
+        from autoresearch.workflows import build_replay_pool, campaign_dir, pool_dir, run_campaign
+        from research.state import StateStore
 
-        outcome = run_campaign(settings, endpoint, partition=context.partition_key, progress=context.log.info)
+        chosen = settings if config.campaign in (None, settings.name) else definitions.campaigns.get(config.campaign)
+        if chosen is None or chosen.endpoint != name:
+            raise dg.Failure(f"campaign {config.campaign!r} is not a declared campaign of {name}", allow_retries=False)
+
+        def progress(message: str) -> None:
+            if config.echo:
+                print(message, flush=True)
+            context.log.info(message)
+
+        io = context.resources.io_manager
+        if not (pool_dir(endpoint) / f"{name}-pool.parquet").exists():  # the campaign's first step: its pool
+            progress(f"building the replay pool of {name}")
+            build = build_replay_pool(endpoint)
+            record_pool_build(context, endpoint, build, io)
+        outcome = run_campaign(chosen, endpoint, proposer=config.proposer, partition=context.partition_key,
+                               from_declared=config.from_declared, stop_after_s=config.stop_after_s, progress=progress,
+                               run_id=context.run_id)
+        state = StateStore(campaign_dir(chosen, context.partition_key), chosen.name).load()
+        tables = record_campaign(context, endpoint, state, outcome, io)
         metadata = {
             "end_reason": outcome.end_reason or "",
             "reference_capacity_rps": outcome.reference_capacity,
@@ -46,6 +80,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             "experiments": table([{"run": outcome.experiments_run, "skipped": outcome.experiments_skipped,
                                       "resumed": outcome.resumed, "gpu_hours": outcome.gpu_hours_used}]),
             "open_questions": dg.MetadataValue.md("\n".join(f"- {q}" for q in outcome.open_questions) or "none"),
+            "campaign": chosen.name, "campaign_id": outcome.campaign_id, "finished": outcome.finished,
+            **tables,
         }
         if outcome.report_path:
             from pathlib import Path

@@ -27,12 +27,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
         sweeps = baseline_sweeps(spec, load_pool(spec), spec.sweep.repeats, progress=context.log.info)
         record_runs(spec, sweeps, kind="baseline", run_prefix=context.run_id, campaign_id=f"{name}-interactive",
                     dagster_run_id=context.run_id)
-        context.add_output_metadata({
-            "engine_args": " ".join(spec.engine.args),
-            "repeats": table([{"repeat": s.label, "capacity_rps": s.capacity_rps, "knee_rps": s.knee_rate,
-                                  "steps": len(s.steps), "validity": s.validity, "reason": s.invalid_reason}
-                                 for s in sweeps]),
-        })
+        context.add_output_metadata(baseline_runs_metadata(spec.engine.args, sweeps))
         return sweeps
 
     @dg.asset(key=key(name, "noise_floor"), group_name=name, ins={"baseline_runs": dg.AssetIn(key(name, "baseline_runs"))},
@@ -40,16 +35,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               "what a candidate must beat to count.")
     def noise_floor(context: dg.AssetExecutionContext, baseline_runs: list[SweepResult]) -> NoiseFloor:
         floor = measure_noise_floor(baseline_runs)
-        context.add_output_metadata({
-            "capacity_mean_rps": floor.capacity_mean, "capacity_std_rps": floor.capacity_std,
-            "relative_spread": floor.capacity_rel_spread, "threshold": floor.threshold,
-            "validity": floor.validity, "invalid_reason": floor.invalid_reason or "",
-            # the interval verdict's noise: the smallest effect it can see, from A/A pairs pooled with the prior
-            "minimum_detectable_effect": floor.mde, "fitted_capacity_rps": floor.capacity_fit_rps,
-            "between_run_sd": (floor.between_var or 0.0) ** 0.5 if floor.between_var is not None else None,
-            "between_run_df": floor.between_df,
-            "per_rate": table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
-        })
+        context.add_output_metadata(noise_floor_metadata(floor))
         return floor
 
     @dg.asset(key=key(name, "load_curve"), group_name=name,
@@ -57,22 +43,8 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
               description="p50/p95/p99 TTFT, inter-token and end-to-end latency against arrival rate, "
               "with the SLA, the knee and the capacity within the SLA (per GPU).")
     def load_curve(context: dg.AssetExecutionContext, baseline_runs: list[SweepResult], noise_floor: NoiseFloor) -> dict:
-        from loadgen.plots import load_curve_png  # matplotlib: loaded when a plot is drawn
-
-        sweeps = baseline_runs
-        plot = load_curve_png(sweeps, endpoint.sla, paths.runs_dir() / "plots" / f"{name}-load-curve.png",
-                              title=f"{name}: load curve ({len(sweeps)} baseline sweeps)")
-        valid = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps is not None]
-        summary = {"capacity_rps": min(valid) if valid else None, "capacity_per_gpu":
-                   (min(valid) / endpoint.hardware.capacity_divisor) if valid else None,
-                   "knee_rps": sweeps[0].knee_rate if sweeps else None, "noise_threshold": noise_floor.threshold,
-                   "plot_path": str(plot)}
-        context.add_output_metadata({
-            "load_curve_plot": md_image(plot, "load curve"),
-            "capacity_rps": summary["capacity_rps"], "capacity_per_gpu": summary["capacity_per_gpu"],
-            "knee_rps": summary["knee_rps"],
-            "steps": table(step_table(sweeps[0])) if sweeps else "no sweeps",  # the first repeat's load curve
-        })
+        summary, metadata = load_curve_of(endpoint, baseline_runs, noise_floor)
+        context.add_output_metadata(metadata)
         return summary
 
     @dg.asset(key=key(name, "production_replay"), group_name=name, deps=[pool_key], pool=pool_for(endpoint),
@@ -101,3 +73,48 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
         return result.model_dump(mode="json")
 
     return dg.Definitions(assets=[baseline_runs, noise_floor, load_curve, production_replay])
+
+
+# The metadata of each measurement asset, also recorded by a headless campaign (assets/campaign_record.py).
+
+def baseline_runs_metadata(engine_args: list[str], sweeps: list[SweepResult]) -> dict:
+    return {
+        "engine_args": " ".join(engine_args),
+        "repeats": table([{"repeat": s.label, "capacity_rps": s.capacity_rps, "fitted_capacity_rps": s.capacity_fit_rps,
+                           "knee_rps": s.knee_rate, "steps": len(s.steps), "validity": s.validity,
+                           "reason": s.invalid_reason} for s in sweeps]),
+    }
+
+
+def noise_floor_metadata(floor: NoiseFloor) -> dict:
+    return {
+        "capacity_mean_rps": floor.capacity_mean, "capacity_std_rps": floor.capacity_std,
+        "relative_spread": floor.capacity_rel_spread, "threshold": floor.threshold,
+        "validity": floor.validity, "invalid_reason": floor.invalid_reason or "",
+        # the interval verdict's noise: the smallest effect it can see, from A/A pairs pooled with the prior
+        "minimum_detectable_effect": floor.mde, "fitted_capacity_rps": floor.capacity_fit_rps,
+        "between_run_sd": (floor.between_var or 0.0) ** 0.5 if floor.between_var is not None else None,
+        "between_run_df": floor.between_df,
+        "per_rate": table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
+    }
+
+
+def load_curve_of(endpoint: EndpointSpec, sweeps: list[SweepResult], floor: NoiseFloor) -> tuple[dict, dict]:
+    """(the load_curve value, its metadata): the plot of the sweeps, capacity, knee and the first repeat's steps."""
+    from loadgen.plots import load_curve_png  # matplotlib: loaded when a plot is drawn
+
+    name = endpoint.name
+    plot = load_curve_png(sweeps, endpoint.sla, paths.runs_dir() / "plots" / f"{name}-load-curve.png",
+                          title=f"{name}: load curve ({len(sweeps)} baseline sweeps)")
+    valid = [s.capacity_rps for s in sweeps if s.validity == "valid" and s.capacity_rps is not None]
+    summary = {"capacity_rps": min(valid) if valid else None, "capacity_per_gpu":
+               (min(valid) / endpoint.hardware.capacity_divisor) if valid else None,
+               "knee_rps": sweeps[0].knee_rate if sweeps else None, "noise_threshold": floor.threshold,
+               "plot_path": str(plot)}
+    metadata = {
+        "load_curve_plot": md_image(plot, "load curve"),
+        "capacity_rps": summary["capacity_rps"], "capacity_per_gpu": summary["capacity_per_gpu"],
+        "knee_rps": summary["knee_rps"],
+        "steps": table(step_table(sweeps[0])) if sweeps else "no sweeps",  # the first repeat's load curve
+    }
+    return summary, metadata

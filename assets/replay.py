@@ -43,32 +43,38 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
                 "max_malformed_fraction": exc.limit,
                 "first_bad_lines": table([{"line": f"{exc.source}:{n}", "reason": r} for n, r in exc.malformed[:20]])},
             ) from exc
-        plot = pool_build.plot()
-        rows = [{"metric": r.name, "pool": r.pool, "production": r.production, "distance": r.distance,
-                 "threshold": r.threshold, "status": r.status, "note": r.note} for r in pool_build.fidelity.rows]
         if not pool_build.accepted:
             context.log.error(f"{name}: replay pool rejected (fidelity check failed); {pool_build.target_path} "
                               f"not replaced, candidate at {pool_build.pool_path}")
-        yield dg.Output(
-            str(pool_build.pool_path),
-            metadata={
-                "rows": pool_build.stats.get("rows", 0),
-                "distinct_requests": pool_build.stats.get("distinct_requests", 0),
-                "accepted": pool_build.accepted,
-                "path": dg.MetadataValue.path(str(pool_build.pool_path)),
-                "pool_in_use": dg.MetadataValue.path(str(pool_build.target_path)),
-                "malformed_lines": len(pool_build.malformed),
-                "malformed_examples": table([{"line": n, "reason": r} for n, r in pool_build.malformed[:20]]),
-                "redactions": table([{"category": k, "count": v} for k, v in sorted(pool_build.redaction_counts.items())]),
-                "lineage": dg.MetadataValue.json({k: v for k, v in pool_build.lineage.items() if k != "traffic"}),
-            },
-        )
-        yield dg.AssetCheckResult(
-            check_name="replay_fidelity", asset_key=pool_key, passed=pool_build.fidelity.passed,
-            severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"distances": table(rows, ["metric", "pool", "production", "distance", "threshold", "status", "note"]),
-                      "failures": ", ".join(f"{r.name} ({r.status})" for r in pool_build.fidelity.failures) or "none",
-                      "length_distributions": md_image(plot, "pool vs production token lengths")},
-        )
+        metadata, check = pool_build_events(pool_key, pool_build)
+        yield dg.Output(str(pool_build.pool_path), metadata=metadata)
+        yield dg.AssetCheckResult(check_name=check.check_name, asset_key=pool_key, passed=check.passed,
+                                  severity=check.severity, metadata=check.metadata)
 
     return dg.Definitions(assets=[production_logs, replay_pool])
+
+
+def pool_build_events(pool_key: dg.AssetKey, pool_build) -> tuple[dict, dg.AssetCheckEvaluation]:
+    """A pool build as the UI shows it: the replay_pool's metadata and its fidelity check's evaluation
+    (also recorded by a headless campaign that built its pool, assets/campaign_record.py)."""
+    plot = pool_build.plot()
+    rows = [{"metric": r.name, "pool": r.pool, "production": r.production, "distance": r.distance,
+             "threshold": r.threshold, "status": r.status, "note": r.note} for r in pool_build.fidelity.rows]
+    metadata = {
+        "rows": pool_build.stats.get("rows", 0),
+        "distinct_requests": pool_build.stats.get("distinct_requests", 0),
+        "accepted": pool_build.accepted,
+        "path": dg.MetadataValue.path(str(pool_build.pool_path)),
+        "pool_in_use": dg.MetadataValue.path(str(pool_build.target_path)),
+        "malformed_lines": len(pool_build.malformed),
+        "malformed_examples": table([{"line": n, "reason": r} for n, r in pool_build.malformed[:20]]),
+        "redactions": table([{"category": k, "count": v} for k, v in sorted(pool_build.redaction_counts.items())]),
+        "lineage": dg.MetadataValue.json({k: v for k, v in pool_build.lineage.items() if k != "traffic"}),
+    }
+    check = dg.AssetCheckEvaluation(
+        asset_key=pool_key, check_name="replay_fidelity", passed=pool_build.fidelity.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"distances": table(rows, ["metric", "pool", "production", "distance", "threshold", "status", "note"]),
+                  "failures": ", ".join(f"{r.name} ({r.status})" for r in pool_build.fidelity.failures) or "none",
+                  "length_distributions": md_image(plot, "pool vs production token lengths")})
+    return metadata, check

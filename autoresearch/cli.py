@@ -47,6 +47,10 @@ def _definitions(args) -> DefinitionSet:
     return definitions
 
 
+def _definitions_dir(args) -> Path | None:
+    return Path(args.definitions) if args.definitions else None
+
+
 def _endpoint(args, name: str):
     try:
         spec = _definitions(args).endpoint(name)
@@ -380,7 +384,13 @@ def _experiment_spec(args) -> int:
 # --- campaign -------------------------------------------------------------------------------
 
 def cmd_campaign(args) -> int:
-    from autoresearch.workflows import resolve_campaign, run_campaign
+    from autoresearch.workflows import resolve_campaign
+    from dagster_project.headless import CampaignAlreadyRunning, run_campaign_job
+
+    if args.action == "list":
+        return _campaign_list(args)
+    if not args.name:
+        raise UsageError("campaign run needs a campaign or endpoint name", hint="`autoresearch validate` lists them")
 
     try:
         campaign, endpoint = resolve_campaign(_definitions(args), args.name)
@@ -390,8 +400,11 @@ def cmd_campaign(args) -> int:
     _CONTEXT["endpoint"] = endpoint.name
     _preflight(endpoint)  # before the pool, the memory or any engine: the campaign runs its engines here
     stop_after = args.stop_after * 60 if args.stop_after else None
-    outcome = run_campaign(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared,
-                           stop_after_s=stop_after)
+    try:  # a run of the endpoint's campaign job on the instance the UI serves (dagster_project.headless)
+        outcome = run_campaign_job(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared,
+                                   stop_after_s=stop_after, definitions_dir=_definitions_dir(args))
+    except CampaignAlreadyRunning as exc:
+        raise UsageError(str(exc), hint="`autoresearch campaign list` shows campaigns; the UI shows the run") from None
     print(format_outcome(outcome))
     if not outcome.finished:
         print(f"campaign {outcome.campaign} {outcome.end_reason}", file=sys.stderr)
@@ -399,6 +412,24 @@ def cmd_campaign(args) -> int:
     if outcome.failure:
         print(f"campaign {outcome.campaign} failed: {outcome.failure}", file=sys.stderr)
         return 4 if outcome.reference_capacity is None else 3
+    return 0
+
+
+def _campaign_list(args) -> int:
+    """Every campaign the research memory knows, however it was started (CLI, UI, sensor), newest first."""
+    store = _memory_store(args)
+    where, params = ("where endpoint = ? or campaign = ?", [args.name, args.name]) if args.name else ("", [])
+    rows = store.query(f"select campaign_id, endpoint, status, stop_reason, started_at, total_gain_ratio, "
+                       f"dagster_run_ids from campaigns {where} order by started_at desc", params).to_dicts()
+    if not rows:
+        print("no campaign recorded" + (f" for {args.name}" if args.name else ""))
+        return 0
+    print(f"{'campaign id':<44} {'endpoint':<20} {'status':<9} {'gain':>6} {'runs':>4}  started / why it stopped")
+    for r in rows:
+        gain = f"x{r['total_gain_ratio']:.2f}" if r["total_gain_ratio"] else "-"
+        when = r["started_at"].strftime("%Y-%m-%d %H:%M") if r["started_at"] else "?"
+        print(f"{r['campaign_id']:<44} {r['endpoint']:<20} {r['status']:<9} {gain:>6} {len(r['dagster_run_ids'] or []):>4}"
+              f"  {when}" + (f" / {r['stop_reason']}" if r["stop_reason"] else ""))
     return 0
 
 
@@ -699,9 +730,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-visible-devices", metavar="IDS", help="spec: GPUs the engine may use")
     p.set_defaults(func=cmd_experiment)
 
-    p = sub.add_parser("campaign", help="run a research campaign headless")
-    p.add_argument("action", choices=["run"])
-    p.add_argument("name", help="campaign name, or an endpoint name (runs its default campaign)")
+    p = sub.add_parser("campaign", help="run a research campaign (a run on the Dagster instance the UI serves), "
+                                        "or list the campaigns the research memory knows")
+    p.add_argument("action", choices=["run", "list"])
+    p.add_argument("name", nargs="?", help="campaign name, or an endpoint name (runs its default campaign); "
+                                           "list: only this endpoint's or campaign's")
+    p.add_argument("--db", help="list: the research memory (default: AUTORESEARCH_MEMORY_DB or the one under "
+                                "AUTORESEARCH_HOME)")
+    p.add_argument("--wait", type=float, default=10.0, help=argparse.SUPPRESS)
     p.add_argument("--proposer", choices=["auto", "rules", "llm"], default=None)
     p.add_argument("--from-declared", action="store_true",
                    help="start a new campaign from the YAML engine configuration, not from the last one the "

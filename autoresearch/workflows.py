@@ -130,14 +130,16 @@ def resolve_campaign(definitions: DefinitionSet, name: str) -> tuple[CampaignSpe
 
 
 def campaign_dir(campaign: CampaignSpec, partition: str | None = None) -> Path:
-    folder = paths.home() / "campaigns" / (f"{campaign.name}__{partition}" if partition else campaign.name)
+    """The campaign's folder; the partition named after the campaign (the CLI's) shares the plain one."""
+    plain = partition in (None, campaign.name)
+    folder = paths.home() / "campaigns" / (campaign.name if plain else f"{campaign.name}__{partition}")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: str | None = None,
                  partition: str | None = None, from_declared: bool = False, stop_after_s: float | None = None,
-                 progress: Callable[[str], None] = print):
+                 progress: Callable[[str], None] = print, run_id: str | None = None):
     """Resume the campaign's unfinished run, or start a new one; return its outcome.
 
     A finished run is kept (its folder renamed after its campaign id) and a new one starts from
@@ -171,7 +173,7 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: st
         endpoint = working
     return run(campaign, endpoint, state_dir=folder, memory=MemoryStore(paths.memory_db_path()),
                proposer=proposer or campaign.proposer, pool=load_pool(endpoint), progress=progress,
-               stop_after_s=stop_after_s)
+               stop_after_s=stop_after_s, run_id=run_id)
 
 
 def working_spec(spec: EndpointSpec) -> EndpointSpec:

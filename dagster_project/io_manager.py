@@ -33,16 +33,22 @@ class TypedIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj) -> None:
         if obj is None:  # an asset that only reports metadata
             return
-        partition = context.partition_key if context.has_partition_key else None
+        file = self.store(context.asset_key, context.partition_key if context.has_partition_key else None, obj)
+        context.add_output_metadata({"stored_at": dg.MetadataValue.path(str(file))})
+
+    def store(self, key: dg.AssetKey, partition: str | None, obj) -> Path:
+        """Write ``obj`` as the value of ``key`` (also how a campaign records a value it measured)."""
         frame = isinstance(obj, pl.DataFrame)
-        file = self._file(context.asset_key, partition, frame)
+        file = self._file(key, partition, frame)
         file.parent.mkdir(parents=True, exist_ok=True)
+        other = self._file(key, partition, not frame)
         if frame:
             obj.write_parquet(file)
         else:
             # values are model dumps and plain data; anything else (a Path in a record) is kept as its text
             file.write_bytes(pydantic_core.to_json(obj, indent=1, fallback=str))
-        context.add_output_metadata({"stored_at": dg.MetadataValue.path(str(file))})
+        other.unlink(missing_ok=True)  # a value is one file: a reader prefers the frame
+        return file
 
     def load_input(self, context: dg.InputContext):
         annotation = context.dagster_type.typing_type

@@ -31,7 +31,12 @@ from loadgen.results import StepResult
 
 TARGETS = ("ttft", "itl", "e2e", "errors")
 BLOCKS = 8  # blocks per step in the bootstrap: about the span of a queueing episode at capacity
-PRIOR = 0.5  # pseudo-count added to each step's over and under counts: keeps all-0 / all-1 steps finite
+# One pseudo-sample per step whose over-limit fraction is the allowance itself (PRIOR * allowance over,
+# PRIOR * (1 - allowance) under): keeps all-0 / all-1 steps finite without moving any step across its
+# limit. A step with no sample over the limit stays within it, one with every sample over stays past it.
+# (Half a sample over and half under, the earlier prior, put a 12-request step with no error at 4%
+# errors, past a 1% error limit: a candidate that held every rate was judged below the lowest.)
+PRIOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -71,10 +76,11 @@ def _counts(step: StepResult) -> dict[str, tuple[np.ndarray, np.ndarray, float]]
     return out
 
 
-def _fit(x: np.ndarray, over: np.ndarray, n: np.ndarray, iters: int = 25) -> tuple[np.ndarray, np.ndarray]:
+def _fit(x: np.ndarray, over: np.ndarray, n: np.ndarray, allowance: float,
+         iters: int = 25) -> tuple[np.ndarray, np.ndarray]:
     """Binomial logistic fit logit p = a + b x for each row (rows: bootstrap draws; columns: steps)."""
-    over = over + PRIOR
-    n = n + 2 * PRIOR
+    over = over + PRIOR * allowance
+    n = n + PRIOR
     p0 = np.clip(over.sum(1) / n.sum(1), 1e-4, 1 - 1e-4)
     a = np.log(p0 / (1 - p0))
     b = np.zeros_like(a)
@@ -124,11 +130,11 @@ def estimate(steps: list[StepResult], *, boot: int = 400, seed: int = 0) -> Capa
         b_over = np.stack([c[name][0][pk].sum(1) for (_, c), pk in zip(data, picks)], axis=1)
         b_n = np.stack([c[name][1][pk].sum(1) for (_, c), pk in zip(data, picks)], axis=1)
         all_over, all_n = np.vstack([over, b_over]), np.vstack([n, b_n])
-        a_all, b_all = _fit(x, all_over, all_n)
+        a_all, b_all = _fit(x, all_over, all_n, allowance)
         with np.errstate(divide="ignore", invalid="ignore"):
             cross = np.where(b_all > 1e-6, (target - a_all) / np.where(b_all > 1e-6, b_all, 1.0), np.inf)
         # a falling or flat curve whose fraction is already over the allowance crosses below everything
-        p_all = (all_over.sum(1) + PRIOR) / (all_n.sum(1) + 2 * PRIOR)
+        p_all = (all_over.sum(1) + PRIOR * allowance) / (all_n.sum(1) + PRIOR)
         cross = np.where((b_all <= 1e-6) & (p_all > allowance), -np.inf, cross)
         point[name], crossings[name] = cross[0], cross[1:]
     if not crossings:

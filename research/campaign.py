@@ -416,7 +416,7 @@ class _Campaign:
             baseline_engine_args=ref.engine_args if ref else [], baseline_capacity=ref.capacity if ref else None,
             best_config_hash=_config_hash(self.endpoint, best.engine_args) if best else None,
             best_engine_args=best.engine_args if best else [], best_capacity=best.capacity if best else None,
-            total_gain_ratio=total_gain(ref, best)[0],
+            total_gain_ratio=total_gain(ref, best)[0], dagster_run_ids=list(self.state.dagster_run_ids),
             notes="; ".join(self.state.open_questions[:5]))
 
     def current_round(self) -> RoundRecord | str:
@@ -938,8 +938,10 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: P
                  noise_fn: NoiseFn | None = None, compare_fn: CompareFn | None = None,
                  diagnose_fn: DiagnoseFn | None = None, propose_fn: ProposeFn | None = None,
                  thresholds: CorrectnessThresholds | None = None,
-                 stop_after_s: float | None = None) -> CampaignOutcome:
+                 stop_after_s: float | None = None, run_id: str | None = None) -> CampaignOutcome:
     """Run (or resume) ``campaign`` on ``endpoint`` headless until it ends; return its outcome.
+
+    ``run_id``: the Dagster run this call is (the memory's campaign record lists every run of it).
 
     ``stop_after_s``: this call's time window. The campaign pauses (saved, not finished) before an
     experiment that would not end within it, so a campaign can be split across short calls
@@ -952,8 +954,11 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: P
     """
     if campaign.endpoint != endpoint.name:
         raise ValueError(f"campaign {campaign.name!r} targets endpoint {campaign.endpoint!r}, not {endpoint.name!r}")
-    return _Campaign(campaign, endpoint, Path(state_dir), memory, proposer, progress, pool, sweep_fn, noise_fn,
-                     compare_fn, diagnose_fn, propose_fn, thresholds, stop_after_s).run()
+    c = _Campaign(campaign, endpoint, Path(state_dir), memory, proposer, progress, pool, sweep_fn, noise_fn,
+                  compare_fn, diagnose_fn, propose_fn, thresholds, stop_after_s)
+    if run_id and run_id not in c.state.dagster_run_ids:
+        c.state.dagster_run_ids.append(run_id)
+    return c.run()
 
 
 def record_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: Path | str, memory,

@@ -131,6 +131,7 @@ class CampaignState(BaseModel):
     end_reason: str | None = None
     open_questions: list[str] = Field(default_factory=list)
     resumes: int = 0
+    dagster_run_ids: list[str] = Field(default_factory=list)  # the Dagster runs that ran it (one per resume)
     # Measured on this campaign's host: engine launch-to-healthy and whole-sweep wall times (the
     # budget estimator's evidence; see research.campaign.estimate_seconds).
     startup_s: list[float] = Field(default_factory=list)
