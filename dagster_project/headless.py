@@ -15,6 +15,7 @@ deadline, budget and exit codes are unchanged. What Dagster adds is bookkeeping:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from autoresearch.config import CampaignSpec, EndpointSpec
@@ -39,7 +40,10 @@ def run_campaign_job(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer
     from assets.common import key
     from dagster_project.definitions import build_definitions
 
-    defs = build_definitions(definitions_dir)
+    with warnings.catch_warnings():  # Dagster's beta/preview notices, one per endpoint: not the user's business
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        defs = build_definitions(definitions_dir)
     job = defs.resolve_job_def(job_name(endpoint))
     op_name = defs.resolve_assets_def(key(endpoint.name, "campaign")).op.name
     partition = campaign.name
