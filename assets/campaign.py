@@ -49,7 +49,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
               "Resumable: a re-run skips finished experiments.")
     def campaign(context: dg.AssetExecutionContext, config: CampaignRun) -> CampaignOutcome:
         refuse_unrunnable(endpoint)
-        from autoresearch.workflows import build_replay_pool, campaign_dir, pool_dir, run_campaign
+        from autoresearch.workflows import build_replay_pool, campaign_dir, pool_path, run_campaign
         from research.state import StateStore
 
         chosen = settings if config.campaign in (None, settings.name) else definitions.campaigns.get(config.campaign)
@@ -62,7 +62,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             context.log.info(message)
 
         io = context.resources.io_manager
-        if not (pool_dir(endpoint) / f"{name}-pool.parquet").exists():  # the campaign's first step: its pool
+        if not pool_path(endpoint).exists():  # the campaign's first step: its pool
             progress(f"building the replay pool of {name}")
             build = build_replay_pool(endpoint)
             record_pool_build(context, endpoint, build, io)

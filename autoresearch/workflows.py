@@ -41,11 +41,16 @@ def build_replay_pool(spec: EndpointSpec):
     return build
 
 
+def pool_path(spec: EndpointSpec) -> Path:
+    """Where the endpoint's accepted replay pool is kept (replay.build writes it there)."""
+    return pool_dir(spec) / f"{spec.name}-pool.parquet"
+
+
 def load_pool(spec: EndpointSpec) -> pl.DataFrame:
     """The endpoint's current replay pool (built on first use)."""
     from replay.schema import check_pool
 
-    path = pool_dir(spec) / f"{spec.name}-pool.parquet"
+    path = pool_path(spec)
     if not path.exists():
         build = build_replay_pool(spec)
         if not build.accepted:

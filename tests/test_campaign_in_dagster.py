@@ -48,8 +48,10 @@ endpoint:
     env: {VLLM_CPU_KVCACHE_SPACE: "1", VLLM_CPU_OMP_THREADS_BIND: "0"}
   sla: {ttft_ms: 1000, itl_ms: 300, max_error_rate: 0.01}
   traffic: {kind: sample, seed: 3, limit: 200}
-  # the engine shares this small host with the client (as tiny_random: sends may run up to 1 s late)
-  sweep: {rates: [2, 6], step_duration_s: 3, warmup_requests: 1, repeats: 2, max_steps: 2, max_send_lag_ms: 1000,
+  # the engine shares this small host with the client (as tiny_random: sends may run up to 1 s late); this
+  # test is about the runs Dagster records, so its load stays where this host keeps the schedule (a 3 s step
+  # at 6 req/s once fell 1 request short: an invalid baseline, exit 4)
+  sweep: {rates: [2, 4], step_duration_s: 4, warmup_requests: 1, repeats: 2, max_steps: 2, max_send_lag_ms: 1000,
           min_rate_ratio: 0.9}
   soak: {hold_s: 0}
 campaign:
