@@ -384,7 +384,7 @@ def _experiment_spec(args) -> int:
 # --- campaign -------------------------------------------------------------------------------
 
 def cmd_campaign(args) -> int:
-    from autoresearch.workflows import resolve_campaign
+    from autoresearch.workflows import check_campaign_launch, resolve_campaign
     from dagster_project.headless import CampaignAlreadyRunning, run_campaign_job
 
     if args.action == "list":
@@ -398,6 +398,7 @@ def cmd_campaign(args) -> int:
         raise UsageError(exc.args[0], hint="name a declared campaign or endpoint (`autoresearch validate` lists "
                          "them)") from None
     _CONTEXT["endpoint"] = endpoint.name
+    check_campaign_launch(endpoint)  # a remote launcher's own checks (credentials first), before any Dagster run
     _preflight(endpoint)  # before the pool, the memory or any engine: the campaign runs its engines here
     stop_after = args.stop_after * 60 if args.stop_after else None
     try:  # a run of the endpoint's campaign job on the instance the UI serves (dagster_project.headless)

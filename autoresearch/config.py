@@ -292,6 +292,12 @@ class SoakSpec(Strict):
     # breaks the SLA when a fraction exceeds this many times the allowance (clearly past the edge,
     # not the capacity estimate's own uncertainty).
     sla_tolerance: float = Field(default=3.0, ge=1)
+    # A queue that grows (or an SLA broken) at the short-step capacity may only mean that short steps
+    # overstate what is sustainable: the hold is tried again at ``backoff_factor`` times the rate, up to
+    # ``backoffs`` times. A configuration is then judged by the rate it sustains (research.harness);
+    # a death, an OOM or errors are never backed off.
+    backoffs: int = Field(default=2, ge=0)
+    backoff_factor: float = Field(default=0.8, gt=0, lt=1)
 
 
 class BudgetSpec(Strict):

@@ -142,6 +142,18 @@ def campaign_dir(campaign: CampaignSpec, partition: str | None = None) -> Path:
     return folder
 
 
+def check_campaign_launch(endpoint: EndpointSpec) -> None:
+    """Refuse, before any work (no folder, pool, Dagster run or engine), an endpoint whose launcher
+    cannot run a campaign here: LaunchRefused says why and what to do."""
+    from launchers import LaunchRefused, preflight
+
+    if preflight(endpoint) is not None:
+        raise LaunchRefused(
+            f"endpoint {endpoint.name!r} runs on Modal: credentials are set and the Modal app builds offline, but "
+            "a campaign's experiments are not dispatched to Modal yet (issue 11: the experiment unit and GPU pools); "
+            "nothing was started or written.")
+
+
 def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: str | None = None,
                  partition: str | None = None, from_declared: bool = False, stop_after_s: float | None = None,
                  progress: Callable[[str], None] = print, run_id: str | None = None):
@@ -151,17 +163,11 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: st
     the endpoint's working baseline: the latest configuration the research memory confirmed, so
     that a second run looks for the next gain instead of re-deriving the last one
     (``from_declared`` starts from the YAML configuration instead)."""
-    from launchers import LaunchRefused, preflight
     from memory_db.store import MemoryStore
     from research.campaign import run_campaign as run
     from research.state import StateStore
 
-    # Before any work: no folder, pool or engine for an endpoint whose launcher cannot run.
-    if preflight(endpoint) is not None:
-        raise LaunchRefused(
-            f"endpoint {endpoint.name!r} runs on Modal: credentials are set and the Modal app builds offline, but "
-            "a campaign's experiments are not dispatched to Modal yet (issue 11: the experiment unit and GPU pools); "
-            "nothing was started or written.")
+    check_campaign_launch(endpoint)
     folder = campaign_dir(campaign, partition)
     state = StateStore(folder, campaign.name).load()
     if state is not None and state.finished:

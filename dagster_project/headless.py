@@ -59,8 +59,9 @@ def run_campaign_job(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer
         result = job.execute_in_process(
             instance=instance, partition_key=partition, raise_on_error=True,
             run_config={"ops": {op_name: {"config": config.model_dump()}},
-                        # progress is printed as plain lines by the asset; the event log keeps every message
-                        "loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+                        # progress is printed as plain lines by the asset, and a failure reaches the CLI as its
+                        # one-line error; the event log keeps every message (the UI shows them)
+                        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
             tags={PID_TAG: str(os.getpid()), SOURCE_TAG: "cli"})
         return result.output_for_node(op_name)
 

@@ -105,6 +105,10 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, fin
     return Comparison(verdict=verdict, evidence=f"{why}. {facts}", capacity_ratio=ratio, ratio_bound=bound, **common)
 
 
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _has_samples(sweeps: list[SweepResult]) -> bool:
     steps = [st for s in sweeps for st in s.steps if st.validity == "valid"]
     return bool(steps) and all(st.sla_samples for st in steps)
@@ -121,6 +125,10 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
                          prior_var=noise_floor.between_var or 0.0, prior_df=noise_floor.between_df)
     decided = stats.verdict != "undecided"
     verdict = "same" if not decided else stats.verdict
+    # a crossing beyond every tested rate is estimated as inf: the record keeps the sweeps' ladder capacity
+    # instead (JSON has no infinity: it would be written as null and the state would not load again)
+    baseline_rps = _finite(stats.baseline_rps)
+    baseline_rps = noise_floor.capacity_mean if baseline_rps is None else baseline_rps
     if verdict == "invalid":
         return Comparison(verdict="invalid", evidence=stats.reason or "invalid", invalid_reason=stats.reason,
                           capacity_ratio=None, baseline_capacity=noise_floor.capacity_mean,
@@ -142,10 +150,11 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
                 f"{math.sqrt(noise_floor.between_var or 0):.1%} ({noise_floor.between_df} df)")
     if stats.reason:
         evidence += f"; {stats.reason}"
-    return Comparison(verdict=verdict, capacity_ratio=ratio, baseline_capacity=stats.baseline_rps or 0.0,
+    return Comparison(verdict=verdict, capacity_ratio=_finite(ratio), baseline_capacity=baseline_rps,
                       candidate_capacities=per_sweep, threshold=stats.mde if stats.mde is not None else noise_floor.threshold,
                       evidence=evidence, baseline_capacities=list(noise_floor.capacities),
-                      candidate_mean=stats.candidate_rps, effect=stats.effect, effect_low=stats.low,
-                      effect_high=stats.high, mde=stats.mde, decided=decided,
+                      candidate_mean=_finite(stats.candidate_rps), effect=_finite(stats.effect),
+                      effect_low=_finite(stats.low), effect_high=_finite(stats.high), mde=_finite(stats.mde),
+                      decided=decided,
                       ratio_bound=None if stats.effect is not None or ratio is None else
                       ("lower" if verdict == "better" else "upper"))

@@ -114,6 +114,11 @@ class BatchScheduler:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
+    def abort(self, keys: set[int]) -> None:
+        """Drop jobs whose client went away (a real engine aborts them: vLLM does on disconnect)."""
+        self.waiting = deque(j for j in self.waiting if j.key not in keys)
+        self.running = [j for j in self.running if j.key not in keys]
+
     def step(self) -> tuple[float, list[tuple[_Job, bool]]]:
         """Run one engine step: (its duration in seconds, [(job, finished)] that got a token at its end)."""
         m = self.model
@@ -209,6 +214,12 @@ class _Server:
             start = loop.time()
             duration, emitted = self.sched.step()
             await asyncio.sleep(max(0.0, start + duration - loop.time()))
+            gone = {key for key, (writer, _, _) in self.streams.items() if writer.is_closing()}
+            if gone:
+                self.sched.abort(gone)
+                for key in gone:
+                    self.streams.pop(key)[2].set_result(None)
+                emitted = [(job, done) for job, done in emitted if job.key not in gone]
             for job, done in emitted:
                 writer, prompt, fut = self.streams[job.key]
                 data = _sse({"id": f"sim-{job.key}", "object": "chat.completion.chunk", "model": SIM_MODEL,
@@ -236,7 +247,9 @@ class _Server:
                 if path.endswith("/completions"):
                     await self.generate(json.loads(body or b"{}"), writer)
                 else:
-                    text = {"/health": b"ok", "/metrics": b"# simulated engine\n",
+                    metrics = (f"# simulated engine\nsim:num_requests_running {len(self.sched.running)}\n"
+                               f"sim:num_requests_waiting {len(self.sched.waiting)}\n").encode()
+                    text = {"/health": b"ok", "/metrics": metrics,
                             "/v1/models": json.dumps({"object": "list", "data": [{"id": SIM_MODEL}]}).encode()
                             }.get(path, b"ok")
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
@@ -314,10 +327,15 @@ class SimEngine:
     startup_s: float | None = None
 
     def metrics(self):
-        """A snapshot with no engine families (the instrument exports none): diagnosis uses client signals."""
+        """Requests running and waiting, as vLLM exports them (a soak waits for a queue to drain)."""
+        import urllib.request
+
         from engines.metrics import snapshot_from_text
 
-        return snapshot_from_text("", time.time(), {}, "sim:")
+        with urllib.request.urlopen(f"{self.base_url.removesuffix('/v1')}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        return snapshot_from_text(text, time.time(), {"requests_running": "sim:num_requests_running",
+                                                      "requests_waiting": "sim:num_requests_waiting"}, "sim:")
 
     def reset_prefix_cache(self) -> None:
         """No prefix cache to reset."""

@@ -364,7 +364,9 @@ class _Campaign:
                              capture=capture, thresholds=self.thresholds, workdir=workdir,
                              active_file=self.workdir / f"active_engine.{label}.json", sweep_fn=self.sweep_fn,
                              compare_fn=self.compare_fn, progress=progress or self.progress,
-                             extra_repeats=self.campaign.extra_repeats)
+                             extra_repeats=self.campaign.extra_repeats,
+                             baseline_sustained=self.state.working.soak.sustained_rate
+                             if self.state.working is not None and self.state.working.soak is not None else None)
 
     # -- steps --------------------------------------------------------------------------------
     def baseline(self) -> str | None:

@@ -91,6 +91,25 @@ def _soak(engine, pool: pl.DataFrame, spec: EndpointSpec, sweeps: list[SweepResu
     return run_soak(engine, pool, spec, rate, progress=progress)
 
 
+def _sustained(judged, soak: SoakResult, baseline_sustained: float | None, baseline_noise: NoiseFloor | None,
+               progress: Progress):
+    """A confirmed ``better`` whose soak backed off: kept only when the rate it sustained beats the
+    baseline's sustained rate (its measured capacity when its soak is unknown); else ``same``."""
+    floor = baseline_sustained if baseline_sustained is not None else (
+        baseline_noise.capacity_mean if baseline_noise is not None else None)
+    if floor is None or soak.rate > floor:
+        progress(f"  sustained {soak.rate:.3g} req/s, above the baseline's {floor:.3g}" if floor else
+                 f"  sustained {soak.rate:.3g} req/s")
+        return judged
+    verdict, _confirmed, reason, comparison = judged
+    why = (f"under sustained load it held {soak.rate:.3g} req/s (its sweeps: {soak.measured_rate:.3g}), not above "
+           f"the baseline's {floor:.3g}: the short steps' gain does not survive a soak")
+    progress(f"  verdict same: {why}")
+    if comparison is not None:
+        comparison = comparison.model_copy(update={"verdict": "same", "evidence": f"{why}. {comparison.evidence}"})
+    return "same", False, reason, comparison
+
+
 def _cmdline(pid: int) -> list[str] | None:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -184,7 +203,8 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
                   capture: bool = False, thresholds: CorrectnessThresholds | None = None,
                   workdir: Path | None = None, active_file: Path | None = None, sweep_fn: SweepFn | None = None,
                   compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
-                  progress: Progress = print, extra_repeats: int = 2, soak: bool | None = None) -> CandidateResult:
+                  progress: Progress = print, extra_repeats: int = 2, soak: bool | None = None,
+                  baseline_sustained: float | None = None) -> CandidateResult:
     """Measure ``engine_args`` on ``pool`` and judge it against ``baseline_noise``.
 
     ``reference``: outputs to check correctness against (skipped when None); ``capture``: record
@@ -195,7 +215,9 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
     then held at their capacity on the same engine (``spec.soak``, loadgen.soak); a candidate unstable
     there is ``invalid: unstable under sustained load``; an unstable baseline is reported, not rejected.
     None (the default): soak when measuring with the product's own sweep, not when the caller hands in
-    a ``sweep_fn`` of its own (a test's instrument decides what it measures).
+    a ``sweep_fn`` of its own (a test's instrument decides what it measures). A candidate whose soak had
+    to back off is judged by the rate it sustained: it must beat ``baseline_sustained`` (the rate the
+    baseline's own soak held; its measured capacity when it had none), else its verdict is ``same``.
     ``active_file``: where the running engine's pid is recorded while it runs, so that a resumed
     campaign can stop an engine its killed predecessor left behind (see :func:`stop_orphan`).
     """
@@ -295,6 +317,8 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
                 if not capture:  # nothing is adopted on a soak that said nothing about the engine
                     return done("soak unmeasured: " + "; ".join(result.soak.reasons))
                 progress("  the baseline's soak could not be measured: " + "; ".join(result.soak.reasons))
+            elif result.soak is not None and not capture and result.soak.backed_off:
+                judged = _sustained(judged, result.soak, baseline_sustained, baseline_noise, progress)
             engine.check_alive()
     except EngineError as exc:  # includes EngineCrashed
         return done(f"engine failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])

@@ -86,6 +86,21 @@ def test_a_soak_far_above_capacity_finds_the_queue_growing(spec, pool):
     assert soak.diagnosis in ("queue growth", "sla", "errors"), soak
     assert any("TTFT keeps climbing" in r or "over its limit" in r for r in soak.reasons), soak.reasons
     assert soak.growth_p < 0.01  # the last third of the hold waited longer (or never got a first token)
+    # held again at x0.8 and x0.64 of the rate: still far above, so still unstable, each hold recorded
+    assert soak.measured_rate == 150.0 and soak.rate == pytest.approx(96.0) and len(soak.backed_off) == 2
+
+
+def test_a_soak_above_capacity_backs_off_to_the_rate_the_engine_sustains(spec, pool):
+    """Short steps overstate what an engine sustains: a hold whose queue grows is held again lower, and
+    the soak reports the rate it held stable, with what each higher hold found."""
+    with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
+        well_below = run_soak(engine, pool, spec, 12.0)
+        above = run_soak(engine, pool, spec, 40.0)
+    assert well_below.outcome == "stable" and not well_below.backed_off and well_below.rate == 12.0
+    assert above.outcome == "stable", above.summary()
+    assert above.measured_rate == 40.0 and 12.0 < above.rate <= 32.0 and above.sustained_rate == above.rate
+    assert above.backed_off and all("TTFT keeps climbing" in b or "over its limit" in b for b in above.backed_off)
+    assert "back-off" in above.summary() and above.overload_rate == pytest.approx(above.rate * 1.3)
 
 
 def test_a_soak_whose_engine_errs_keeps_what_the_errors_said(spec, pool):
@@ -165,3 +180,21 @@ def test_a_hold_the_client_cannot_keep_is_unmeasured_never_a_finding_about_the_e
     assert soak.outcome == "unmeasured", soak.summary()
     assert soak.diagnosis == "client fell behind" and "client fell behind" in soak.reasons[0]
     assert soak.overload is None and soak.overload_rate is None  # nothing else is judged on an unmeasured hold
+
+
+def test_a_candidate_whose_soak_backed_off_is_judged_by_the_rate_it_sustained():
+    """The short steps' verdict stands only when the sustained rate beats the baseline's sustained rate."""
+    from loadgen.results import Comparison
+    from loadgen.soak import SoakResult
+    from research.harness import _sustained
+
+    better = Comparison(verdict="better", capacity_ratio=1.9, baseline_capacity=1.2, candidate_capacities=[2.3],
+                        threshold=0.1, evidence="effect +90%", effect=0.9, effect_low=0.6, effect_high=1.2)
+    judged = ("better", True, None, better)
+    soak = SoakResult(rate=1.87, measured_rate=2.34, held_s=60, backed_off=["2.34 req/s: TTFT keeps climbing"])
+    lines: list[str] = []
+    assert _sustained(judged, soak, 1.19, None, lines.append) == judged  # 1.87 sustained > the baseline's 1.19
+    verdict, confirmed, _, comparison = _sustained(judged, soak, 1.95, None, lines.append)
+    assert (verdict, confirmed, comparison.verdict) == ("same", False, "same")
+    assert "does not survive a soak" in comparison.evidence and "1.95" in comparison.evidence
+    assert comparison.effect == better.effect  # the sweeps' effect and interval are kept, with the reason

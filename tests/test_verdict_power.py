@@ -246,3 +246,25 @@ def test_an_unresolved_crossing_is_judged_on_the_two_intervals():
             verdict_module.estimate = original
         assert stats.verdict == expected, stats.sentence()
         assert "two intervals" in stats.reason and stats.low <= stats.effect <= stats.high
+
+
+def test_a_baseline_that_holds_every_tested_rate_is_recorded_as_numbers_that_load_again(capacity):
+    """A crossing beyond every tested rate is estimated as inf; JSON has no infinity, so a verdict that
+    kept it was written as null and the campaign's state would not load again (CI of stop 29)."""
+    from loadgen.compare import compare
+    from loadgen.noise import noise_floor
+    from loadgen.results import Comparison, SweepResult
+
+    rates = [capacity * f for f in (0.1, 0.2)]  # far below the knee: the SLA holds at every step
+
+    def sweep(model, i, side):
+        steps = _sweep(model, rates, i, 3, side)
+        return SweepResult(endpoint="sim", engine_args=[], launch_config_hash="h", started_at=0.0, steps=steps,
+                           capacity_rps=max(rates), capacity_per_gpu=max(rates), capacity_bounded=False)
+
+    floor = noise_floor([sweep(BASE, i, "A") for i in range(2)])
+    verdict = compare(floor, [sweep(BASE.planted(0.1), 0, "B")], final=True)
+    assert all(st.within_sla for st in floor.steps[0])
+    again = Comparison.model_validate_json(verdict.model_dump_json())
+    assert again == verdict
+    assert math.isfinite(again.baseline_capacity) and again.baseline_capacity == pytest.approx(max(rates))
