@@ -72,7 +72,10 @@ class ModelSpec(Strict):
     revision: str = "main"
 
 
-EngineKind = Literal["vllm", "sglang", "transformers", "external"]
+# An adapter registered in engines.registry (vllm, sglang, transformers, external, or one a user adds):
+# the spec layer does not know the engines, so the kind is checked where definitions load
+# (dagster_project.lib.components) and where an adapter is looked up (engines.registry.adapter_class).
+EngineKind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
 class EngineSpec(Strict):

@@ -357,7 +357,7 @@ def _pt(r):
     name = _pick(r, "Rua Augusta|Av. da Boavista|Rua de Santa Catarina|Rua do Carmo|Avenida Almirante Reis|Travessa do Fala-Só|"
                     "Rua Garrett|Largo do Chiado")
     line = f"{name} {r.randint(1, 1400)}" if r.random() < 0.7 else f"{name}, n.º {r.randint(1, 400)}"
-    extra = r.choice(["", f", {r.randint(1, 6)}.º Esq.", f", {r.randint(1, 6)}.º Dto.", f", r/c"])
+    extra = r.choice(["", f", {r.randint(1, 6)}.º Esq.", f", {r.randint(1, 6)}.º Dto.", ", r/c"])
     tail = r.choice([", 1100-053 Lisboa", ", 4100-130 Porto", ", 4000-442 Porto", ", 3000-143 Coimbra"])
     return line + extra + tail, line, name.split(" ", 1)[1].replace("da ", "").replace("de ", "").replace("do ", "")
 
@@ -434,7 +434,7 @@ def _it(r):
 
 
 def _fr(r):
-    x = r.random()
+    _ = r.random()  # a draw the recorded held-out world was made with: kept so the world stays the same
     kind = _pick(r, "rue|allée|quai|cours|impasse|place|avenue|boulevard|chemin")
     name = _pick(r, "des Tanneurs|des Cèdres|de Bourbon|Mirabeau|des Capucins|du Vieux-Port|Sainte-Catherine|des Carmes|Gambetta")
     num = f"{r.randint(1, 140)}{r.choice(['', '', ' bis', ' ter'])}"

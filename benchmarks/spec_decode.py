@@ -58,21 +58,21 @@ def served_untimed(spec, draft_dir: Path, k: int, held_rows, max_tokens: int | N
         out["reference_evidence"] = reference.evidence
     finally:
         base.stop()
-    args = drafter.candidate_args(spec.engine.args, draft_dir, k)
+    args = drafter.candidate_args(spec.engine.args, draft_dir, k, spec.engine.kind)
     cand = start_engine(spec, args_override=args, workdir=workdir / "drafter")
     try:
         report = check_candidate(cand.base_url, cand.served_model, reference, args, lossy=False, adapter=cand.adapter)
         out["correctness"] = {"passed": report.passed, "label": report.label, "summary": report.summary(),
                               "greedy_identical": report.greedy_identical, "greedy_total": report.greedy_total}
         served = drafter.ServedAcceptance()
-        before = drafter.read_metrics(cand.base_url)
+        before = drafter.read_metrics(cand.base_url, spec.engine.kind)
         started = time.monotonic()
         for row in held_rows.iter_rows(named=True):
             body = drafter._body_for(row["body"], cand.served_model, max_tokens)
             body.pop("return_token_ids", None)
             r = httpx.post(cand.base_url + "/v1/chat/completions", json=body, timeout=600)
             r.raise_for_status()
-        served.add(before, drafter.read_metrics(cand.base_url))
+        served.add(before, drafter.read_metrics(cand.base_url, spec.engine.kind))
         out["acceptance_served"] = served.model_dump() | {"acceptance_length": served.acceptance_length,
                                                           "requests": held_rows.height,
                                                           "wall_s_host_busy": round(time.monotonic() - started, 1)}
@@ -144,7 +144,7 @@ def summary(record: dict) -> str:
     d, t, off = record["data"], record["training"], record["offline"]
     pos = lambda xs: ", ".join(f"{x:.2f}" for x in xs)  # noqa: E731
     lines = [f"# Issue 15: a drafter trained on {record['endpoint']}'s own traffic ({record['started_at']})",
-             f"# command: nice -n 19 .venv/bin/python benchmarks/spec_decode.py "
+             "# command: nice -n 19 .venv/bin/python benchmarks/spec_decode.py "
              + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in record["settings"].items()
                         if k in ("examples", "heldout", "max_tokens", "layers", "steps", "lr", "k")),
              f"# host: {record['host']['cpus']} CPUs, shared; 1-minute load average {record['load1_at_start']:.1f} at "

@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import subprocess
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from autoresearch.config import EndpointSpec
 from autoresearch.engine_args import REMOVE
@@ -146,6 +148,8 @@ class EngineAdapter(ABC):
     evidence: frozenset[str] = frozenset()
     #: request fields the OpenAI routes reject (HTTP 422); the load generator leaves them out
     rejected_request_fields: frozenset[str] = frozenset()
+    #: what each flag's value must be (engines.value_checks); flags not listed get only name checks
+    value_checks: Mapping[str, Callable[[str | None], str | None]] = MappingProxyType({})
     #: the engine honours ``ignore_eos`` (replayed outputs then keep their recorded lengths)
     honours_ignore_eos: bool = False
     #: seconds between SIGTERM and SIGKILL at stop (an engine that never honours SIGTERM gets less)
@@ -180,8 +184,17 @@ class EngineAdapter(ABC):
 
     #: False for engines this project does not start (kind external): no start/stop/restart
     manages_process: bool = True
+    #: what a remote image installs into its engine environment (launchers.modal_app), pinned to the
+    #: versions this project measured; empty = the engine cannot be launched remotely
+    remote_packages: tuple[str, ...] = ()
     #: distributions whose installed version names the engine, tried in order (engine venv)
     version_distributions: tuple[str, ...] = ()
+
+    @classmethod
+    def speculative_counters(cls, metrics_text: str) -> dict[str, float]:
+        """Speculative-decoding counters from a /metrics page (num_drafts, num_draft_tokens,
+        num_accepted_tokens, accepted_pos<j>); empty when the engine exports none."""
+        return {}
 
     @classmethod
     def draft_model_diff(cls, draft_dir: Path, k: int) -> dict[str, str] | None:

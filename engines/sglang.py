@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoresearch.engine_args import REMOVE
+from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.metrics import snapshot_from_text
 from engines.vllm import validate_against
@@ -54,10 +55,24 @@ SGLANG_VOCABULARY = Vocabulary(
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
     known_flags: frozenset[str] = frozenset()
+    #: values each flag takes (engines.value_checks): a proposal outside them never starts an engine
+    value_checks = {
+        "--max-running-requests": vc.integer(1, 65536),
+        "--chunked-prefill-size": vc.integer(-1, 10**7),
+        "--max-prefill-tokens": vc.integer(16, 10**7),
+        "--mem-fraction-static": vc.real(0.0, 1.0),
+        "--tp-size": vc.integer(1, 1024),
+        "--dp-size": vc.integer(1, 1024),
+        "--schedule-policy": vc.choice("lpm", "random", "fcfs", "dfs-weight", "lof", "priority"),
+        "--kv-cache-dtype": vc.choice("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16"),
+        "--disable-radix-cache": vc.switch,
+        "--enable-torch-compile": vc.switch,
+    }
     vocabulary = SGLANG_VOCABULARY
     honours_ignore_eos = True
     evidence = frozenset({"metrics", "profile", "logprobs", "prefix_cache_reset"})
     version_distributions = ("sglang",)
+    remote_packages = ("sglang==0.5.23",)  # no CPU build: never run here (its registry release of 2026-11)
     health_path = "/health"
     metrics_path = "/metrics"
     reset_prefix_cache_path = "/flush_cache"

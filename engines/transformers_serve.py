@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.vllm import validate_against
 
@@ -50,11 +51,28 @@ TRANSFORMERS_REJECTED_FIELDS = frozenset({"logprobs", "top_logprobs", "stream_op
 class TransformersServeAdapter(EngineAdapter):
     kind = "transformers"
     known_flags = TRANSFORMERS_SERVE_FLAGS
+    #: values each flag takes (engines.value_checks): a proposal outside them never starts an engine
+    value_checks = {
+        "--continuous-batching": vc.switch,
+        "--cb-use-cuda-graph": vc.switch,
+        "--compile": vc.switch,
+        "--cb-max-batch-tokens": vc.integer(1, 10**7),
+        "--cb-num-blocks": vc.integer(1, 10**8),
+        "--cb-block-size": vc.integer(1, 4096),
+        "--dtype": vc.choice("auto", "bfloat16", "float16", "float32"),
+        "--attn-implementation": vc.choice("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention",
+                                         "paged|sdpa", "paged|eager", "paged|flash_attention_2",
+                                         "paged|flash_attention_3", "paged|flex_attention",
+                                         "paged_attention", "sdpa_paged", "eager_paged", "flex_attention"),
+    }
     vocabulary = TRANSFORMERS_VOCABULARY
     evidence = frozenset()  # no /metrics, no profiler route, no logprobs, no token ids
     rejected_request_fields = TRANSFORMERS_REJECTED_FIELDS
     stop_grace_s = 5.0  # 5.17 on the H200 ignored SIGTERM for 20 s at every stop: KILL sooner
     version_distributions = ("transformers",)
+    # as measured on the H200 (torch 2.11, transformers 5.17 and the web stack `transformers serve` needs)
+    remote_packages = ("torch==2.11.0", "transformers==5.17.0", "fastapi==0.120.0", "starlette==0.48.0",
+                       "uvicorn", "openai<3", "accelerate")
     health_path = "/health"
     metrics_path = ""  # none exported
     reset_prefix_cache_path = None

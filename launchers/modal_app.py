@@ -30,16 +30,6 @@ PROJECT_DIR = "/opt/autoresearch"  # this project's source, pip-installed (the `
 ENGINE_VENV = "/opt/engine"  # the engine's own environment, as on every host (docs/ENVIRONMENT)
 PYTHON_VERSION = "3.12"  # as on the GPU machine this project measured on
 
-# Engine packages per engine.kind, pinned to what this project measured (ENVIRONMENT.md): vLLM as the
-# CPU build 0.32.0 used here; transformers serve as on the H200 (torch 2.11, transformers 5.17 and the
-# web stack it needs); SGLang has no CPU build and was never run here (its registry release of 2026-11).
-ENGINE_PACKAGES: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm==0.32.0",),
-    "sglang": ("sglang==0.5.23",),
-    "transformers": ("torch==2.11.0", "transformers==5.17.0", "fastapi==0.120.0", "starlette==0.48.0",
-                     "uvicorn", "openai<3", "accelerate"),
-}
-
 # Source files only: no virtual environments, caches, results or local state travel into the image.
 PROJECT_IGNORE = (".git", ".venv*", ".autoresearch", "**/__pycache__", "**/*.pyc", "tests", "benchmarks", "data",
                   "*.egg-info", "node_modules")
@@ -91,13 +81,16 @@ def container_endpoint(endpoint: EndpointSpec) -> EndpointSpec:
 def plan(endpoint: EndpointSpec) -> ModalPlan:
     """The Modal app, image, volume and function for ``endpoint``, as data (nothing imported or contacted)."""
     launcher = _launcher(endpoint)
+    from engines.registry import adapter_class
+
     kind = endpoint.engine.kind
-    if kind not in ENGINE_PACKAGES:
+    packages = adapter_class(kind).remote_packages  # the engine's pinned packages (its adapter knows them)
+    if not packages:
         raise LaunchRefused(f"endpoint {endpoint.name!r}: engine.kind {kind!r} cannot be launched on Modal")
     engine_pip = f"{ENGINE_VENV}/bin/pip"
     build = (
         ("python", "-m", "venv", ENGINE_VENV),
-        (engine_pip, "install", "--no-cache-dir", *ENGINE_PACKAGES[kind]),
+        (engine_pip, "install", "--no-cache-dir", *packages),
         ("python", "-m", "pip", "install", "--no-cache-dir", PROJECT_DIR),
     )
     env = {

@@ -7,12 +7,11 @@ number) so a detector cannot score by rejecting junk. Names come from Faker's pe
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-from replay.pii_validators import iban_ok, luhn_ok
+from replay.pii_validators import luhn_ok
 
 CATEGORIES = ("EMAIL", "PHONE", "CREDIT_CARD", "IBAN", "US_SSN", "IP_ADDRESS", "STREET_ADDRESS", "PERSON")
 

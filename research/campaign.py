@@ -264,7 +264,9 @@ class _Campaign:
         self.store = StateStore(self.state_dir, campaign.name)
         self.limits = Limits.of(campaign, endpoint)
         self.concurrent = campaign.concurrent_engines(endpoint)
-        if self.concurrent > 1 and endpoint.engine.kind != "external":
+        from engines.registry import adapter_class
+
+        if self.concurrent > 1 and adapter_class(endpoint.engine.kind).manages_process:
             from engines.gpu_lease import host_gpus
 
             if not host_gpus():  # nothing to pin engines to: parallel engines would share GPUs

@@ -453,7 +453,7 @@ def _speculation(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
 
 
 def diagnose(pool: pl.DataFrame, sweeps: Sequence[SweepResult], engine_args: list[str], *, endpoint: str | None = None,
-             engine_kind: str = "vllm", profile: ProfileBreakdown | None = None,
+             engine_kind: str, profile: ProfileBreakdown | None = None,
              workloads: Sequence[WorkloadResult] = (), tokenizer=None, block_size: int = 16,
              roofline: Roofline | None = None) -> Diagnosis:
     """Name the suspected bottlenecks of one endpoint, worst first, with their evidence.

@@ -15,7 +15,7 @@ Four steps, each a plain function so the CLI, the benchmark and the assets share
    target's greedy tokens (what vLLM's verifier does at temperature 0).
 4. ``candidate_args`` / ``run_drafter_candidate``: the ``--speculative-config`` intervention, measured
    by the one harness (lossless check, sweeps, noise floor) with acceptance per position scraped
-   from ``/metrics`` (``vllm:spec_decode_*``) around each sweep.
+   from ``/metrics`` around each sweep (the adapter's ``speculative_counters``: vLLM's ``spec_decode_*``).
 
 The break-even model (``break_even_acceptance``) says which acceptance length pays for drafting.
 """
@@ -25,10 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import subprocess
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,8 +36,8 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from autoresearch.paths import REPO_ROOT, engine_python
+from research.harness import Progress
 
-Progress = Callable[[str], None]
 TORCH_SCRIPT = REPO_ROOT / "research" / "drafter_torch.py"
 
 
@@ -259,7 +257,7 @@ def cannot_serve_drafter(engine_kind: str) -> str | None:
     return None
 
 
-def candidate_args(engine_args: list[str], draft_dir: Path, k: int, engine_kind: str = "vllm") -> list[str]:
+def candidate_args(engine_args: list[str], draft_dir: Path, k: int, engine_kind: str) -> list[str]:
     """``engine_args`` with the drafter's arguments at the end (replacing any earlier speculation settings)."""
     from autoresearch.engine_args import REMOVE, apply_diff
 
@@ -274,28 +272,8 @@ def describe(diff: dict[str, str]) -> str:
     return " ".join(f"{flag} {shlex.quote(value)}" for flag, value in diff.items())
 
 
-_METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([0-9.eE+-]+)$')
-
-
-def scrape_spec_decode(metrics_text: str) -> dict[str, float]:
-    """``vllm:spec_decode_*`` counters from a /metrics page: num_drafts, num_draft_tokens,
-    num_accepted_tokens and accepted_pos<j> (``num_accepted_tokens_per_pos{position="j"}``)."""
-    out: dict[str, float] = {}
-    for line in metrics_text.splitlines():
-        m = _METRIC.match(line.strip())
-        if not m:
-            continue
-        name, labels, value = m.group(1).removeprefix("vllm:spec_decode_"), m.group(2) or "", float(m.group(3))
-        if name.endswith("_created"):
-            continue
-        pos = re.search(r'position="(\d+)"', labels)
-        key = f"accepted_pos{pos.group(1)}" if pos and name.startswith("num_accepted_tokens_per_pos") else name
-        out[key] = out.get(key, 0.0) + value
-    return out
-
-
 class ServedAcceptance(BaseModel):
-    """Acceptance as vLLM counted it (deltas of its /metrics counters over the measured sweeps)."""
+    """Acceptance as the engine counted it (deltas of its /metrics counters over the measured sweeps)."""
 
     drafts: float = 0.0
     draft_tokens: float = 0.0
@@ -319,10 +297,13 @@ class ServedAcceptance(BaseModel):
             self.accepted_per_position = [(old[j] * total_before + counts[j]) / self.drafts for j in range(len(counts))]
 
 
-def read_metrics(base_url: str) -> dict[str, float]:
+def read_metrics(base_url: str, engine_kind: str) -> dict[str, float]:
+    """The engine's speculative-decoding counters now (its adapter reads them: engines.registry)."""
+    from engines.registry import adapter_class
+
     r = httpx.get(base_url.rstrip("/") + "/metrics", timeout=30.0)
     r.raise_for_status()
-    return scrape_spec_decode(r.text)
+    return adapter_class(engine_kind).speculative_counters(r.text)
 
 
 def run_drafter_candidate(spec, engine_args: list[str], draft_dir: Path, k: int, pool: pl.DataFrame, noise,
@@ -335,11 +316,11 @@ def run_drafter_candidate(spec, engine_args: list[str], draft_dir: Path, k: int,
     served = ServedAcceptance()
 
     def sweep(engine, pool_, spec_):
-        before = read_metrics(engine.base_url)
+        before = read_metrics(engine.base_url, spec.engine.kind)
         try:
             return inner(engine, pool_, spec_)
         finally:
-            served.add(before, read_metrics(engine.base_url))
+            served.add(before, read_metrics(engine.base_url, spec.engine.kind))
 
     args = candidate_args(engine_args, draft_dir, k, spec.engine.kind)
     kwargs.setdefault("soak", sweep_fn is None)  # the wrapper below counts acceptance; the sweep is ours
@@ -470,7 +451,7 @@ def drafter_proposal(spec, rec, suggestion=None):
                    + ("up" if offline > be else "not up") + f", since the break-even is {be:.2f}",
         predicted_capacity_ratio=round(offline / be, 2) if be else None,
         falsification=f"capacity within the noise floor or below it, or a served acceptance length "
-                      f"(vllm:spec_decode_*) under the break-even {be:.2f}",
+                      f"(the engine's speculative-decoding counters) under the break-even {be:.2f}",
         source="rules")
 
 

@@ -34,7 +34,7 @@ from research.correctness import (
     check_candidate,
 )
 
-Progress = Callable[[str], None]
+Progress = Callable[[str], None]  # where long work says what it is doing (one line at a time)
 #: (engine, pool, spec) -> one capacity sweep. Default: loadgen's run_sweep.
 SweepFn = Callable[[Any, pl.DataFrame, EndpointSpec], SweepResult]
 

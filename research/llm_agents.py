@@ -82,7 +82,7 @@ class SubagentContext(BaseModel):
     replay_pool_id: str
     sla: dict = Field(default_factory=dict)
     baseline: dict = Field(default_factory=dict)  # capacity, noise floor, key latencies
-    engine_kind: str = "vllm"
+    engine_kind: str
     engine_args: list[str] = Field(default_factory=list)
     gpu_count: int = 0
     findings: list[dict] = Field(default_factory=list)  # relevant results from research memory

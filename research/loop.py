@@ -13,7 +13,7 @@ No Dagster imports: the app layer decides where files live and passes folders in
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,19 +21,18 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from autoresearch.config import EndpointSpec
-from research.harness import CandidateResult
+from research.harness import CandidateResult, Progress
 from research.proposals import Proposal
-
-Progress = Callable[[str], None]
 
 
 # ------------------------------------------------------------------------------------ diagnose
 def endpoint_roofline(spec: EndpointSpec):
     """The decode roofline of the endpoint's model on its declared hardware (None when unknown)."""
     from engines import EngineError, resolve_model_dir
+    from engines.registry import adapter_class
     from research.roofline import roofline_for
 
-    if spec.engine.kind == "external":
+    if not adapter_class(spec.engine.kind).manages_process:  # an engine run elsewhere: weights not here
         return None
     try:
         model_dir = resolve_model_dir(spec)

@@ -109,7 +109,7 @@ class Diagnosis(Model):
     """What limits one endpoint, with the numbers behind it. Bottlenecks are sorted, worst first."""
 
     endpoint: str
-    engine_kind: str = "vllm"
+    engine_kind: str  # engines.registry's kind: which adapter's vocabulary and flags the rules use
     engine_args: list[str] = Field(default_factory=list)
     bottlenecks: list[Bottleneck] = Field(default_factory=list)
     traits: dict[str, float] = Field(default_factory=dict)

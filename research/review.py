@@ -291,7 +291,9 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
            f"| ended because | {state.end_reason or 'still running'} |",
            f"| experiments | {sum(e.verdict != 'skipped' for e in state.experiments.values())} run, "
            f"{sum(e.verdict == 'skipped' for e in state.experiments.values())} skipped, {len(state.rounds)} round(s) |",
-           f"| budget used | {state.gpu_hours_used:.3f} GPU-h, {state.active_seconds / 60:.1f} min active, "
+           f"| budget used | {state.gpu_hours_used:.3f} "
+           + ("GPU-h" if endpoint.hardware.gpu_count else "host-h (no GPU: the budget's gpu_hours count this host's hours)")
+           + f", {state.active_seconds / 60:.1f} min active, "
            f"{state.resumes} resume(s) |", ""]
     md += ["## Configuration diff (reference -> best)", ""] + _diff_table(ref.engine_args, best.engine_args) + [""]
     md += [f"Reference: `{' '.join(ref.engine_args)}`  ", f"Best: `{' '.join(best.engine_args)}`", ""]

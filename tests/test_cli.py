@@ -124,7 +124,7 @@ def test_drafter_list_shows_recorded_drafters_and_their_status(tmp_path, capsys)
 def test_drafter_advise_says_why_no_drafter_pays_on_a_cpu_bound_decode(tmp_path, capsys):
     from research.proposals import Bottleneck, Diagnosis
 
-    diagnosis = Diagnosis(endpoint="support_smollm",
+    diagnosis = Diagnosis(endpoint="support_smollm", engine_kind="vllm",
                           bottlenecks=[Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90%"])],
                           engine_stats={"roofline_ratio": 20.0, "at_cap_requests_running_mean": 1.0},
                           request_stats={"structured_output_fraction": 1.0})

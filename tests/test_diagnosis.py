@@ -89,7 +89,7 @@ def test_engine_stats_pick_the_steps_around_capacity():
 
 
 def test_embedded_default_diagnosis_names_batch_limit_and_unused_prefix_cache():
-    diagnosis = diagnose(make_pool(), [smollm_sweep()], SMOLLM_ARGS, endpoint="support_smollm")
+    diagnosis = diagnose(make_pool(), [smollm_sweep()], SMOLLM_ARGS, endpoint="support_smollm", engine_kind="vllm")
     names = [b.name for b in diagnosis.bottlenecks]
     assert names[:2] == ["batch_limit", "prefix_cache_unused"]
     batch = diagnosis.bottleneck("batch_limit")
@@ -114,7 +114,7 @@ def test_no_false_alarms_when_the_engine_is_not_the_limit():
                                       prefix_cache_hits_delta=800.0),
                                  step(4.0, True, 9, 0.1, ttft=300, prefix_cache_queries_delta=1000.0,
                                       prefix_cache_hits_delta=800.0)])
-    diagnosis = diagnose(make_pool(), [healthy], healthy.engine_args)
+    diagnosis = diagnose(make_pool(), [healthy], healthy.engine_args, engine_kind="vllm")
     assert diagnosis.bottleneck("batch_limit") is None
     assert diagnosis.bottleneck("prefix_cache_unused") is None
 
@@ -122,7 +122,7 @@ def test_no_false_alarms_when_the_engine_is_not_the_limit():
 def test_cache_on_but_missing_is_still_flagged():
     sweep = smollm_sweep(hits=0.05)
     args = ["--max-num-seqs", "2", "--enable-prefix-caching"]
-    diagnosis = diagnose(make_pool(), [sweep], args)
+    diagnosis = diagnose(make_pool(), [sweep], args, engine_kind="vllm")
     prefix = diagnosis.bottleneck("prefix_cache_unused")
     assert prefix is not None and any("hit rate 5%" in e for e in prefix.evidence)
 
@@ -133,7 +133,7 @@ def test_kv_pressure_and_speculation_waste():
                                            "spec_decode_draft_tokens_delta": 900.0,
                                            "spec_decode_accepted_tokens_delta": 90.0})
     args = SMOLLM_ARGS + ["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']
-    diagnosis = diagnose(make_pool(), [sweep], args)
+    diagnosis = diagnose(make_pool(), [sweep], args, engine_kind="vllm")
     kv = diagnosis.bottleneck("kv_cache_pressure")
     assert kv is not None and any("12 preemptions" in e for e in kv.evidence)
     assert diagnosis.bottleneck("speculation_waste") is not None
@@ -145,7 +145,7 @@ def test_profile_and_workloads_feed_prefill_rules():
                                 rate=1.0, itl_p95_ms=itl) for v, itl in ((0.0, 80.0), (0.1, 140.0), (0.3, 260.0))]
     workloads += [WorkloadResult(recipe="prompt_length_scan", step="s", vary="prompt_tokens", value=v, rate=1.0,
                                  ttft_p50_ms=t) for v, t in ((128, 100.0), (1536, 1500.0))]
-    diagnosis = diagnose(make_pool(), [smollm_sweep()], SMOLLM_ARGS, profile=profile, workloads=workloads)
+    diagnosis = diagnose(make_pool(), [smollm_sweep()], SMOLLM_ARGS, profile=profile, workloads=workloads, engine_kind="vllm")
     interference = diagnosis.bottleneck("prefill_interference")
     assert interference is not None
     assert any("profile" in e for e in interference.evidence) and any("3.2x" in e for e in interference.evidence)
@@ -156,7 +156,7 @@ def test_profile_and_workloads_feed_prefill_rules():
 
 def test_empty_pool_is_a_clear_error():
     with pytest.raises(ValueError, match="empty"):
-        diagnose(make_pool().head(0), [], [])
+        diagnose(make_pool().head(0), [], [], engine_kind="vllm")
 
 
 def test_shipped_recipes_load_and_select_by_traits():
@@ -186,7 +186,7 @@ def test_batch_limit_found_from_client_side_concurrency_when_gauges_read_zero():
                             step(1.0, True, 0.0, 0.0, ttft=900, e2e=1500),
                             step(1.4, False, 0.0, 0.0, ttft=4000, e2e=5000, violations=["ttft p95 4000ms > 2000ms"]),
                         ])
-    diagnosis = diagnose(make_pool(), [quiet], SMOLLM_ARGS, endpoint="support_smollm")
+    diagnosis = diagnose(make_pool(), [quiet], SMOLLM_ARGS, endpoint="support_smollm", engine_kind="vllm")
     batch = diagnosis.bottleneck("batch_limit")
     assert batch is not None, diagnosis.bottlenecks
     assert any("in flight" in e and "--max-num-seqs 2" in e for e in batch.evidence)
@@ -204,13 +204,13 @@ def test_sparse_queue_gauges_do_not_veto_the_client_side_queue():
                          steps=[step(0.5, True, 0.3, 0.0, ttft=900, e2e=1200),
                                 step(1.0, False, 0.3, 0.3, ttft=3200, itl=14, e2e=1625,
                                      violations=["ttft p95 3200ms > 1000ms"])])
-    diagnosis = diagnose(make_pool(), [sparse], args, endpoint="quick")
+    diagnosis = diagnose(make_pool(), [sparse], args, endpoint="quick", engine_kind="vllm")
     assert diagnosis.engine_stats["over_in_flight_mean"] == pytest.approx(1.3)
     assert diagnosis.bottlenecks[0].name == "batch_limit", diagnosis.bottlenecks
     assert any("in flight" in e and "--max-num-seqs 1" in e for e in diagnosis.bottlenecks[0].evidence)
     # Exactly at the limit nothing has to wait: no queue is claimed.
     at_limit = sparse.model_copy(update={"steps": [sparse.steps[0], step(1.0, False, 0.3, 0.3, ttft=800, itl=14, e2e=1250)]})
-    assert diagnose(make_pool(), [at_limit], args).bottleneck("batch_limit") is None
+    assert diagnose(make_pool(), [at_limit], args, engine_kind="vllm").bottleneck("batch_limit") is None
 
 
 def test_ttft_growing_with_load_while_itl_stays_flat_is_a_queue():
@@ -222,12 +222,12 @@ def test_ttft_growing_with_load_while_itl_stays_flat_is_a_queue():
                         steps=[step(0.5, True, 0.2, 0.0, ttft=577, itl=16, e2e=1529),
                                step(1.0, False, 0.2, 0.2, ttft=1861, itl=12, e2e=1400,
                                     violations=["ttft p95 1861ms > 1000ms"])])
-    diagnosis = diagnose(make_pool(), [quiet], args, endpoint="quick")
+    diagnosis = diagnose(make_pool(), [quiet], args, endpoint="quick", engine_kind="vllm")
     assert diagnosis.engine_stats["over_in_flight_mean"] < 1.2
     assert diagnosis.bottlenecks[0].name == "batch_limit", diagnosis.bottlenecks
     assert any("grows 3.2x" in e and "ITL p95 stays flat" in e for e in diagnosis.bottlenecks[0].evidence)
     # ITL growing as fast as TTFT is decode slowing down, not a queue: this signal stays silent.
     slower = quiet.model_copy(update={"steps": [quiet.steps[0], step(1.0, False, 0.2, 0.2, ttft=1861, itl=60, e2e=1400,
                                                                       violations=["ttft p95 1861ms > 1000ms"])]})
-    batch = diagnose(make_pool(), [slower], args).bottleneck("batch_limit")
+    batch = diagnose(make_pool(), [slower], args, engine_kind="vllm").bottleneck("batch_limit")
     assert batch is None or not any("stays flat" in e for e in batch.evidence)

@@ -28,7 +28,9 @@ vllm:num_requests_running{engine="0",model_name="m"} 0.0
 
 
 def test_spec_decode_counters_are_read_per_position():
-    got = drafter.scrape_spec_decode(METRICS)
+    from engines.vllm import VllmAdapter
+
+    got = VllmAdapter.speculative_counters(METRICS)
     assert got == {"num_drafts": 191.0, "num_draft_tokens": 573.0, "num_accepted_tokens": 5.0,
                    "accepted_pos0": 4.0, "accepted_pos1": 1.0, "accepted_pos2": 0.0}
 
@@ -50,7 +52,7 @@ def test_served_acceptance_accumulates_deltas_over_sweeps():
 
 def test_candidate_args_replace_any_earlier_speculation(tmp_path):
     args = ["--max-num-seqs", "2", "--speculative-config", '{"method":"ngram"}', "--enforce-eager"]
-    out = drafter.candidate_args(args, tmp_path / "d", 3)
+    out = drafter.candidate_args(args, tmp_path / "d", 3, "vllm")
     assert out[:3] == ["--max-num-seqs", "2", "--enforce-eager"]
     assert out[3] == "--speculative-config"
     assert json.loads(out[4]) == {"method": "draft_model", "model": str(tmp_path / "d"), "num_speculative_tokens": 3}
@@ -68,7 +70,7 @@ def test_break_even_and_draft_cost_follow_the_bytes_read(tmp_path):
 
 def _diagnosis(**engine_stats) -> Diagnosis:
     decode = Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90% of end-to-end latency"])
-    return Diagnosis(endpoint="ep", bottlenecks=[decode], engine_stats=engine_stats,
+    return Diagnosis(endpoint="ep", engine_kind="vllm", bottlenecks=[decode], engine_stats=engine_stats,
                      request_stats={"structured_output_fraction": 1.0})
 
 
@@ -91,7 +93,7 @@ def test_rule_stays_silent_when_drafting_cannot_pay():
     assert drafter_training(_diagnosis(roofline_ratio=20.0), k=3, gpu_count=0, why_not=why) is None
     assert why and "beyond the 4 a round can yield" in why[0]
     # no decode bottleneck at all
-    assert drafter_training(Diagnosis(endpoint="ep")) is None
+    assert drafter_training(Diagnosis(endpoint="ep", engine_kind="vllm")) is None
 
 
 def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
@@ -200,7 +202,7 @@ def test_without_a_drafter_the_round_records_the_suggestion_as_an_open_question(
     drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store, campaign_id="c1")
     assert store.query("select count(*) as n from open_questions")["n"][0] == 1
     # the reason is kept when the rule stays silent (no decode bottleneck)
-    silent = drafter.propose_drafter(spec, Diagnosis(endpoint=spec.name), ProposalBatch(source="rules"), n=3,
+    silent = drafter.propose_drafter(spec, Diagnosis(endpoint=spec.name, engine_kind=spec.engine.kind), ProposalBatch(source="rules"), n=3,
                                      memory=store)
     assert silent.drafter is None and "decode is not a bottleneck" in silent.drafter_why_not
 

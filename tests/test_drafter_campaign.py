@@ -30,7 +30,7 @@ CONFIG = {"hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152, "n
 def _decode_bound(endpoint: str) -> dict:
     """Decode-bound at a small batch with predictable replies: the rule says a drafter would pay."""
     decode = Bottleneck(name="decode_bound", severity=0.8, evidence=["decode is 90% of end-to-end latency"])
-    return Diagnosis(endpoint=endpoint, bottlenecks=[decode], request_stats={"structured_output_fraction": 1.0},
+    return Diagnosis(endpoint=endpoint, engine_kind="vllm", bottlenecks=[decode], request_stats={"structured_output_fraction": 1.0},
                      engine_stats={"at_cap_requests_running_mean": 2.0}).model_dump(mode="json")
 
 

@@ -41,16 +41,16 @@ def test_a_drafter_trained_on_engine_replies_is_served_by_vllm(engine_slot, tiny
     # acceptance is cumulative: position 1 is accepted only after position 0
     assert offline.accepted_per_position[1] <= offline.accepted_per_position[0]
 
-    args = drafter.candidate_args(spec.engine.args, tmp_path / "draft", 2)
+    args = drafter.candidate_args(spec.engine.args, tmp_path / "draft", 2, spec.engine.kind)
     engine = start_engine(spec, args_override=args, workdir=tmp_path / "engine")
     try:
-        before = drafter.read_metrics(engine.base_url)
+        before = drafter.read_metrics(engine.base_url, spec.engine.kind)
         r = httpx.post(engine.base_url + "/v1/completions", timeout=120,
                        json={"model": engine.served_model, "prompt": "hello world", "max_tokens": 16,
                              "temperature": 0, "ignore_eos": True})
         assert r.status_code == 200, r.text
         served = drafter.ServedAcceptance()
-        served.add(before, drafter.read_metrics(engine.base_url))
+        served.add(before, drafter.read_metrics(engine.base_url, spec.engine.kind))
     finally:
         engine.stop()
     assert served.drafts > 0 and served.draft_tokens == 2 * served.drafts

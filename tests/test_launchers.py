@@ -138,7 +138,8 @@ def test_validate_cli_exits_1_with_file_line_for_a_bad_launcher(tmp_path):
 # --- Modal: built offline ---------------------------------------------------------------------
 
 def test_modal_plan_gpu_string_volume_and_container_command(tmp_path):
-    from launchers.modal_app import ENGINE_PACKAGES, container_endpoint, plan
+    from engines.transformers_serve import TransformersServeAdapter
+    from launchers.modal_app import container_endpoint, plan
 
     endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
     p = plan(endpoint)
@@ -146,8 +147,8 @@ def test_modal_plan_gpu_string_volume_and_container_command(tmp_path):
                                                                           "ar-weights")
     assert p.container_argv == ("autoresearch", "experiment", "run", "/tmp/autoresearch-experiment/spec.json",
                                 "--out", "/tmp/autoresearch-experiment/out")
-    assert p.build_commands[1][-len(ENGINE_PACKAGES["transformers"]):] == ENGINE_PACKAGES["transformers"]
-    assert "transformers==5.17.0" in ENGINE_PACKAGES["transformers"]
+    packages = TransformersServeAdapter.remote_packages
+    assert p.build_commands[1][-len(packages):] == packages and "transformers==5.17.0" in packages
     assert p.build_commands[2] == ("python", "-m", "pip", "install", "--no-cache-dir", "/opt/autoresearch")
     assert p.env["AUTORESEARCH_MODELS"] == p.weights_mount == "/models"
     assert p.env["AUTORESEARCH_ENGINE_PYTHON"] == "/opt/engine/bin/python"

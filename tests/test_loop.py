@@ -8,7 +8,7 @@ import pytest
 from autoresearch.engine_args import REMOVE, apply_diff, parse_args
 from engines import resolve_model_dir
 from engines.registry import ADAPTERS, adapter_class, block_size_for
-from loadgen.results import LatencySummary, NoiseFloor, StepResult, SweepResult
+from loadgen.results import LatencySummary, StepResult, SweepResult
 from loadgen.sweep import run_sweep
 from research import rules
 from research.campaign import contender

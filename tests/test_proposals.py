@@ -120,7 +120,7 @@ def test_rules_skip_what_was_already_tried():
     ("cpu_overhead", "async_scheduling", "--async-scheduling"),
 ])
 def test_each_signature_maps_to_a_known_technique(bottleneck, technique, flag):
-    diagnosis = Diagnosis(endpoint="e", engine_args=["--max-model-len", "2048"],
+    diagnosis = Diagnosis(endpoint="e", engine_kind="vllm", engine_args=["--max-model-len", "2048"],
                           bottlenecks=[Bottleneck(name=bottleneck, severity=0.7, evidence=["x"])])
     [proposal] = rules.propose(diagnosis, 1)
     assert proposal.intervention.technique == technique
@@ -144,7 +144,7 @@ def test_orchestrator_without_a_model_uses_rules():
     config = LLMConfig.from_env({"AUTORESEARCH_LLM_MODEL": "m", "OPENAI_API_KEY": "sk-secret-value"})
     assert config.api_key == "sk-secret-value" and "sk-secret-value" not in repr(config)
     orchestrator = Orchestrator(None)
-    context = SubagentContext(campaign_id="c", experiment_id="e", replay_pool_id="p", engine_args=BASE)
+    context = SubagentContext(campaign_id="c", experiment_id="e", replay_pool_id="p", engine_kind="vllm", engine_args=BASE)
     batch = orchestrator.propose(_smollm_diagnosis(), context, 2)
     assert batch.source == "rules" and len(batch.proposals) == 2 and len(batch.questions) == 2
     with pytest.raises(Exception, match="AUTORESEARCH_LLM_MODEL"):
@@ -152,7 +152,7 @@ def test_orchestrator_without_a_model_uses_rules():
 
 
 def test_check_proposal_rejects_nonsense_before_it_runs():
-    context = SubagentContext(campaign_id="c", experiment_id="e", replay_pool_id="p", engine_args=BASE)
+    context = SubagentContext(campaign_id="c", experiment_id="e", replay_pool_id="p", engine_kind="vllm", engine_args=BASE)
     nonsense = Proposal(proposal_id="x", question="q", bottleneck="batch_limit", explanation="e",
                         intervention=Intervention(technique="more", engine_arg_diff={"--max-num-seqs": "-5"}),
                         alternatives=[Intervention(technique="alt", engine_arg_diff={"--bogus": "1"}),

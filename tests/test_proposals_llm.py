@@ -63,7 +63,7 @@ def test_concurrent_subagents_return_schema_valid_validated_proposals(agent_engi
     client = RecordingClient(config.client())
     orchestrator = Orchestrator(config, mode="llm", client=client)
 
-    diagnosis = Diagnosis(endpoint="support_smollm", engine_args=ARGS, bottlenecks=[
+    diagnosis = Diagnosis(endpoint="support_smollm", engine_kind="vllm", engine_args=ARGS, bottlenecks=[
         Bottleneck(name="batch_limit", severity=0.9, evidence=["9 requests wait while 2 run (--max-num-seqs 2)"]),
         Bottleneck(name="prefix_cache_unused", severity=0.8, evidence=["91% prefix reuse, cache off"]),
         Bottleneck(name="decode_bound", severity=0.4, evidence=["decode is 70% of e2e latency"])],

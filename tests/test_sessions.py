@@ -14,7 +14,7 @@ import pytest
 
 from autoresearch.config import FidelitySpec
 from loadgen import nullserver
-from loadgen.closedloop import UserScript, run_closed_loop, session_drift
+from loadgen.closedloop import run_closed_loop, session_drift
 from loadgen.replay import session_scripts
 from loadgen.runner import LagBounds
 from loadgen.sweep import user_scripts

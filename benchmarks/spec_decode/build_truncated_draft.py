@@ -1,7 +1,8 @@
 """Build a layer-truncated SmolLM2 draft (first N layers, shared embeddings/lm_head, same tokenizer)."""
-import json, shutil, sys
+import json
+import shutil
+import sys
 from pathlib import Path
-import torch
 from safetensors.torch import load_file, save_file
 
 src, dst, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])

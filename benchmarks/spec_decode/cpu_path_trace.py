@@ -15,7 +15,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402
+import torch  # noqa: E402, F401 - after the thread settings above, before vLLM imports it
 
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 MAXTOK = int(sys.argv[2]) if len(sys.argv) > 2 else 24

@@ -92,6 +92,17 @@ class Endpoint(Declaration):
     spec_model = EndpointSpec
     collection = "endpoints"
 
+    def reference_issues(self, definitions: DefinitionSet) -> list[DefinitionIssue]:
+        """An engine kind no adapter is registered for (engines.registry)."""
+        from engines.registry import ADAPTERS
+
+        kind = self.spec.engine.kind
+        if kind in ADAPTERS:
+            return []
+        return [DefinitionIssue(self.source, self.line_of("engine", "kind"), "attributes.engine.kind",
+                                f"unknown engine kind {kind!r}; known: {', '.join(sorted(ADAPTERS))} "
+                                "(an engine is one adapter module registered in engines/registry.py)")]
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         definitions, _ = collect(context.component_tree.get_all_components(Declaration))
         super().build_defs(context)  # its own problems (a duplicate name)
