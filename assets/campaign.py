@@ -10,9 +10,9 @@ import dagster as dg
 
 from assets.campaign_record import record_campaign, record_pool_build
 from assets.common import key, md_image, refuse_unrunnable, table
-from autoresearch.config import DefinitionSet, EndpointSpec
+from specs.config import DefinitionSet, EndpointSpec
 from research.campaign import CampaignOutcome
-from dagster_project.pools import campaign_for, pool_for
+from assets.pools import pool_for
 
 
 class CampaignRun(dg.Config):
@@ -38,15 +38,21 @@ def job_name(endpoint: EndpointSpec) -> str:
 def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
     name = endpoint.name
     partitions = campaign_partitions(endpoint)
-    settings = campaign_for(definitions, endpoint)
+    settings = definitions.campaign_of(endpoint.name)
     campaign_key = key(name, "campaign")
 
-    @dg.asset(key=campaign_key, group_name=name, partitions_def=partitions, pool=pool_for(endpoint),
-              required_resource_keys={"io_manager"},
-              deps=[key(name, "replay_pool")], kinds={endpoint.engine.kind, "duckdb"},
-              description=f"A research campaign on {name}: baseline and noise floor, diagnosis, proposals, "
-              f"candidates with verdicts, confirmed baselines, review report (settings: {settings.name}). "
-              "Resumable: a re-run skips finished experiments.")
+    @dg.asset(
+        key=campaign_key,
+        group_name=name,
+        partitions_def=partitions,
+        pool=pool_for(endpoint),
+        required_resource_keys={"io_manager"},
+        deps=[key(name, "replay_pool")],
+        kinds={endpoint.engine.kind, "duckdb"},
+        description=f"A research campaign on {name}: baseline and noise floor, diagnosis, proposals, "
+        f"candidates with verdicts, confirmed baselines, review report (settings: {settings.name}). "
+        "Resumable: a re-run skips finished experiments.",
+    )
     def campaign(context: dg.AssetExecutionContext, config: CampaignRun) -> CampaignOutcome:
         refuse_unrunnable(endpoint)
         from autoresearch.workflows import build_replay_pool, campaign_dir, pool_path, run_campaign
@@ -66,9 +72,16 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             progress(f"building the replay pool of {name}")
             build = build_replay_pool(endpoint)
             record_pool_build(context, endpoint, build, io)
-        outcome = run_campaign(chosen, endpoint, proposer=config.proposer, partition=context.partition_key,
-                               from_declared=config.from_declared, stop_after_s=config.stop_after_s, progress=progress,
-                               run_id=context.run_id)
+        outcome = run_campaign(
+            chosen,
+            endpoint,
+            proposer=config.proposer,
+            partition=context.partition_key,
+            from_declared=config.from_declared,
+            stop_after_s=config.stop_after_s,
+            progress=progress,
+            run_id=context.run_id,
+        )
         state = StateStore(campaign_dir(chosen, context.partition_key), chosen.name).load()
         tables = record_campaign(context, endpoint, state, outcome, io)
         metadata = {
@@ -77,10 +90,20 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             "best_capacity_rps": outcome.best_capacity,
             "total_gain": outcome.total_gain,
             "best_engine_args": " ".join(outcome.best_args),
-            "experiments": table([{"run": outcome.experiments_run, "skipped": outcome.experiments_skipped,
-                                      "resumed": outcome.resumed, "gpu_hours": outcome.gpu_hours_used}]),
+            "experiments": table(
+                [
+                    {
+                        "run": outcome.experiments_run,
+                        "skipped": outcome.experiments_skipped,
+                        "resumed": outcome.resumed,
+                        "gpu_hours": outcome.gpu_hours_used,
+                    }
+                ]
+            ),
             "open_questions": dg.MetadataValue.md("\n".join(f"- {q}" for q in outcome.open_questions) or "none"),
-            "campaign": chosen.name, "campaign_id": outcome.campaign_id, "finished": outcome.finished,
+            "campaign": chosen.name,
+            "campaign_id": outcome.campaign_id,
+            "finished": outcome.finished,
             **tables,
         }
         if outcome.report_path:
@@ -94,6 +117,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         context.add_output_metadata(metadata)
         return outcome
 
-    job = dg.define_asset_job(job_name(endpoint), selection=[campaign_key],
-                              description=f"Run one campaign partition of {name}")
+    job = dg.define_asset_job(
+        job_name(endpoint), selection=[campaign_key], description=f"Run one campaign partition of {name}"
+    )
     return dg.Definitions(assets=[campaign], jobs=[job])

@@ -21,8 +21,8 @@ import dagster as dg
 
 from assets.common import key, md_image, table
 from assets.measurement import baseline_runs_metadata, load_curve_of, noise_floor_metadata
-from autoresearch.config import EndpointSpec
-from dagster_project.io_manager import TypedIOManager
+from specs.config import EndpointSpec
+from assets.io_manager import TypedIOManager
 from research.campaign import CampaignOutcome
 from research.loop import Adoption, CandidateVerdict
 from research.state import CampaignState, ExperimentRecord
@@ -37,13 +37,22 @@ def record_pool_build(context: dg.AssetExecutionContext, endpoint: EndpointSpec,
     pool_key = key(endpoint.name, "replay_pool")
     metadata, check = pool_build_events(pool_key, build)
     stored = io.store(pool_key, None, str(build.pool_path))
-    context.log_event(dg.AssetMaterialization(asset_key=pool_key, metadata={
-        **metadata, RECORDED_BY: context.partition_key, "stored_at": dg.MetadataValue.path(str(stored))}))
+    context.log_event(
+        dg.AssetMaterialization(
+            asset_key=pool_key,
+            metadata={**metadata, RECORDED_BY: context.partition_key, "stored_at": dg.MetadataValue.path(str(stored))},
+        )
+    )
     context.log_event(check)
 
 
-def record_campaign(context: dg.AssetExecutionContext, endpoint: EndpointSpec, state: CampaignState | None,
-                    outcome: CampaignOutcome, io: TypedIOManager) -> dict:
+def record_campaign(
+    context: dg.AssetExecutionContext,
+    endpoint: EndpointSpec,
+    state: CampaignState | None,
+    outcome: CampaignOutcome,
+    io: TypedIOManager,
+) -> dict:
     """Record the campaign's research assets in this run; return the tables for the campaign's own metadata."""
     if state is None:
         return {}
@@ -53,8 +62,11 @@ def record_campaign(context: dg.AssetExecutionContext, endpoint: EndpointSpec, s
     def record(asset: str, value, metadata: dict) -> None:
         asset_key = key(name, asset)
         stored = io.store(asset_key, None, value)
-        context.log_event(dg.AssetMaterialization(asset_key=asset_key, metadata={
-            **metadata, **by, "stored_at": dg.MetadataValue.path(str(stored))}))
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=asset_key, metadata={**metadata, **by, "stored_at": dg.MetadataValue.path(str(stored))}
+            )
+        )
 
     working = state.working or state.reference
     if working is not None and working.sweeps:
@@ -66,13 +78,20 @@ def record_campaign(context: dg.AssetExecutionContext, endpoint: EndpointSpec, s
     adopted = [state.experiments[r.adopted] for r in state.rounds if r.adopted in state.experiments]
     if state.reference is not None:
         best = _verdict(adopted[-1]) if adopted else None
-        adoption = Adoption(adopted=best is not None, best=best,
-                            review_needed=[e.proposal_ids[0] for e in experiments if e.lossy and e.confirmed])
-        record("confirmed_baseline", adoption, {
-            "adopted": best is not None,
-            "new_engine_args": " ".join(best.engine_args) if best else "(unchanged)",
-            "verdicts": table(_verdict_rows(experiments)),
-        })
+        adoption = Adoption(
+            adopted=best is not None,
+            best=best,
+            review_needed=[e.proposal_ids[0] for e in experiments if e.lossy and e.confirmed],
+        )
+        record(
+            "confirmed_baseline",
+            adoption,
+            {
+                "adopted": best is not None,
+                "new_engine_args": " ".join(best.engine_args) if best else "(unchanged)",
+                "verdicts": table(_verdict_rows(experiments)),
+            },
+        )
     if outcome.report_path:
         report = Path(outcome.report_path)
         metadata = {"report": dg.MetadataValue.md(report.read_text())}
@@ -81,27 +100,67 @@ def record_campaign(context: dg.AssetExecutionContext, endpoint: EndpointSpec, s
             metadata["load_curves_before_after"] = md_image(plots[0], "before vs after")
         record("review_report", report.read_text(), metadata)
     return {
-        "diagnosis": table([{"round": r.round, "baseline": " ".join(r.baseline_args),
-                             "bottlenecks": "; ".join(f"{b.get('name')} ({b.get('severity')})"
-                                                      for b in r.diagnosis.get("bottlenecks", []))}
-                            for r in state.rounds]),
-        "proposals": table([{"round": r.round, "id": p.proposal_id, "change": p.title, "bottleneck": p.bottleneck,
-                             "lossy": p.lossy, "prediction": p.prediction, "falsification": p.falsification}
-                            for r in state.rounds for p in r.proposals]),
-        "candidate_runs": table([{"experiment": e.experiment_id, "round": e.round, "kind": e.kind, "change": e.title,
-                                  "sweeps": len(e.sweeps), "wall_s": round(e.wall_s, 1),
-                                  "reason": e.invalid_reason or e.skip_reason or ""} for e in experiments]),
+        "diagnosis": table(
+            [
+                {
+                    "round": r.round,
+                    "baseline": " ".join(r.baseline_args),
+                    "bottlenecks": "; ".join(
+                        f"{b.get('name')} ({b.get('severity')})" for b in r.diagnosis.get("bottlenecks", [])
+                    ),
+                }
+                for r in state.rounds
+            ]
+        ),
+        "proposals": table(
+            [
+                {
+                    "round": r.round,
+                    "id": p.proposal_id,
+                    "change": p.title,
+                    "bottleneck": p.bottleneck,
+                    "lossy": p.lossy,
+                    "prediction": p.prediction,
+                    "falsification": p.falsification,
+                }
+                for r in state.rounds
+                for p in r.proposals
+            ]
+        ),
+        "candidate_runs": table(
+            [
+                {
+                    "experiment": e.experiment_id,
+                    "round": e.round,
+                    "kind": e.kind,
+                    "change": e.title,
+                    "sweeps": len(e.sweeps),
+                    "wall_s": round(e.wall_s, 1),
+                    "reason": e.invalid_reason or e.skip_reason or "",
+                }
+                for e in experiments
+            ]
+        ),
         "verdicts": table(_verdict_rows(experiments)),
     }
 
 
 def _verdict(e: ExperimentRecord) -> CandidateVerdict:
     c = e.comparison
-    return CandidateVerdict(proposal_id=e.proposal_ids[0] if e.proposal_ids else e.experiment_id, verdict=e.verdict,
-                            confirmed=e.confirmed, capacity_ratio=c.capacity_ratio if c else None,
-                            capacities=[s.capacity_rps for s in e.sweeps], evidence=c.evidence if c else None,
-                            invalid_reason=e.invalid_reason, reason=e.skip_reason, lossy=e.lossy,
-                            engine_args=e.engine_args, baseline_args=e.baseline_args, experiment_id=e.experiment_id)
+    return CandidateVerdict(
+        proposal_id=e.proposal_ids[0] if e.proposal_ids else e.experiment_id,
+        verdict=e.verdict,
+        confirmed=e.confirmed,
+        capacity_ratio=c.capacity_ratio if c else None,
+        capacities=[s.capacity_rps for s in e.sweeps],
+        evidence=c.evidence if c else None,
+        invalid_reason=e.invalid_reason,
+        reason=e.skip_reason,
+        lossy=e.lossy,
+        engine_args=e.engine_args,
+        baseline_args=e.baseline_args,
+        experiment_id=e.experiment_id,
+    )
 
 
 def _verdict_rows(experiments: list[ExperimentRecord]) -> list[dict]:
@@ -109,9 +168,20 @@ def _verdict_rows(experiments: list[ExperimentRecord]) -> list[dict]:
     rows = []
     for e in experiments:
         c = e.comparison
-        rows.append({"experiment": e.experiment_id, "round": e.round, "change": e.title, "verdict": e.verdict,
-                     "confirmed": e.confirmed, "effect": c.effect if c else None,
-                     "effect_low": c.effect_low if c else None, "effect_high": c.effect_high if c else None,
-                     "mde": c.mde if c else None, "capacity_ratio": c.capacity_ratio if c else None,
-                     "lossy": e.lossy, "reason": e.invalid_reason or e.skip_reason or ""})
+        rows.append(
+            {
+                "experiment": e.experiment_id,
+                "round": e.round,
+                "change": e.title,
+                "verdict": e.verdict,
+                "confirmed": e.confirmed,
+                "effect": c.effect if c else None,
+                "effect_low": c.effect_low if c else None,
+                "effect_high": c.effect_high if c else None,
+                "mde": c.mde if c else None,
+                "capacity_ratio": c.capacity_ratio if c else None,
+                "lossy": e.lossy,
+                "reason": e.invalid_reason or e.skip_reason or "",
+            }
+        )
     return rows

@@ -27,8 +27,11 @@ def mark_unrunnable(defs: dg.Definitions, endpoint) -> dg.Definitions:
     if problem is None:
         return defs
     note = f"**Cannot run on this host.** {problem}"
-    return defs.map_asset_specs(func=lambda spec: spec.replace_attributes(
-        description=f"{note}\n\n{spec.description or ''}".strip()).merge_attributes(metadata={"cannot_run_here": problem}))
+    return defs.map_asset_specs(
+        func=lambda spec: spec.replace_attributes(
+            description=f"{note}\n\n{spec.description or ''}".strip()
+        ).merge_attributes(metadata={"cannot_run_here": problem})
+    )
 
 
 def key(endpoint: str, name: str) -> dg.AssetKey:
@@ -43,8 +46,9 @@ def table(rows: Iterable[Mapping], columns: list[str] | None = None) -> dg.Metad
     names = columns or (list(rows[0]) if rows else [])
     types = {name: _column_type([row.get(name) for row in rows]) for name in names}
     records = [dg.TableRecord({n: _cell(row.get(n), types[n]) for n in names}) for row in rows]
-    return dg.MetadataValue.table(records=records,
-                                  schema=dg.TableSchema(columns=[dg.TableColumn(n, types[n]) for n in names]))
+    return dg.MetadataValue.table(
+        records=records, schema=dg.TableSchema(columns=[dg.TableColumn(n, types[n]) for n in names])
+    )
 
 
 def _column_type(values: list) -> str:

@@ -13,9 +13,9 @@ unjudged drafter to the research round's candidates.
 import dagster as dg
 
 from assets.common import key, refuse_unrunnable, table
-from autoresearch import paths
-from autoresearch.config import DefinitionSet, EndpointSpec
-from dagster_project.pools import campaign_for, pool_for
+from specs import paths
+from specs.config import DefinitionSet, EndpointSpec
+from assets.pools import pool_for
 from loadgen.results import NoiseFloor
 from memory_db.records import DrafterRecord
 from research.drafter import OnPolicyData, cannot_serve_drafter
@@ -53,12 +53,17 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
     if cannot_serve_drafter(endpoint.engine.kind):
         return dg.Definitions()
     name = endpoint.name
-    settings = campaign_for(definitions, endpoint)
+    settings = definitions.campaign_of(endpoint.name)
 
-    @dg.asset(key=key(name, "drafter_data"), group_name=name, deps=[key(name, "replay_pool")], pool=pool_for(endpoint),
-              kinds={endpoint.engine.kind},
-              description=f"On-policy training data for a drafter: {name}'s engine answers replay-pool requests as "
-              "logged (sampling settings, tools, response format); the prompt and reply token ids are kept.")
+    @dg.asset(
+        key=key(name, "drafter_data"),
+        group_name=name,
+        deps=[key(name, "replay_pool")],
+        pool=pool_for(endpoint),
+        kinds={endpoint.engine.kind},
+        description=f"On-policy training data for a drafter: {name}'s engine answers replay-pool requests as "
+        "logged (sampling settings, tools, response format); the prompt and reply token ids are kept.",
+    )
     def drafter_data(context: dg.AssetExecutionContext, config: DrafterDataConfig) -> OnPolicyData:
         refuse_unrunnable(endpoint)
         from autoresearch.workflows import load_pool, working_spec
@@ -66,60 +71,101 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
 
         spec = working_spec(endpoint)
         try:
-            data = onpolicy_data(spec, load_pool(spec), paths.home() / "drafters" / name, examples=config.examples,
-                                 max_tokens=config.max_tokens, concurrency=config.concurrency,
-                                 progress=context.log.info)
+            data = onpolicy_data(
+                spec,
+                load_pool(spec),
+                paths.home() / "drafters" / name,
+                examples=config.examples,
+                max_tokens=config.max_tokens,
+                concurrency=config.concurrency,
+                progress=context.log.info,
+            )
         except DrafterError as exc:
             raise dg.Failure(str(exc)) from None
-        context.add_output_metadata({
-            "examples": data.examples, "reply_tokens": data.reply_tokens,
-            "prompt_tokens_mean": round(data.prompt_tokens_mean, 1), "data_signature": data.signature,
-            "generation_s": data.data_s, "file": dg.MetadataValue.path(data.path)})
+        context.add_output_metadata(
+            {
+                "examples": data.examples,
+                "reply_tokens": data.reply_tokens,
+                "prompt_tokens_mean": round(data.prompt_tokens_mean, 1),
+                "data_signature": data.signature,
+                "generation_s": data.data_s,
+                "file": dg.MetadataValue.path(data.path),
+            }
+        )
         return data
 
-    @dg.asset(key=key(name, "drafter"), group_name=name, kinds={"torch", "duckdb"},
-              ins={"drafter_data": dg.AssetIn(key(name, "drafter_data"))},
-              description="A draft model trained on the on-policy data (the target's first layers, its embeddings and "
-              "head, next-token loss on the replies), its acceptance per draft position on held-out replies "
-              "against the untrained control, recorded in the research memory's drafters table.")
-    def drafter(context: dg.AssetExecutionContext, config: DrafterTrainConfig,
-                drafter_data: OnPolicyData) -> DrafterRecord:
+    @dg.asset(
+        key=key(name, "drafter"),
+        group_name=name,
+        kinds={"torch", "duckdb"},
+        ins={"drafter_data": dg.AssetIn(key(name, "drafter_data"))},
+        description="A draft model trained on the on-policy data (the target's first layers, its embeddings and "
+        "head, next-token loss on the replies), its acceptance per draft position on held-out replies "
+        "against the untrained control, recorded in the research memory's drafters table.",
+    )
+    def drafter(
+        context: dg.AssetExecutionContext, config: DrafterTrainConfig, drafter_data: OnPolicyData
+    ) -> DrafterRecord:
         from autoresearch.workflows import working_spec
         from memory_db.store import MemoryStore
         from research.drafter import DrafterError, break_even_acceptance, train_drafter
 
         spec = working_spec(endpoint)
         try:
-            rec = train_drafter(spec, drafter_data, paths.home() / "drafters" / name, heldout=config.heldout,
-                                layers=config.layers, steps=config.steps, lr=config.lr, k=config.k,
-                                baseline=config.control, progress=context.log.info)
+            rec = train_drafter(
+                spec,
+                drafter_data,
+                paths.home() / "drafters" / name,
+                heldout=config.heldout,
+                layers=config.layers,
+                steps=config.steps,
+                lr=config.lr,
+                k=config.k,
+                baseline=config.control,
+                progress=context.log.info,
+            )
         except DrafterError as exc:
             raise dg.Failure(str(exc)) from None
         MemoryStore(paths.memory_db_path()).record_drafter(rec)
         offline, control = rec.acceptance_offline, rec.train.get("untrained") or {}
-        rows = [{"position": j, "trained": p,
-                 "untrained": (control.get("accepted_per_position") or [None] * (j + 1))[j]}
-                for j, p in enumerate(offline["accepted_per_position"])]
-        context.add_output_metadata({
-            "drafter_id": rec.drafter_id, "path": dg.MetadataValue.path(rec.path),
-            "acceptance_length": offline["acceptance_length"],
-            "untrained_acceptance_length": control.get("acceptance_length"),
-            "break_even_acceptance_length": round(break_even_acceptance(rec.num_speculative_tokens,
-                                                                        rec.train["draft_cost_ratio"]), 3),
-            "accepted_per_position": table(rows),
-            "train_examples": rec.train_examples, "train_tokens": rec.train_tokens, "steps": rec.steps,
-            "train_s": rec.train_s, "loss_first": rec.train.get("loss_first"), "loss_last": rec.train.get("loss_last"),
-            "params_m": rec.train.get("params_m")})
+        rows = [
+            {"position": j, "trained": p, "untrained": (control.get("accepted_per_position") or [None] * (j + 1))[j]}
+            for j, p in enumerate(offline["accepted_per_position"])
+        ]
+        context.add_output_metadata(
+            {
+                "drafter_id": rec.drafter_id,
+                "path": dg.MetadataValue.path(rec.path),
+                "acceptance_length": offline["acceptance_length"],
+                "untrained_acceptance_length": control.get("acceptance_length"),
+                "break_even_acceptance_length": round(
+                    break_even_acceptance(rec.num_speculative_tokens, rec.train["draft_cost_ratio"]), 3
+                ),
+                "accepted_per_position": table(rows),
+                "train_examples": rec.train_examples,
+                "train_tokens": rec.train_tokens,
+                "steps": rec.steps,
+                "train_s": rec.train_s,
+                "loss_first": rec.train.get("loss_first"),
+                "loss_last": rec.train.get("loss_last"),
+                "params_m": rec.train.get("params_m"),
+            }
+        )
         return rec
 
-    @dg.asset(key=key(name, "drafter_verdict"), group_name=name, pool=pool_for(endpoint),
-              kinds={endpoint.engine.kind},
-              ins={"drafter": dg.AssetIn(key(name, "drafter")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
-              description="The drafter as a lossless candidate through the shared harness (correctness check on "
-              "logprobs, repeated sweeps, verdict against the baseline's noise floor), with the acceptance the "
-              "engine counted while serving it; the verdict is written to the drafter's record.")
-    def drafter_verdict(context: dg.AssetExecutionContext, config: DrafterVerdictConfig, drafter: DrafterRecord,
-                        noise_floor: NoiseFloor) -> CandidateRun:
+    @dg.asset(
+        key=key(name, "drafter_verdict"),
+        group_name=name,
+        pool=pool_for(endpoint),
+        kinds={endpoint.engine.kind},
+        ins={"drafter": dg.AssetIn(key(name, "drafter")), "noise_floor": dg.AssetIn(key(name, "noise_floor"))},
+        description="The drafter as a lossless candidate through the shared harness (correctness check on "
+        "logprobs, repeated sweeps, verdict against the baseline's noise floor), with the acceptance the "
+        "engine counted while serving it; the verdict is written to the drafter's record.",
+    )
+    def drafter_verdict(
+        context: dg.AssetExecutionContext, config: DrafterVerdictConfig, drafter: DrafterRecord, noise_floor: NoiseFloor
+    ) -> CandidateRun:
         refuse_unrunnable(endpoint)
         from autoresearch.workflows import load_pool, run_proposal, working_spec
         from memory_db.store import MemoryStore
@@ -127,22 +173,40 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
 
         spec = working_spec(endpoint)
         proposal = drafter_proposal(spec, drafter)
-        run = run_proposal(spec, proposal, load_pool(spec), noise_floor, repeats=config.repeats or settings.repeats,
-                           campaign_id=f"{name}-interactive", dagster_run_id=context.run_id, progress=context.log.info,
-                           extra_repeats=settings.extra_repeats)
+        run = run_proposal(
+            spec,
+            proposal,
+            load_pool(spec),
+            noise_floor,
+            repeats=config.repeats or settings.repeats,
+            campaign_id=f"{name}-interactive",
+            dagster_run_id=context.run_id,
+            progress=context.log.info,
+            extra_repeats=settings.extra_repeats,
+        )
         verdict = run.verdict()
-        judged = next((r for r in MemoryStore(paths.memory_db_path()).drafters(name)
-                       if r.drafter_id == drafter.drafter_id), drafter)
-        context.add_output_metadata({
-            "verdict": verdict.verdict, "confirmed": verdict.confirmed, "capacity_ratio": verdict.capacity_ratio,
-            "correctness": judged.correctness or "not checked", "skipped": run.skipped or "no",
-            "acceptance_offline": drafter.acceptance_offline.get("acceptance_length"),
-            "acceptance_served": judged.acceptance_served.get("acceptance_length"),
-            "evidence": verdict.evidence or verdict.invalid_reason or verdict.reason or "",
-            "change": proposal.intervention.describe()})
+        judged = next(
+            (r for r in MemoryStore(paths.memory_db_path()).drafters(name) if r.drafter_id == drafter.drafter_id),
+            drafter,
+        )
+        context.add_output_metadata(
+            {
+                "verdict": verdict.verdict,
+                "confirmed": verdict.confirmed,
+                "capacity_ratio": verdict.capacity_ratio,
+                "correctness": judged.correctness or "not checked",
+                "skipped": run.skipped or "no",
+                "acceptance_offline": drafter.acceptance_offline.get("acceptance_length"),
+                "acceptance_served": judged.acceptance_served.get("acceptance_length"),
+                "evidence": verdict.evidence or verdict.invalid_reason or verdict.reason or "",
+                "change": proposal.intervention.describe(),
+            }
+        )
         return run
 
-    job = dg.define_asset_job(job_name(endpoint), selection=[key(name, n) for n in
-                                                            ("drafter_data", "drafter", "drafter_verdict")],
-                              description=f"Train a drafter on {name}'s own traffic and judge it through the harness")
+    job = dg.define_asset_job(
+        job_name(endpoint),
+        selection=[key(name, n) for n in ("drafter_data", "drafter", "drafter_verdict")],
+        description=f"Train a drafter on {name}'s own traffic and judge it through the harness",
+    )
     return dg.Definitions(assets=[drafter_data, drafter, drafter_verdict], jobs=[job])

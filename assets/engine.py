@@ -1,10 +1,9 @@
 """Engine identity: what exactly is served (engine version, model revision, launch config hash)."""
 
-
 import dagster as dg
 
 from assets.common import key, table
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 
 
 def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
@@ -29,11 +28,13 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
             "launch_config_hash": identity.launch_config_hash,
             "launch_command": list(identity.launch_command),
         }
-        context.add_output_metadata({
-            "identity": table([{k: v for k, v in record.items() if k != "launch_command"}]),
-            "launch_command": dg.MetadataValue.json(record["launch_command"]),
-            "launch_config_hash": identity.launch_config_hash,
-        })
+        context.add_output_metadata(
+            {
+                "identity": table([{k: v for k, v in record.items() if k != "launch_command"}]),
+                "launch_command": dg.MetadataValue.json(record["launch_command"]),
+                "launch_config_hash": identity.launch_config_hash,
+            }
+        )
         return record
 
     return dg.Definitions(assets=[engine_identity])

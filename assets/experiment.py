@@ -10,8 +10,8 @@ remote one (a GPU host, Modal) runs the same files with the same entry point.
 import dagster as dg
 
 from assets.common import key, refuse_unrunnable
-from dagster_project.pools import pool_for
-from autoresearch.config import EndpointSpec
+from assets.pools import pool_for
+from specs.config import EndpointSpec
 from autoresearch.experiment_unit import unit_command
 
 PIPES_CLIENT = "pipes_subprocess_client"  # resource key of the launcher
@@ -29,15 +29,21 @@ class ExperimentUnitConfig(dg.Config):
 def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     name = endpoint.name
 
-    @dg.asset(key=key(name, "experiment_unit"), group_name=name, deps=[key(name, "replay_pool")], pool=pool_for(endpoint),
-              kinds={endpoint.engine.kind, "pipes"}, required_resource_keys={PIPES_CLIENT},
-              description=f"One configuration of {name} (the working baseline, changed by the run config's set/unset) "
-              "measured by the experiment unit in its own process, launched through Dagster Pipes: engine start, "
-              "repeated capacity sweeps, stop. Metadata: capacity per repeat, load curve, verdict inputs, engine log.")
+    @dg.asset(
+        key=key(name, "experiment_unit"),
+        group_name=name,
+        deps=[key(name, "replay_pool")],
+        pool=pool_for(endpoint),
+        kinds={endpoint.engine.kind, "pipes"},
+        required_resource_keys={PIPES_CLIENT},
+        description=f"One configuration of {name} (the working baseline, changed by the run config's set/unset) "
+        "measured by the experiment unit in its own process, launched through Dagster Pipes: engine start, "
+        "repeated capacity sweeps, stop. Metadata: capacity per repeat, load curve, verdict inputs, engine log.",
+    )
     def experiment_unit(context: dg.AssetExecutionContext, config: ExperimentUnitConfig):
         refuse_unrunnable(endpoint)
-        from autoresearch import paths
-        from autoresearch.engine_args import OverrideError, apply_overrides
+        from specs import paths
+        from specs.engine_args import OverrideError, apply_overrides
         from autoresearch.workflows import working_spec, write_experiment
 
         try:

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.common import key, md_image
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 
 # The table's columns: (v_pareto_points column, Dagster type, description).
 COLUMNS = [
@@ -22,34 +22,48 @@ COLUMNS = [
 def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     name = endpoint.name
 
-    @dg.asset(key=key(name, "pareto_front"), group_name=name,
-              deps=[key(name, "baseline_runs"), key(name, "candidate_runs")],
-              description="Throughput per GPU against per-user tokens/s for every configuration this endpoint ran "
-              "(all experiments in the research memory), the Pareto front marked, each point labelled with its "
-              "change, $ per million tokens and joules per token where known.")
+    @dg.asset(
+        key=key(name, "pareto_front"),
+        group_name=name,
+        deps=[key(name, "baseline_runs"), key(name, "candidate_runs")],
+        description="Throughput per GPU against per-user tokens/s for every configuration this endpoint ran "
+        "(all experiments in the research memory), the Pareto front marked, each point labelled with its "
+        "change, $ per million tokens and joules per token where known.",
+    )
     def pareto_front(context: dg.AssetExecutionContext) -> list[dict]:
-        from autoresearch import paths
+        from specs import paths
         from loadgen.plots import pareto_png
         from memory_db.queries import pareto_curves, pareto_points
         from memory_db.store import MemoryStore
 
         with MemoryStore(paths.memory_db_path()).connect() as con:
             points, curves = pareto_points(con, name), pareto_curves(con, name)
-        plot = pareto_png(points, curves, paths.runs_dir() / "plots" / f"{name}-pareto.png",
-                          title=f"{name}: throughput per GPU vs per-user speed ({len(points)} configurations)")
+        plot = pareto_png(
+            points,
+            curves,
+            paths.runs_dir() / "plots" / f"{name}-pareto.png",
+            title=f"{name}: throughput per GPU vs per-user speed ({len(points)} configurations)",
+        )
         energy = [p["joules_per_output_token"] for p in points if p["joules_per_output_token"] is not None]
-        context.add_output_metadata({
-            "pareto_plot": md_image(plot, "pareto front"),
-            "configurations": len(points),
-            "on_front": sum(1 for p in points if p["on_front"]),
-            "points": dg.MetadataValue.table(
-                records=[dg.TableRecord({c: _cell(p[c]) for c, _, _ in COLUMNS}) for p in points],
-                schema=dg.TableSchema(columns=[dg.TableColumn(c, t, description=d) for c, t, d in COLUMNS])),
-            "energy": "measured (NVML power per step)" if energy else
-                      ("no power telemetry (CPU host)" if endpoint.hardware.gpu_count == 0 else
-                       "no power telemetry (NVML not available during the sweeps)"),
-            "price_per_gpu_hour_usd": endpoint.hardware.price_per_gpu_hour_usd,
-        })
+        context.add_output_metadata(
+            {
+                "pareto_plot": md_image(plot, "pareto front"),
+                "configurations": len(points),
+                "on_front": sum(1 for p in points if p["on_front"]),
+                "points": dg.MetadataValue.table(
+                    records=[dg.TableRecord({c: _cell(p[c]) for c, _, _ in COLUMNS}) for p in points],
+                    schema=dg.TableSchema(columns=[dg.TableColumn(c, t, description=d) for c, t, d in COLUMNS]),
+                ),
+                "energy": "measured (NVML power per step)"
+                if energy
+                else (
+                    "no power telemetry (CPU host)"
+                    if endpoint.hardware.gpu_count == 0
+                    else "no power telemetry (NVML not available during the sweeps)"
+                ),
+                "price_per_gpu_hour_usd": endpoint.hardware.price_per_gpu_hour_usd,
+            }
+        )
         return points
 
     return dg.Definitions(assets=[pareto_front])

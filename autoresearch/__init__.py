@@ -1,1 +1,1 @@
-"""AutoResearch for LLM inference: shared configuration, paths and the command line."""
+"""AutoResearch for LLM inference: the command line and the workflows it runs (the app layer)."""

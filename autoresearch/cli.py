@@ -15,8 +15,8 @@ import signal
 import sys
 from pathlib import Path
 
-from autoresearch import paths
-from autoresearch.config import DefinitionError, DefinitionSet
+from specs import paths
+from specs.config import DefinitionError, DefinitionSet
 from launchers import LaunchRefused
 
 
@@ -55,8 +55,10 @@ def _endpoint(args, name: str):
     try:
         spec = _definitions(args).endpoint(name)
     except KeyError as exc:
-        raise UsageError(exc.args[0], hint="declare it in a defs.yaml (`autoresearch validate` lists the declared "
-                         "ones), or pick one of those") from None
+        raise UsageError(
+            exc.args[0],
+            hint="declare it in a defs.yaml (`autoresearch validate` lists the declared ones), or pick one of those",
+        ) from None
     _CONTEXT["endpoint"] = name
     return spec
 
@@ -87,14 +89,23 @@ def _check_file(value: str, field: str, what: str) -> Path:
     path = paths.resolve_path(value)
     where = _where(field)
     if not path.exists():
-        raise UsageError(f"{field} {value!r} -> {path} does not exist", where=where,
-                         hint=f"point {field} at the {what} (a relative path is relative to the repository root)")
+        raise UsageError(
+            f"{field} {value!r} -> {path} does not exist",
+            where=where,
+            hint=f"point {field} at the {what} (a relative path is relative to the repository root)",
+        )
     if path.is_dir():
-        raise UsageError(f"{field} {value!r} -> {path} is a folder, not a file", where=where,
-                         hint=f"point {field} at the {what} itself, not at the folder holding it")
+        raise UsageError(
+            f"{field} {value!r} -> {path} is a folder, not a file",
+            where=where,
+            hint=f"point {field} at the {what} itself, not at the folder holding it",
+        )
     if not os.access(path, os.R_OK):
-        raise UsageError(f"{field} {value!r} -> {path} is not readable (permission denied)", where=where,
-                         hint=f"make it readable for this user (chmod a+r {path}) or point {field} at a copy")
+        raise UsageError(
+            f"{field} {value!r} -> {path} is not readable (permission denied)",
+            where=where,
+            hint=f"make it readable for this user (chmod a+r {path}) or point {field} at a copy",
+        )
     return path
 
 
@@ -106,23 +117,29 @@ def _check_traffic(spec) -> None:
 def _check_model(spec, *, weights: bool) -> None:
     """A local model folder (builtins are built on first use): it exists, has tokenizer.json, and weights
     when an engine will load them (an external server has its own)."""
-    from autoresearch.models import BUILTINS, is_builtin
+    from specs.models import BUILTINS, is_builtin
 
     if is_builtin(spec.model.path):
         return
     folder = paths.resolve_path(spec.model.path)
     where = _where("model.path")
-    fix = ("set model.path to a local checkpoint folder (config.json, tokenizer.json, *.safetensors) or to one of "
-           + ", ".join("builtin:" + b for b in BUILTINS))
+    fix = (
+        "set model.path to a local checkpoint folder (config.json, tokenizer.json, *.safetensors) or to one of "
+        + ", ".join("builtin:" + b for b in BUILTINS)
+    )
     if not folder.is_dir():
         state = "is a file, not a model folder" if folder.exists() else "does not exist"
         raise UsageError(f"model.path {spec.model.path!r} -> {folder} {state}", where=where, hint=fix)
     if not os.access(folder, os.R_OK | os.X_OK):
-        raise UsageError(f"model folder {folder} is not readable (permission denied)", where=where,
-                         hint="make it readable for this user, or point model.path at a copy")
+        raise UsageError(
+            f"model folder {folder} is not readable (permission denied)",
+            where=where,
+            hint="make it readable for this user, or point model.path at a copy",
+        )
     if not (folder / "tokenizer.json").is_file():
-        raise UsageError(f"model folder {folder} has no tokenizer.json (prompts are counted with it)", where=where,
-                         hint=fix)
+        raise UsageError(
+            f"model folder {folder} has no tokenizer.json (prompts are counted with it)", where=where, hint=fix
+        )
     if weights and spec.engine.kind != "external" and not any(any(folder.glob(p)) for p in WEIGHT_PATTERNS):
         raise UsageError(f"model folder {folder} has no weights ({', '.join(WEIGHT_PATTERNS)})", where=where, hint=fix)
 
@@ -139,21 +156,29 @@ def _check_engine(spec, sets: list[str] | None = None, unsets: list[str] | None 
     try:
         adapter = adapter_for(spec, 0, Path("."))
     except EngineError as exc:  # e.g. engine.url is not an http(s) URL
-        raise UsageError(str(exc), where=_where("engine.url" if spec.engine.kind == "external" else "engine.kind"),
-                         hint="fix the endpoint's engine block") from None
+        raise UsageError(
+            str(exc),
+            where=_where("engine.url" if spec.engine.kind == "external" else "engine.kind"),
+            hint="fix the endpoint's engine block",
+        ) from None
     if spec.engine.kind == "external":
         if here:
             try:
                 attach_external(spec, health_timeout_s=5.0)
             except EngineError as exc:
-                raise UsageError(str(exc).splitlines()[0], where=_where("engine.url"),
-                                 hint=f"start the server, or point engine.url at a running OpenAI-compatible server "
-                                      f"(GET {adapter.base_url}{adapter.health_path} must answer 200)") from None
+                raise UsageError(
+                    str(exc).splitlines()[0],
+                    where=_where("engine.url"),
+                    hint=f"start the server, or point engine.url at a running OpenAI-compatible server "
+                    f"(GET {adapter.base_url}{adapter.health_path} must answer 200)",
+                ) from None
         return
     problems = adapter.validate_flags(list(spec.engine.args))
     if problems:
-        from_cli = {"--" + item.removeprefix("engine.").split("=", 1)[0].lstrip("-").replace("_", "-"): item
-                    for item in sets or []}
+        from_cli = {
+            "--" + item.removeprefix("engine.").split("=", 1)[0].lstrip("-").replace("_", "-"): item
+            for item in sets or []
+        }
         flags = [p.split()[0] for p in problems]
         places = [f"--set {from_cli[f]}" for f in flags if f in from_cli]
         if any(f not in from_cli for f in flags):
@@ -161,15 +186,25 @@ def _check_engine(spec, sets: list[str] | None = None, unsets: list[str] | None 
         known = sorted(getattr(adapter, "known_flags", None) or ())
         flag_file = paths.REPO_ROOT / "engines" / "data" / f"{spec.engine.kind}_flags.txt"
         listed = f" ({flag_file.relative_to(paths.REPO_ROOT)} lists them)" if flag_file.exists() else ""
-        guesses = [f"{m[0]} (not {f})" for f, p in zip(flags, problems) if "not a known" in p
-                   for m in [difflib.get_close_matches(f, known, n=1)] if m]
-        raise UsageError("; ".join(problems), where=", ".join(places),
-                         hint=(f"did you mean {', '.join(guesses)}? " if guesses else "")
-                         + f"use flags {spec.engine.kind} knows{listed}; nothing was started")
+        guesses = [
+            f"{m[0]} (not {f})"
+            for f, p in zip(flags, problems)
+            if "not a known" in p
+            for m in [difflib.get_close_matches(f, known, n=1)]
+            if m
+        ]
+        raise UsageError(
+            "; ".join(problems),
+            where=", ".join(places),
+            hint=(f"did you mean {', '.join(guesses)}? " if guesses else "")
+            + f"use flags {spec.engine.kind} knows{listed}; nothing was started",
+        )
     if here and spec.engine.port and not port_is_free(spec.engine.port):
-        raise UsageError(f"engine.port {spec.engine.port}: 127.0.0.1:{spec.engine.port} is already in use",
-                         where=_where("engine.port"),
-                         hint="stop what listens there, or leave engine.port out so a free port is picked")
+        raise UsageError(
+            f"engine.port {spec.engine.port}: 127.0.0.1:{spec.engine.port} is already in use",
+            where=_where("engine.port"),
+            hint="stop what listens there, or leave engine.port out so a free port is picked",
+        )
 
 
 def _preflight(spec, sets=None, unsets=None, *, pool: bool = True, engine: str | None = "here") -> None:
@@ -195,17 +230,24 @@ def _preflight(spec, sets=None, unsets=None, *, pool: bool = True, engine: str |
 
 # --- validate -------------------------------------------------------------------------------
 
+
 def cmd_validate(args) -> int:
     target = Path(args.path or args.definitions or paths.definitions_dir())
     if not target.exists():
-        raise UsageError(f"{target} does not exist", hint="pass a defs folder (e.g. dagster_project/defs) or set "
-                         "AUTORESEARCH_DEFINITIONS")
+        raise UsageError(
+            f"{target} does not exist",
+            hint="pass a defs folder (e.g. dagster_project/defs) or set AUTORESEARCH_DEFINITIONS",
+        )
     definitions = load_definitions(target)
-    print(f"{target}: {len(definitions.endpoints)} endpoint(s), {len(definitions.campaigns)} campaign(s), "
-          f"{len(definitions.recipes)} recipe(s) - all valid")
+    print(
+        f"{target}: {len(definitions.endpoints)} endpoint(s), {len(definitions.campaigns)} campaign(s), "
+        f"{len(definitions.recipes)} recipe(s) - all valid"
+    )
     for name, spec in sorted(definitions.endpoints.items()):
-        print(f"  endpoint {name:<24} engine={spec.engine.kind:<12} launcher={spec.launcher.kind:<6} "
-              f"model={spec.model.path}")
+        print(
+            f"  endpoint {name:<24} engine={spec.engine.kind:<12} launcher={spec.launcher.kind:<6} "
+            f"model={spec.model.path}"
+        )
     return 0
 
 
@@ -225,6 +267,7 @@ def cmd_migrate(args) -> int:
 
 # --- engine ---------------------------------------------------------------------------------
 
+
 def cmd_engine(args) -> int:
     from engines.base import EngineError
 
@@ -239,9 +282,11 @@ def cmd_engine(args) -> int:
         try:
             state = lifecycle.up(spec)
         except EngineError as exc:
-            raise UsageError(f"{spec.name}: engine did not come up: {exc}", where=_where("engine"),
-                             hint="the engine log (tail above) says why; fix the endpoint's engine block or the "
-                                  "--set overrides") from None
+            raise UsageError(
+                f"{spec.name}: engine did not come up: {exc}",
+                where=_where("engine"),
+                hint="the engine log (tail above) says why; fix the endpoint's engine block or the --set overrides",
+            ) from None
         if args.json:
             print(json.dumps(state, indent=2))
         else:
@@ -249,8 +294,11 @@ def cmd_engine(args) -> int:
             print(f"  log: {state['log_path']}")
     elif args.action == "down":
         stopped = lifecycle.down(spec)
-        print(json.dumps({"endpoint": spec.name, "stopped": stopped}) if args.json
-              else f"{spec.name}: {'stopped' if stopped else 'was not running'}")
+        print(
+            json.dumps({"endpoint": spec.name, "stopped": stopped})
+            if args.json
+            else f"{spec.name}: {'stopped' if stopped else 'was not running'}"
+        )
     else:
         status = lifecycle.status(spec)
         print(json.dumps(status, indent=2) if args.json else _format_status(status))
@@ -260,14 +308,23 @@ def cmd_engine(args) -> int:
 
 def _format_status(status: dict) -> str:
     lines = [f"{status['endpoint']}: {'healthy' if status.get('healthy') else status.get('state', 'down')}"]
-    for key in ("base_url", "pid", "served_model", "engine_version", "requests_running", "requests_waiting",
-                "kv_cache_usage", "log_path"):
+    for key in (
+        "base_url",
+        "pid",
+        "served_model",
+        "engine_version",
+        "requests_running",
+        "requests_waiting",
+        "kv_cache_usage",
+        "log_path",
+    ):
         if status.get(key) is not None:
             lines.append(f"  {key:<18} {status[key]}")
     return "\n".join(lines)
 
 
 # --- replay ---------------------------------------------------------------------------------
+
 
 def cmd_replay(args) -> int:
     from autoresearch.workflows import build_replay_pool
@@ -281,9 +338,10 @@ def cmd_replay(args) -> int:
 
 # --- sweep ----------------------------------------------------------------------------------
 
+
 def _apply_sets(spec, sets: list[str] | None, unsets: list[str] | None = None):
     """``--set engine.ARG=VALUE`` (empty VALUE = a bare switch) and ``--unset engine.ARG`` on the endpoint."""
-    from autoresearch.engine_args import OverrideError, apply_overrides
+    from specs.engine_args import OverrideError, apply_overrides
 
     try:
         return apply_overrides(spec, sets, unsets)
@@ -302,8 +360,13 @@ def cmd_sweep(args) -> int:
     _preflight(spec, args.set, args.unset)
     results = sweep_endpoint(spec, progress=not args.json, users=users, rates=users is None)
     for result in results:
-        print(result.model_dump_json(indent=2) if args.json
-              else render_users(result) if result.mode == "users" else render_text(result))
+        print(
+            result.model_dump_json(indent=2)
+            if args.json
+            else render_users(result)
+            if result.mode == "users"
+            else render_text(result)
+        )
     return 0 if all(r.validity == "valid" for r in results) else 5
 
 
@@ -325,12 +388,15 @@ def cmd_loadgen(args) -> int:
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
-        print(f"client sustains {result.max_rate:g} req/s on schedule with {args.senders} sender(s) "
-              "against the null endpoint (saved; sweeps beyond it are refused)")
+        print(
+            f"client sustains {result.max_rate:g} req/s on schedule with {args.senders} sender(s) "
+            "against the null endpoint (saved; sweeps beyond it are refused)"
+        )
     return 0
 
 
 # --- experiment unit ------------------------------------------------------------------------
+
 
 def cmd_experiment(args) -> int:
     if args.action == "spec":
@@ -340,7 +406,9 @@ def cmd_experiment(args) -> int:
 
     spec_path = Path(args.target)
     if not spec_path.is_file():
-        raise UsageError(f"{spec_path}: no such spec file (write one with `autoresearch experiment spec ENDPOINT --out DIR`)")
+        raise UsageError(
+            f"{spec_path}: no such spec file (write one with `autoresearch experiment spec ENDPOINT --out DIR`)"
+        )
     try:
         ExperimentSpec.read(spec_path)
     except ValueError as exc:  # pydantic's ValidationError, or JSON that is not a spec
@@ -348,8 +416,10 @@ def cmd_experiment(args) -> int:
     out = Path(args.out) if args.out else spec_path.parent
     result = run_unit(spec_path, out)
     capacities = ", ".join(f"{c:.3g}" for c in result.capacities) or "none"
-    print(f"experiment {result.label} on {result.endpoint}: verdict {result.verdict}; capacity per repeat {capacities} "
-          f"req/s; result in {out / 'result.json'}")
+    print(
+        f"experiment {result.label} on {result.endpoint}: verdict {result.verdict}; capacity per repeat {capacities} "
+        f"req/s; result in {out / 'result.json'}"
+    )
     if result.verdict == "invalid":
         print(f"experiment {result.label} on {result.endpoint} invalid: {result.invalid_reason}", file=sys.stderr)
         return 0 if args.invalid_ok else 5
@@ -368,20 +438,32 @@ def _experiment_spec(args) -> int:
         try:
             noise = NoiseFloor.model_validate_json(Path(args.noise_floor).read_text())
         except OSError as exc:
-            raise UsageError(f"{args.noise_floor}: {exc.strerror or exc}", where="--noise-floor",
-                             hint="pass a readable NoiseFloor JSON file, e.g. the noise_floor asset's "
-                                  "value.json") from None
+            raise UsageError(
+                f"{args.noise_floor}: {exc.strerror or exc}",
+                where="--noise-floor",
+                hint="pass a readable NoiseFloor JSON file, e.g. the noise_floor asset's value.json",
+            ) from None
         except ValueError as exc:  # pydantic's ValidationError (a bad field, or not JSON)
-            raise UsageError(f"{args.noise_floor}: not a noise floor: {_pydantic_summary(exc)}", where="--noise-floor",
-                             hint="pass the JSON of a NoiseFloor, e.g. the noise_floor asset's value.json") from None
+            raise UsageError(
+                f"{args.noise_floor}: not a noise floor: {_pydantic_summary(exc)}",
+                where="--noise-floor",
+                hint="pass the JSON of a NoiseFloor, e.g. the noise_floor asset's value.json",
+            ) from None
     _preflight(spec, args.set, args.unset, engine="later")
-    path = write_experiment(spec, Path(args.out), repeats=args.repeats, label=args.label, noise=noise,
-                            cuda_visible_devices=args.cuda_visible_devices)
+    path = write_experiment(
+        spec,
+        Path(args.out),
+        repeats=args.repeats,
+        label=args.label,
+        noise=noise,
+        cuda_visible_devices=args.cuda_visible_devices,
+    )
     print(f"wrote {path} and {path.parent / 'pool.parquet'}; run it with `autoresearch experiment run {path}`")
     return 0
 
 
 # --- campaign -------------------------------------------------------------------------------
+
 
 def cmd_campaign(args) -> int:
     from autoresearch.workflows import check_campaign_launch, resolve_campaign
@@ -395,15 +477,22 @@ def cmd_campaign(args) -> int:
     try:
         campaign, endpoint = resolve_campaign(_definitions(args), args.name)
     except KeyError as exc:
-        raise UsageError(exc.args[0], hint="name a declared campaign or endpoint (`autoresearch validate` lists "
-                         "them)") from None
+        raise UsageError(
+            exc.args[0], hint="name a declared campaign or endpoint (`autoresearch validate` lists them)"
+        ) from None
     _CONTEXT["endpoint"] = endpoint.name
     check_campaign_launch(endpoint)  # a remote launcher's own checks (credentials first), before any Dagster run
     _preflight(endpoint)  # before the pool, the memory or any engine: the campaign runs its engines here
     stop_after = args.stop_after * 60 if args.stop_after else None
     try:  # a run of the endpoint's campaign job on the instance the UI serves (dagster_project.headless)
-        outcome = run_campaign_job(campaign, endpoint, proposer=args.proposer, from_declared=args.from_declared,
-                                   stop_after_s=stop_after, definitions_dir=_definitions_dir(args))
+        outcome = run_campaign_job(
+            campaign,
+            endpoint,
+            proposer=args.proposer,
+            from_declared=args.from_declared,
+            stop_after_s=stop_after,
+            definitions_dir=_definitions_dir(args),
+        )
     except CampaignAlreadyRunning as exc:
         raise UsageError(str(exc), hint="`autoresearch campaign list` shows campaigns; the UI shows the run") from None
     print(format_outcome(outcome))
@@ -420,8 +509,11 @@ def _campaign_list(args) -> int:
     """Every campaign the research memory knows, however it was started (CLI, UI, sensor), newest first."""
     store = _memory_store(args)
     where, params = ("where endpoint = ? or campaign = ?", [args.name, args.name]) if args.name else ("", [])
-    rows = store.query(f"select campaign_id, endpoint, status, stop_reason, started_at, total_gain_ratio, "
-                       f"dagster_run_ids from campaigns {where} order by started_at desc", params).to_dicts()
+    rows = store.query(
+        f"select campaign_id, endpoint, status, stop_reason, started_at, total_gain_ratio, "
+        f"dagster_run_ids from campaigns {where} order by started_at desc",
+        params,
+    ).to_dicts()
     if not rows:
         print("no campaign recorded" + (f" for {args.name}" if args.name else ""))
         return 0
@@ -429,13 +521,19 @@ def _campaign_list(args) -> int:
     for r in rows:
         gain = f"x{r['total_gain_ratio']:.2f}" if r["total_gain_ratio"] else "-"
         when = r["started_at"].strftime("%Y-%m-%d %H:%M") if r["started_at"] else "?"
-        print(f"{r['campaign_id']:<44} {r['endpoint']:<20} {r['status']:<9} {gain:>6} {len(r['dagster_run_ids'] or []):>4}"
-              f"  {when}" + (f" / {r['stop_reason']}" if r["stop_reason"] else ""))
+        print(
+            f"{r['campaign_id']:<44} {r['endpoint']:<20} {r['status']:<9} {gain:>6} {len(r['dagster_run_ids'] or []):>4}"
+            f"  {when}" + (f" / {r['stop_reason']}" if r["stop_reason"] else "")
+        )
     return 0
 
 
 def format_outcome(outcome) -> str:
-    gain = (f"{'>=' if outcome.total_gain_is_lower_bound else ''}{outcome.total_gain:.2f}x" if outcome.total_gain else "none")
+    gain = (
+        f"{'>=' if outcome.total_gain_is_lower_bound else ''}{outcome.total_gain:.2f}x"
+        if outcome.total_gain
+        else "none"
+    )
     lines = [
         f"campaign {outcome.campaign} on {outcome.endpoint}: "
         f"{'FAILED' if outcome.failure else 'finished' if outcome.finished else 'paused'}"
@@ -457,6 +555,7 @@ def format_outcome(outcome) -> str:
 
 # --- memory ---------------------------------------------------------------------------------
 
+
 def _memory_store(args):
     """The research memory, opened (schema checked) here so a file that is not one, or one another process
     holds, is an error naming the file; SQL errors come later, from the query."""
@@ -466,11 +565,21 @@ def _memory_store(args):
     from memory_db.store import MemoryStore
 
     path = Path(args.db) if args.db else paths.memory_db_path()
-    where = "--db" if args.db else ("AUTORESEARCH_MEMORY_DB" if os.environ.get("AUTORESEARCH_MEMORY_DB")
-                                    else "the memory under AUTORESEARCH_HOME")
+    where = (
+        "--db"
+        if args.db
+        else (
+            "AUTORESEARCH_MEMORY_DB"
+            if os.environ.get("AUTORESEARCH_MEMORY_DB")
+            else "the memory under AUTORESEARCH_HOME"
+        )
+    )
     if path.is_dir():
-        raise UsageError(f"research memory {path} is a folder, not a DuckDB file", where=where,
-                         hint="point --db (or AUTORESEARCH_MEMORY_DB) at a .duckdb file; it is created when missing")
+        raise UsageError(
+            f"research memory {path} is a folder, not a DuckDB file",
+            where=where,
+            hint="point --db (or AUTORESEARCH_MEMORY_DB) at a .duckdb file; it is created when missing",
+        )
     import logging
 
     quiet = logging.getLogger("memory_db.store")
@@ -485,17 +594,25 @@ def _memory_store(args):
 
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         backup = last_good_path(path)
-        hint = ("it is not a DuckDB database of this DuckDB version: move it aside (a new memory is "
-                "created) or point --db (or AUTORESEARCH_MEMORY_DB) at the research memory")
+        hint = (
+            "it is not a DuckDB database of this DuckDB version: move it aside (a new memory is "
+            "created) or point --db (or AUTORESEARCH_MEMORY_DB) at the research memory"
+        )
         if backup.is_file():
             import datetime
 
             when = datetime.datetime.fromtimestamp(backup.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
-            hint = (f"its last good copy is {backup} (written {when}, after the last successful write): move the "
-                    f"damaged file aside and copy that one to {path.name}")
-        raise UsageError(f"research memory {path} is not a DuckDB database" if "not a valid DuckDB" in first
-                         else f"research memory {path} cannot be opened: {first}", where=where,
-                         hint=hint) from None
+            hint = (
+                f"its last good copy is {backup} (written {when}, after the last successful write): move the "
+                f"damaged file aside and copy that one to {path.name}"
+            )
+        raise UsageError(
+            f"research memory {path} is not a DuckDB database"
+            if "not a valid DuckDB" in first
+            else f"research memory {path} cannot be opened: {first}",
+            where=where,
+            hint=hint,
+        ) from None
     finally:
         quiet.setLevel(level)
 
@@ -505,16 +622,23 @@ def _busy_message(exc: Exception) -> str:
     import re
 
     text = str(exc)
-    held = re.search(r"Could not set lock on file \"(?P<file>[^\"]+)\": Conflicting lock is held in (?P<who>\S+) "
-                     r"\(PID (?P<pid>\d+)\)", text)
+    held = re.search(
+        r"Could not set lock on file \"(?P<file>[^\"]+)\": Conflicting lock is held in (?P<who>\S+) "
+        r"\(PID (?P<pid>\d+)\)",
+        text,
+    )
     if held:
-        return (f"research memory {held['file']} is held open by another process "
-                f"({Path(held['who']).name}, PID {held['pid']})")
+        return (
+            f"research memory {held['file']} is held open by another process "
+            f"({Path(held['who']).name}, PID {held['pid']})"
+        )
     return f"research memory busy: {text.split('; analysts', 1)[0]}"
 
 
-_BUSY_HINT = ("another process holds it read-write (an analyst's `duckdb` shell, a notebook): close it, or open it "
-              "with `duckdb -readonly` so the product can keep writing; --wait SECONDS waits longer")
+_BUSY_HINT = (
+    "another process holds it read-write (an analyst's `duckdb` shell, a notebook): close it, or open it "
+    "with `duckdb -readonly` so the product can keep writing; --wait SECONDS waits longer"
+)
 
 
 def cmd_memory(args) -> int:
@@ -542,9 +666,12 @@ def cmd_memory(args) -> int:
         try:
             frame = store.query(args.sql)
         except duckdb.Error as exc:
-            raise UsageError(f"SQL: {str(exc).splitlines()[0]}", where=f"research memory {store.path}",
-                             hint="the tables and views are listed by `autoresearch memory query \"SHOW TABLES\"` "
-                                  "(docs/memory.md describes them)") from None
+            raise UsageError(
+                f"SQL: {str(exc).splitlines()[0]}",
+                where=f"research memory {store.path}",
+                hint='the tables and views are listed by `autoresearch memory query "SHOW TABLES"` '
+                "(docs/memory.md describes them)",
+            ) from None
         fmt = "json" if args.json else "csv" if args.csv else "table"
         print(queries.format_frame(frame, fmt))
     elif args.action == "export":
@@ -561,6 +688,7 @@ def cmd_memory(args) -> int:
 
 # --- drafter --------------------------------------------------------------------------------
 
+
 def cmd_drafter(args) -> int:
     """Train a draft model on the endpoint's own traffic and record it (docs/research_loop.md)."""
     store = _memory_store(args)
@@ -571,10 +699,12 @@ def cmd_drafter(args) -> int:
         for r in rows:
             acc = r.acceptance_offline.get("acceptance_length")
             served = r.acceptance_served.get("acceptance_length")
-            print(f"{r.drafter_id}  {r.status:<5}  L{r.layers} k={r.num_speculative_tokens} steps={r.steps} "
-                  f"data={r.train_examples} ex/{r.train_tokens} tok  offline accept len "
-                  f"{acc if acc is None else f'{acc:.2f}'}  served {served if served is None else f'{served:.2f}'}  "
-                  f"verdict {r.verdict or '-'}  {r.path}" + (f"  ({r.stale_reason})" if r.stale_reason else ""))
+            print(
+                f"{r.drafter_id}  {r.status:<5}  L{r.layers} k={r.num_speculative_tokens} steps={r.steps} "
+                f"data={r.train_examples} ex/{r.train_tokens} tok  offline accept len "
+                f"{acc if acc is None else f'{acc:.2f}'}  served {served if served is None else f'{served:.2f}'}  "
+                f"verdict {r.verdict or '-'}  {r.path}" + (f"  ({r.stale_reason})" if r.stale_reason else "")
+            )
         return 0
     if args.action == "advise":
         return _drafter_advise(args)
@@ -585,33 +715,48 @@ def cmd_drafter(args) -> int:
     _preflight(spec)
     workdir = Path(args.out) if args.out else paths.home() / "drafters" / spec.name
     try:
-        rec = train_for_endpoint(spec, load_pool(spec), workdir, examples=args.examples, heldout=args.heldout,
-                                 max_tokens=args.max_tokens, layers=args.layers, steps=args.steps, lr=args.lr,
-                                 k=args.k, baseline=not args.no_control)
+        rec = train_for_endpoint(
+            spec,
+            load_pool(spec),
+            workdir,
+            examples=args.examples,
+            heldout=args.heldout,
+            max_tokens=args.max_tokens,
+            layers=args.layers,
+            steps=args.steps,
+            lr=args.lr,
+            k=args.k,
+            baseline=not args.no_control,
+        )
     except DrafterError as exc:
         raise UsageError(str(exc)) from None
     store.record_drafter(rec)
     off = rec.acceptance_offline
-    print(json.dumps(rec.model_dump(mode="json"), indent=1) if args.json else
-          f"drafter {rec.drafter_id}: {rec.train_examples} examples ({rec.train_tokens} reply tokens), {rec.steps} steps "
-          f"in {rec.train_s:.0f} s\n  offline acceptance length {off['acceptance_length']:.2f} "
-          f"(per position {', '.join(f'{p:.2f}' for p in off['accepted_per_position'])}) on {rec.heldout_examples} "
-          f"held-out replies\n  candidate: "
-          f"{describe(draft_model_diff(spec.engine.kind, Path(rec.path), rec.num_speculative_tokens))}\n"
-          f"  judge it: materialize {spec.name}/drafter_verdict, or let a campaign propose it")
+    print(
+        json.dumps(rec.model_dump(mode="json"), indent=1)
+        if args.json
+        else f"drafter {rec.drafter_id}: {rec.train_examples} examples ({rec.train_tokens} reply tokens), {rec.steps} steps "
+        f"in {rec.train_s:.0f} s\n  offline acceptance length {off['acceptance_length']:.2f} "
+        f"(per position {', '.join(f'{p:.2f}' for p in off['accepted_per_position'])}) on {rec.heldout_examples} "
+        f"held-out replies\n  candidate: "
+        f"{describe(draft_model_diff(spec.engine.kind, Path(rec.path), rec.num_speculative_tokens))}\n"
+        f"  judge it: materialize {spec.name}/drafter_verdict, or let a campaign propose it"
+    )
     return 0
 
 
 def _drafter_advise(args) -> int:
     """The proposer's drafter rule on a saved diagnosis: train one, or why not (exit 0 either way)."""
-    from autoresearch.models import ensure_model
+    from specs.models import ensure_model
     from research.drafter import draft_cost_ratio
     from research.proposals import Diagnosis
     from research.rules import drafter_training
 
     if not args.diagnosis:
-        raise UsageError("drafter advise needs --diagnosis FILE (a Diagnosis as JSON, e.g. the diagnosis asset's "
-                         "$AUTORESEARCH_HOME/assets/<endpoint>/diagnosis/value.json)")
+        raise UsageError(
+            "drafter advise needs --diagnosis FILE (a Diagnosis as JSON, e.g. the diagnosis asset's "
+            "$AUTORESEARCH_HOME/assets/<endpoint>/diagnosis/value.json)"
+        )
     spec = _endpoint(args, args.endpoint)
     try:
         diagnosis = Diagnosis.model_validate_json(Path(args.diagnosis).read_text())
@@ -632,12 +777,13 @@ def _drafter_advise(args) -> int:
 
 # --- pools ----------------------------------------------------------------------------------
 
+
 def cmd_pools(args) -> int:
     """The GPU cap in Dagster: pool limits derived from the YAML, written to the instance (apply) or
     compared with it (show). Dagster keeps limits on the instance, so they are applied, not declared."""
     import os
 
-    from dagster_project.pools import apply_limits, pool_limits
+    from assets.pools import apply_limits, pool_limits
 
     limits = pool_limits(_definitions(args))
     if not os.environ.get("DAGSTER_HOME"):
@@ -650,8 +796,10 @@ def cmd_pools(args) -> int:
             rows = apply_limits(instance, limits)
         else:
             keys = set(storage.get_concurrency_keys()) if storage.supports_global_concurrency_limits else set()
-            rows = [(pool, storage.get_concurrency_info(pool).slot_count if pool in keys else None, limit)
-                    for pool, limit in limits.items()]
+            rows = [
+                (pool, storage.get_concurrency_info(pool).slot_count if pool in keys else None, limit)
+                for pool, limit in limits.items()
+            ]
     print(f"{'pool':<32} {'instance':>9} {'from YAML':>9}")
     for pool, before, limit in rows:
         now = limit if args.action == "apply" else before
@@ -664,10 +812,13 @@ def cmd_pools(args) -> int:
 
 # --- entry point ----------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autoresearch", description=__doc__.splitlines()[0])
-    parser.add_argument("--definitions", help="defs folder of defs.yaml files (default: dagster_project/defs or "
-                        "$AUTORESEARCH_DEFINITIONS)")
+    parser.add_argument(
+        "--definitions",
+        help="defs folder of defs.yaml files (default: dagster_project/defs or $AUTORESEARCH_DEFINITIONS)",
+    )
     parser.add_argument("--debug", action="store_true", help="on an error, print the Python traceback too")
     # --debug is accepted after the subcommand as well (SUPPRESS: it does not reset the global one)
     debug = argparse.ArgumentParser(add_help=False)
@@ -699,13 +850,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="capacity sweep of an endpoint: load curve and capacity within the SLA")
     p.add_argument("endpoint")
-    p.add_argument("--set", action="append", metavar="engine.ARG=VALUE",
-                   help="override an engine argument (empty VALUE: a bare switch)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="engine.ARG=VALUE",
+        help="override an engine argument (empty VALUE: a bare switch)",
+    )
     p.add_argument("--unset", action="append", metavar="engine.ARG", help="drop an engine argument")
-    p.add_argument("--users", metavar="N,N,...",
-                   help="concurrency mode instead of the rate sweep: hold these numbers of closed-loop users "
-                        "(e.g. 1,2,4,8) and report the highest within the SLA (sweep.users in the YAML adds it "
-                        "after the rate sweep)")
+    p.add_argument(
+        "--users",
+        metavar="N,N,...",
+        help="concurrency mode instead of the rate sweep: hold these numbers of closed-loop users "
+        "(e.g. 1,2,4,8) and report the highest within the SLA (sweep.users in the YAML adds it "
+        "after the rate sweep)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -719,10 +877,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("experiment", help="one experiment unit: write its spec, or run it (start, sweep, judge, stop)")
     p.add_argument("action", choices=["run", "spec"])
     p.add_argument("target", help="run: the spec file (spec.json); spec: the endpoint name")
-    p.add_argument("--out", help="run: folder for result.json and engine.log (default: the spec's folder); "
-                   "spec: folder for spec.json and pool.parquet")
-    p.add_argument("--invalid-ok", action="store_true",
-                   help="run: exit 0 on an invalid verdict (the launcher reads the verdict from the result)")
+    p.add_argument(
+        "--out",
+        help="run: folder for result.json and engine.log (default: the spec's folder); "
+        "spec: folder for spec.json and pool.parquet",
+    )
+    p.add_argument(
+        "--invalid-ok",
+        action="store_true",
+        help="run: exit 0 on an invalid verdict (the launcher reads the verdict from the result)",
+    )
     p.add_argument("--set", action="append", metavar="engine.ARG=VALUE", help="spec: override an engine argument")
     p.add_argument("--unset", action="append", metavar="engine.ARG", help="spec: drop an engine argument")
     p.add_argument("--repeats", type=int, default=1, help="spec: capacity sweeps of the one engine start")
@@ -731,30 +895,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-visible-devices", metavar="IDS", help="spec: GPUs the engine may use")
     p.set_defaults(func=cmd_experiment)
 
-    p = sub.add_parser("campaign", help="run a research campaign (a run on the Dagster instance the UI serves), "
-                                        "or list the campaigns the research memory knows")
+    p = sub.add_parser(
+        "campaign",
+        help="run a research campaign (a run on the Dagster instance the UI serves), "
+        "or list the campaigns the research memory knows",
+    )
     p.add_argument("action", choices=["run", "list"])
-    p.add_argument("name", nargs="?", help="campaign name, or an endpoint name (runs its default campaign); "
-                                           "list: only this endpoint's or campaign's")
-    p.add_argument("--db", help="list: the research memory (default: AUTORESEARCH_MEMORY_DB or the one under "
-                                "AUTORESEARCH_HOME)")
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="campaign name, or an endpoint name (runs its default campaign); list: only this endpoint's or campaign's",
+    )
+    p.add_argument(
+        "--db", help="list: the research memory (default: AUTORESEARCH_MEMORY_DB or the one under AUTORESEARCH_HOME)"
+    )
     p.add_argument("--wait", type=float, default=10.0, help=argparse.SUPPRESS)
     p.add_argument("--proposer", choices=["auto", "rules", "llm"], default=None)
-    p.add_argument("--from-declared", action="store_true",
-                   help="start a new campaign from the YAML engine configuration, not from the last one the "
-                        "research memory confirmed")
-    p.add_argument("--stop-after", type=float, metavar="MINUTES",
-                   help="pause (exit 75) before an experiment that would not end within MINUTES; run again to resume")
+    p.add_argument(
+        "--from-declared",
+        action="store_true",
+        help="start a new campaign from the YAML engine configuration, not from the last one the "
+        "research memory confirmed",
+    )
+    p.add_argument(
+        "--stop-after",
+        type=float,
+        metavar="MINUTES",
+        help="pause (exit 75) before an experiment that would not end within MINUTES; run again to resume",
+    )
     p.set_defaults(func=cmd_campaign)
 
-    p = sub.add_parser("pools", help="Dagster concurrency pools: the GPU cap's limits from the YAML "
-                                     "(show: compare with the instance, exit 1 if they differ; apply: set them)")
+    p = sub.add_parser(
+        "pools",
+        help="Dagster concurrency pools: the GPU cap's limits from the YAML "
+        "(show: compare with the instance, exit 1 if they differ; apply: set them)",
+    )
     p.add_argument("action", choices=["show", "apply"])
     p.set_defaults(func=cmd_pools)
 
-    p = sub.add_parser("drafter", help="train a speculative-decoding draft model on an endpoint's own traffic "
-                                       "(on-policy data, training, offline acceptance; recorded in memory), list "
-                                       "them, or advise whether one would pay off (the proposer's rule)")
+    p = sub.add_parser(
+        "drafter",
+        help="train a speculative-decoding draft model on an endpoint's own traffic "
+        "(on-policy data, training, offline acceptance; recorded in memory), list "
+        "them, or advise whether one would pay off (the proposer's rule)",
+    )
     p.add_argument("action", choices=["train", "list", "advise"])
     p.add_argument("endpoint")
     p.add_argument("--diagnosis", help="advise: a Diagnosis JSON file (the diagnosis asset's value)")
@@ -768,8 +952,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-control", action="store_true", help="skip evaluating the untrained truncation")
     p.add_argument("--out", help="work folder (default: $AUTORESEARCH_HOME/drafters/ENDPOINT)")
     p.add_argument("--db", help="DuckDB file (default: $AUTORESEARCH_MEMORY_DB)")
-    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to wait for a research memory another process holds (default 30)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for a research memory another process holds (default 30)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_drafter)
 
@@ -777,13 +966,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["query", "export", "ingest"])
     p.add_argument("sql", nargs="?", help="SQL for query; endpoint name for export")
     p.add_argument("--db", help="DuckDB file (default: $AUTORESEARCH_MEMORY_DB)")
-    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to wait for a research memory another process holds (default 30)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for a research memory another process holds (default 30)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", action="store_true")
     p.add_argument("--out", help="export: write markdown here")
-    p.add_argument("--parquet", metavar="DIR", help="export: every sweep step (v_run_steps) as Parquet under DIR, "
-                   "partitioned by endpoint (DIR/endpoint=NAME/steps.parquet)")
+    p.add_argument(
+        "--parquet",
+        metavar="DIR",
+        help="export: every sweep step (v_run_steps) as Parquet under DIR, "
+        "partitioned by endpoint (DIR/endpoint=NAME/steps.parquet)",
+    )
     p.set_defaults(func=cmd_memory)
     return parser
 
@@ -807,11 +1005,17 @@ def main(argv: list[str] | None = None) -> int:
         for issue in exc.issues:
             print(f"error: {issue}", file=sys.stderr)
         if len(exc.issues) == 1 and exc.issues[0].message.startswith("not a folder"):
-            print("hint: point --definitions (or AUTORESEARCH_DEFINITIONS) at a folder of defs.yaml files, e.g. "
-                  "dagster_project/defs", file=sys.stderr)
+            print(
+                "hint: point --definitions (or AUTORESEARCH_DEFINITIONS) at a folder of defs.yaml files, e.g. "
+                "dagster_project/defs",
+                file=sys.stderr,
+            )
         else:
-            print(f"hint: fix the definitions above ({len(exc.issues)} problem(s)); `autoresearch validate` checks "
-                  "them again", file=sys.stderr)
+            print(
+                f"hint: fix the definitions above ({len(exc.issues)} problem(s)); `autoresearch validate` checks "
+                "them again",
+                file=sys.stderr,
+            )
         return 1
     except Exception as exc:  # noqa: BLE001 - the one place errors become messages
         _traceback(args)
@@ -877,46 +1081,83 @@ def describe_error(exc: BaseException) -> tuple[str, str | None, str | None, int
     if isinstance(exc, kinds("memory_db.locking", "MemoryBusyError")):
         return _busy_message(exc), None, _BUSY_HINT, 2
     if isinstance(exc, kinds("engines.base", "EngineError")):
-        return text, where or (_where("engine") if _CONTEXT.get("endpoint") else None), (
-            ("the engine log tail above says why; " if "engine log" in text else "")
-            + "fix the endpoint's engine block or the --set overrides (`autoresearch validate` checks the YAML)"), 2
+        return (
+            text,
+            where or (_where("engine") if _CONTEXT.get("endpoint") else None),
+            (
+                ("the engine log tail above says why; " if "engine log" in text else "")
+                + "fix the endpoint's engine block or the --set overrides (`autoresearch validate` checks the YAML)"
+            ),
+            2,
+        )
     if isinstance(exc, kinds("replay.ingest", "MalformedSourceError")):
-        return text, _where("traffic.path") if _CONTEXT.get("endpoint") else None, (
-            "fix or drop the bad lines named above, or raise traffic.max_malformed_fraction if they are expected"), 2
+        return (
+            text,
+            _where("traffic.path") if _CONTEXT.get("endpoint") else None,
+            ("fix or drop the bad lines named above, or raise traffic.max_malformed_fraction if they are expected"),
+            2,
+        )
     if isinstance(exc, kinds("replay.ingest", "SourceFormatError")):
-        return text, _where("traffic.kind") if _CONTEXT.get("endpoint") else None, (
-            "set traffic.kind to the file's format (request_log, azure, mooncake, sample) or point traffic.path "
-            "at a file of that kind"), 2
+        return (
+            text,
+            _where("traffic.kind") if _CONTEXT.get("endpoint") else None,
+            (
+                "set traffic.kind to the file's format (request_log, azure, mooncake, sample) or point traffic.path "
+                "at a file of that kind"
+            ),
+            2,
+        )
     if isinstance(exc, kinds("research.llm_agents", "LLMNotConfigured")):
         return text, "--proposer", "configure the model in the environment, or use --proposer rules", 2
-    if isinstance(exc, kinds("autoresearch.models", "ModelUnavailable")):
-        return text, _where("model.path") if _CONTEXT.get("endpoint") else None, (
-            "set model.path to a local checkpoint folder or a builtin: model; scripts/setup.sh builds the builtins"), 2
+    if isinstance(exc, kinds("specs.models", "ModelUnavailable")):
+        return (
+            text,
+            _where("model.path") if _CONTEXT.get("endpoint") else None,
+            ("set model.path to a local checkpoint folder or a builtin: model; scripts/setup.sh builds the builtins"),
+            2,
+        )
     if isinstance(exc, kinds("duckdb", "Error")):
-        return f"research memory: {text.splitlines()[0] if text else type(exc).__name__}", None, (
-            "check the file named above is this project's research memory (--db, AUTORESEARCH_MEMORY_DB)"), 2
+        return (
+            f"research memory: {text.splitlines()[0] if text else type(exc).__name__}",
+            None,
+            ("check the file named above is this project's research memory (--db, AUTORESEARCH_MEMORY_DB)"),
+            2,
+        )
     if isinstance(exc, kinds("pydantic", "ValidationError")):
-        return f"invalid {getattr(exc, 'title', 'input')}: {_pydantic_summary(exc)}", where, (
-            "fix the field named above (`autoresearch validate` checks the YAML definitions)"), 2
+        return (
+            f"invalid {getattr(exc, 'title', 'input')}: {_pydantic_summary(exc)}",
+            where,
+            ("fix the field named above (`autoresearch validate` checks the YAML definitions)"),
+            2,
+        )
     if isinstance(exc, kinds("httpx", "HTTPError")):
         url = getattr(getattr(exc, "request", None), "url", None) if _has_request(exc) else None
-        return f"could not reach {url or 'the server'}: {type(exc).__name__}: {text}", where, (
-            "check the server runs and the URL (engine.url, AUTORESEARCH_LLM_BASE_URL) is right"), 2
+        return (
+            f"could not reach {url or 'the server'}: {type(exc).__name__}: {text}",
+            where,
+            ("check the server runs and the URL (engine.url, AUTORESEARCH_LLM_BASE_URL) is right"),
+            2,
+        )
     if isinstance(exc, OSError):
         name = exc.filename if exc.filename is not None else None
         message = f"{name}: {exc.strerror}" if name is not None and exc.strerror else text or type(exc).__name__
         if field is None and name is not None and _CONTEXT.get("endpoint"):
             field = _field_of_path(str(name))
             where = _where(field) if field else None
-        hint = {FileNotFoundError: "check the path exists (a relative path in YAML is relative to the repository root)",
-                IsADirectoryError: "a file is expected there, not a folder",
-                NotADirectoryError: "a folder is expected there, not a file",
-                PermissionError: "make it readable (and writable, for outputs) for this user"}.get(
-                    type(exc), "check the path and the disk")
+        hint = {
+            FileNotFoundError: "check the path exists (a relative path in YAML is relative to the repository root)",
+            IsADirectoryError: "a file is expected there, not a folder",
+            NotADirectoryError: "a folder is expected there, not a file",
+            PermissionError: "make it readable (and writable, for outputs) for this user",
+        }.get(type(exc), "check the path and the disk")
         return message, where, hint, 2
     first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__, where, \
-        "this looks like a bug; rerun with --debug for the traceback", 1
+    return (
+        f"{type(exc).__name__}: {first}" if first else type(exc).__name__,
+        where,
+        "this looks like a bug; rerun with --debug for the traceback",
+        1,
+    )
 
 
 def _has_request(exc) -> bool:
@@ -933,8 +1174,11 @@ def _field_of_path(name: str) -> str | None:
     if spec is None:
         return None
     for field, value in (("traffic.path", spec.traffic.path), ("model.path", spec.model.path)):
-        if value and (name == str(value) or Path(name) == paths.resolve_path(str(value))
-                      or str(paths.resolve_path(str(value))) in name):
+        if value and (
+            name == str(value)
+            or Path(name) == paths.resolve_path(str(value))
+            or str(paths.resolve_path(str(value))) in name
+        ):
             return field
     return None
 

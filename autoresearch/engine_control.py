@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from autoresearch import paths
-from autoresearch.config import EndpointSpec
+from specs import paths
+from specs.config import EndpointSpec
 
 
 def _state_file(spec: EndpointSpec) -> Path:
@@ -52,15 +52,24 @@ def up(spec: EndpointSpec) -> dict:
             f"endpoint {spec.name!r} runs on Modal: `engine up` keeps an engine running on this host, and a Modal "
             "endpoint's engine lives only inside one experiment's container (`autoresearch experiment run` through "
             "the Modal launcher, docs/launchers.md). The Modal app, image and volume were built offline; nothing "
-            "was launched (the remote launch itself is not exercised by this command).")
+            "was launched (the remote launch itself is not exercised by this command)."
+        )
     state = _read_state(spec)
     if state and _alive(state):
         return state
     engine = start_engine(spec)
     engine.process.detach()  # `engine down` stops it, not this command's exit
-    state = {"endpoint": spec.name, "pid": engine.pid, "pgid": os.getpgid(engine.pid), "argv": engine.command,
-             "base_url": engine.base_url, "served_model": engine.served_model, "log_path": str(engine.log_path),
-             "engine_version": engine.identity.engine_version, "started_at": time.time()}
+    state = {
+        "endpoint": spec.name,
+        "pid": engine.pid,
+        "pgid": os.getpgid(engine.pid),
+        "argv": engine.command,
+        "base_url": engine.base_url,
+        "served_model": engine.served_model,
+        "log_path": str(engine.log_path),
+        "engine_version": engine.identity.engine_version,
+        "started_at": time.time(),
+    }
     _state_file(spec).write_text(json.dumps(state, indent=2))
     return state
 
@@ -96,9 +105,14 @@ def status(spec: EndpointSpec) -> dict:
         from engines import adapter_for
 
         adapter = adapter_for(spec, 0, Path("."))
-        snapshot = adapter.parse_metrics(httpx.get(state["base_url"] + adapter.metrics_path, timeout=5).text, time.time())
-        out.update(requests_running=snapshot.requests_running, requests_waiting=snapshot.requests_waiting,
-                   kv_cache_usage=snapshot.kv_cache_usage)
+        snapshot = adapter.parse_metrics(
+            httpx.get(state["base_url"] + adapter.metrics_path, timeout=5).text, time.time()
+        )
+        out.update(
+            requests_running=snapshot.requests_running,
+            requests_waiting=snapshot.requests_waiting,
+            kv_cache_usage=snapshot.kv_cache_usage,
+        )
     except Exception:  # metrics are a nicety in a status line, never a reason to fail it
         pass
     return out

@@ -22,8 +22,17 @@ LOG_TAIL_LINES = 60
 
 def unit_command(spec_file, out_dir) -> list[str]:
     """The unit's entry point as a launcher runs it (an invalid verdict is data, not a failed step)."""
-    return [sys.executable, "-m", "autoresearch", "experiment", "run", str(spec_file), "--out", str(out_dir),
-            "--invalid-ok"]
+    return [
+        sys.executable,
+        "-m",
+        "autoresearch",
+        "experiment",
+        "run",
+        str(spec_file),
+        "--out",
+        str(out_dir),
+        "--invalid-ok",
+    ]
 
 
 def keep_engine_line(line: str) -> bool:
@@ -48,8 +57,9 @@ def _table(rows: list[dict]) -> dict:
         return "float" if seen == {"int", "float"} else "string"  # mixed numbers, or nothing to go by
 
     types = {n: column_type(n) for n in names}
-    records = [{n: (r.get(n) if types[n] != "string" or r.get(n) is None else str(r.get(n))) for n in names}
-               for r in rows]
+    records = [
+        {n: (r.get(n) if types[n] != "string" or r.get(n) is None else str(r.get(n))) for n in names} for r in rows
+    ]
     return _typed({"records": records, "schema": [{"name": n, "type": types[n]} for n in names]}, "table")
 
 
@@ -60,16 +70,39 @@ def unit_metadata(result: ExperimentResult, out_dir: Path) -> dict:
     c = result.candidate
     capacities = c.capacities
     comparison = c.comparison
-    repeats = [{"repeat": i + 1, "capacity_rps": s.capacity_rps, "capacity_method": s.capacity_method,
-                "knee_rps": s.knee_rate, "steps": len(s.steps), "validity": s.validity,
-                "invalid_reason": s.invalid_reason, "wall_s": round(c.sweep_wall_s[i], 1) if i < len(c.sweep_wall_s) else None}
-               for i, s in enumerate(c.sweeps)]
-    keep = ("rate", "achieved", "throughput", "ttft_p50_ms", "ttft_p95_ms", "itl_p95_ms", "e2e_p95_ms",
-            "error_rate", "send_lag_p99_ms", "within_sla", "validity", "note")
+    repeats = [
+        {
+            "repeat": i + 1,
+            "capacity_rps": s.capacity_rps,
+            "capacity_method": s.capacity_method,
+            "knee_rps": s.knee_rate,
+            "steps": len(s.steps),
+            "validity": s.validity,
+            "invalid_reason": s.invalid_reason,
+            "wall_s": round(c.sweep_wall_s[i], 1) if i < len(c.sweep_wall_s) else None,
+        }
+        for i, s in enumerate(c.sweeps)
+    ]
+    keep = (
+        "rate",
+        "achieved",
+        "throughput",
+        "ttft_p50_ms",
+        "ttft_p95_ms",
+        "itl_p95_ms",
+        "e2e_p95_ms",
+        "error_rate",
+        "send_lag_p99_ms",
+        "within_sla",
+        "validity",
+        "note",
+    )
     steps = [{"repeat": i + 1, **{k: row[k] for k in keep}} for i, s in enumerate(c.sweeps) for row in step_table(s)]
     log_tail = _log_tail(out_dir, result) or c.log_tail or ""
     inputs = {
-        "verdict": c.verdict, "confirmed": c.confirmed, "invalid_reason": c.invalid_reason,
+        "verdict": c.verdict,
+        "confirmed": c.confirmed,
+        "invalid_reason": c.invalid_reason,
         "capacities": capacities,
         "baseline_capacities": comparison.baseline_capacities if comparison else None,
         "baseline_capacity": comparison.baseline_capacity if comparison else None,
@@ -86,8 +119,11 @@ def unit_metadata(result: ExperimentResult, out_dir: Path) -> dict:
         "verdict_inputs": _typed(inputs, "json"),
         "evidence": _typed(comparison.evidence if comparison else None, "text"),
         "steps": _table(steps),
-        "load_curve": _typed("\n\n".join(f"**repeat {i + 1}**\n\n{step_table_markdown(s)}"
-                                         for i, s in enumerate(c.sweeps)) or "_(no sweep ran)_", "md"),
+        "load_curve": _typed(
+            "\n\n".join(f"**repeat {i + 1}**\n\n{step_table_markdown(s)}" for i, s in enumerate(c.sweeps))
+            or "_(no sweep ran)_",
+            "md",
+        ),
         "engine_args": _typed(" ".join(c.engine_args), "text"),
         "startup_s": _typed(c.startup_s, "float"),
         "wall_s": _typed(result.wall_s, "float"),
@@ -125,11 +161,17 @@ def run_unit(spec_path: Path, out_dir: Path) -> ExperimentResult:
     from dagster_pipes import open_dagster_pipes
 
     with open_dagster_pipes() as pipes:
+
         def progress(line: str) -> None:
             print(line, file=sys.stderr, flush=True)
             pipes.log.info(line)
 
-        result = run_experiment(spec, out_dir, progress=progress, keep_log_line=keep_engine_line,
-                                engine_log_sink=lambda line: pipes.log.info(f"[engine] {line}"))
+        result = run_experiment(
+            spec,
+            out_dir,
+            progress=progress,
+            keep_log_line=keep_engine_line,
+            engine_log_sink=lambda line: pipes.log.info(f"[engine] {line}"),
+        )
         pipes.report_asset_materialization(metadata=unit_metadata(result, out_dir))
     return result

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import polars as pl
 
-from autoresearch import paths
-from autoresearch.config import CampaignSpec, DefinitionSet, EndpointSpec
+from specs import paths
+from specs.config import CampaignSpec, DefinitionSet, EndpointSpec
 from research.loop import CandidateRun
 
 
 # --- replay pools ---------------------------------------------------------------------------
+
 
 def pool_dir(spec: EndpointSpec) -> Path:
     folder = paths.pools_dir() / spec.name
@@ -32,7 +33,7 @@ def production_profile_path(spec: EndpointSpec) -> Path:
 
 def build_replay_pool(spec: EndpointSpec):
     """Build the endpoint's replay pool with its fidelity report; keep the production profile."""
-    from autoresearch.models import tokenizer_dir
+    from specs.models import tokenizer_dir
     from replay.build import build_pool
 
     build = build_pool(spec, tokenizer_dir(spec.model.path), pool_dir(spec))
@@ -48,19 +49,22 @@ def pool_path(spec: EndpointSpec) -> Path:
 
 def load_pool(spec: EndpointSpec) -> pl.DataFrame:
     """The endpoint's current replay pool (built on first use)."""
-    from replay.schema import check_pool
+    from specs.pool_schema import check_pool
 
     path = pool_path(spec)
     if not path.exists():
         build = build_replay_pool(spec)
         if not build.accepted:
-            raise ValueError(f"{spec.name}: no replay pool passes its fidelity check; fix the traffic source "
-                             f"(traffic.path) and run `autoresearch replay build {spec.name}`:\n{build.table()}")
+            raise ValueError(
+                f"{spec.name}: no replay pool passes its fidelity check; fix the traffic source "
+                f"(traffic.path) and run `autoresearch replay build {spec.name}`:\n{build.table()}"
+            )
         return build.pool
     return check_pool(pl.read_parquet(path))
 
 
 # --- measurement ----------------------------------------------------------------------------
+
 
 def tqdm_progress(total_hint: int, desc: str) -> Callable:
     """A sweep progress callback drawing a tqdm bar on stderr (one tick per finished step)."""
@@ -79,8 +83,9 @@ def tqdm_progress(total_hint: int, desc: str) -> Callable:
     return update
 
 
-def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 1, users: list[int] | None = None,
-                   rates: bool = True):
+def sweep_endpoint(
+    spec: EndpointSpec, *, progress: bool = True, repeats: int = 1, users: list[int] | None = None, rates: bool = True
+):
     """Start the engine, run ``repeats`` capacity sweeps on the replay pool, stop the engine.
 
     With concurrency counts (``users``, else the endpoint's ``sweep.users``) a concurrency sweep
@@ -91,9 +96,11 @@ def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 
     from loadgen.sweep import run_sweep, run_user_sweep
 
     if preflight(spec) is not None:  # before the pool is built: nothing runs or is written here
-        raise LaunchRefused(f"endpoint {spec.name!r} runs on Modal: its sweeps run inside an experiment's container "
-                            "(`autoresearch experiment run` through the Modal launcher, docs/launchers.md); the "
-                            "Modal app builds offline, nothing was started or written.")
+        raise LaunchRefused(
+            f"endpoint {spec.name!r} runs on Modal: its sweeps run inside an experiment's container "
+            "(`autoresearch experiment run` through the Modal launcher, docs/launchers.md); the "
+            "Modal app builds offline, nothing was started or written."
+        )
     pool = load_pool(spec)
     sweeps = []
     with start_engine(spec, workdir=paths.runs_dir() / "sweeps" / spec.name) as engine:
@@ -107,18 +114,33 @@ def sweep_endpoint(spec: EndpointSpec, *, progress: bool = True, repeats: int = 
     return sweeps
 
 
-def write_experiment(spec: EndpointSpec, folder: Path, *, repeats: int = 1, label: str = "experiment",
-                     noise=None, reference=None, cuda_visible_devices: str | None = None) -> Path:
+def write_experiment(
+    spec: EndpointSpec,
+    folder: Path,
+    *,
+    repeats: int = 1,
+    label: str = "experiment",
+    noise=None,
+    reference=None,
+    cuda_visible_devices: str | None = None,
+) -> Path:
     """Write an experiment unit measuring ``spec`` as configured (spec.json + the endpoint's replay
     pool as pool.parquet) into ``folder``; return the spec file. See research.experiment."""
     from research.experiment import ExperimentSpec
 
-    unit = ExperimentSpec.for_endpoint(spec, repeats=repeats, label=label, noise_floor=noise, reference=reference,
-                                       cuda_visible_devices=cuda_visible_devices)
+    unit = ExperimentSpec.for_endpoint(
+        spec,
+        repeats=repeats,
+        label=label,
+        noise_floor=noise,
+        reference=reference,
+        cuda_visible_devices=cuda_visible_devices,
+    )
     return unit.write(folder, load_pool(spec))
 
 
 # --- campaigns ------------------------------------------------------------------------------
+
 
 def resolve_campaign(definitions: DefinitionSet, name: str) -> tuple[CampaignSpec, EndpointSpec]:
     """A campaign by name, or an endpoint name (its first declared campaign, else a default one)."""
@@ -126,12 +148,11 @@ def resolve_campaign(definitions: DefinitionSet, name: str) -> tuple[CampaignSpe
         campaign = definitions.campaigns[name]
         return campaign, definitions.endpoint(campaign.endpoint)
     if name in definitions.endpoints:
-        for campaign in definitions.campaigns.values():
-            if campaign.endpoint == name:
-                return campaign, definitions.endpoints[name]
-        return CampaignSpec(name=f"{name}_campaign", endpoint=name), definitions.endpoints[name]
-    raise KeyError(f"no campaign or endpoint named {name!r}; campaigns: {', '.join(sorted(definitions.campaigns))}; "
-                   f"endpoints: {', '.join(sorted(definitions.endpoints))}")
+        return definitions.campaign_of(name), definitions.endpoints[name]
+    raise KeyError(
+        f"no campaign or endpoint named {name!r}; campaigns: {', '.join(sorted(definitions.campaigns))}; "
+        f"endpoints: {', '.join(sorted(definitions.endpoints))}"
+    )
 
 
 def campaign_dir(campaign: CampaignSpec, partition: str | None = None) -> Path:
@@ -151,12 +172,21 @@ def check_campaign_launch(endpoint: EndpointSpec) -> None:
         raise LaunchRefused(
             f"endpoint {endpoint.name!r} runs on Modal: credentials are set and the Modal app builds offline, but "
             "a campaign's experiments are not dispatched to Modal yet (issue 11: the experiment unit and GPU pools); "
-            "nothing was started or written.")
+            "nothing was started or written."
+        )
 
 
-def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: str | None = None,
-                 partition: str | None = None, from_declared: bool = False, stop_after_s: float | None = None,
-                 progress: Callable[[str], None] = print, run_id: str | None = None):
+def run_campaign(
+    campaign: CampaignSpec,
+    endpoint: EndpointSpec,
+    *,
+    proposer: str | None = None,
+    partition: str | None = None,
+    from_declared: bool = False,
+    stop_after_s: float | None = None,
+    progress: Callable[[str], None] = print,
+    run_id: str | None = None,
+):
     """Resume the campaign's unfinished run, or start a new one; return its outcome.
 
     A finished run is kept (its folder renamed after its campaign id) and a new one starts from
@@ -179,12 +209,22 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: st
     if state is None and not from_declared:
         working = working_spec(endpoint)
         if working.engine.args != endpoint.engine.args:
-            progress("starting from the configuration the research memory confirmed last: "
-                     f"{' '.join(working.engine.args)} (--from-declared starts from the YAML one)")
+            progress(
+                "starting from the configuration the research memory confirmed last: "
+                f"{' '.join(working.engine.args)} (--from-declared starts from the YAML one)"
+            )
         endpoint = working
-    return run(campaign, endpoint, state_dir=folder, memory=MemoryStore(paths.memory_db_path()),
-               proposer=proposer or campaign.proposer, pool=load_pool(endpoint), progress=progress,
-               stop_after_s=stop_after_s, run_id=run_id)
+    return run(
+        campaign,
+        endpoint,
+        state_dir=folder,
+        memory=MemoryStore(paths.memory_db_path()),
+        proposer=proposer or campaign.proposer,
+        pool=load_pool(endpoint),
+        progress=progress,
+        stop_after_s=stop_after_s,
+        run_id=run_id,
+    )
 
 
 def working_spec(spec: EndpointSpec) -> EndpointSpec:
@@ -198,8 +238,14 @@ def working_spec(spec: EndpointSpec) -> EndpointSpec:
     return spec.with_engine_args(args) if args else spec
 
 
-def baseline_sweeps(spec: EndpointSpec, pool: pl.DataFrame, repeats: int, *, label: str = "baseline",
-                    progress: Callable[[str], None] | None = None):
+def baseline_sweeps(
+    spec: EndpointSpec,
+    pool: pl.DataFrame,
+    repeats: int,
+    *,
+    label: str = "baseline",
+    progress: Callable[[str], None] | None = None,
+):
     """K identical sweeps of one engine start (the same ladder each time): the noise floor's input."""
     from engines import start_engine
     from loadgen.sweep import run_sweep
@@ -217,13 +263,28 @@ def baseline_sweeps(spec: EndpointSpec, pool: pl.DataFrame, repeats: int, *, lab
 
 # --- diagnosis, proposals, candidates (the interactive research graph) ------------------------
 
-def diagnose_endpoint(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, recipes: dict | None = None, *,
-                      profile_seconds: float = 6.0, progress: Callable[[str], None] = print):
+
+def diagnose_endpoint(
+    spec: EndpointSpec,
+    pool: pl.DataFrame,
+    sweeps: list,
+    recipes: dict | None = None,
+    *,
+    profile_seconds: float = 6.0,
+    progress: Callable[[str], None] = print,
+):
     """research.loop.diagnose_step on the working baseline, with its engine's files under runs/diagnosis."""
     from research.loop import diagnose_step
 
-    return diagnose_step(spec, pool, sweeps, recipes=recipes, profile_seconds=profile_seconds,
-                         workdir=paths.runs_dir() / "diagnosis" / spec.name, progress=progress)
+    return diagnose_step(
+        spec,
+        pool,
+        sweeps,
+        recipes=recipes,
+        profile_seconds=profile_seconds,
+        workdir=paths.runs_dir() / "diagnosis" / spec.name,
+        progress=progress,
+    )
 
 
 def propose_for(spec: EndpointSpec, diagnosis, *, n: int, mode: str, baseline: dict, campaign_id: str):
@@ -231,9 +292,16 @@ def propose_for(spec: EndpointSpec, diagnosis, *, n: int, mode: str, baseline: d
     from memory_db.store import MemoryStore
     from research.loop import propose_step
 
-    return propose_step(spec, diagnosis, n=n, mode=mode, campaign_id=campaign_id,
-                        experiment_id=f"{campaign_id}-proposals", baseline=baseline,
-                        memory=MemoryStore(paths.memory_db_path()))
+    return propose_step(
+        spec,
+        diagnosis,
+        n=n,
+        mode=mode,
+        campaign_id=campaign_id,
+        experiment_id=f"{campaign_id}-proposals",
+        baseline=baseline,
+        memory=MemoryStore(paths.memory_db_path()),
+    )
 
 
 def reference_outputs(spec: EndpointSpec):
@@ -245,8 +313,9 @@ def reference_outputs(spec: EndpointSpec):
     if cache.exists():
         return ReferenceOutputs.model_validate_json(cache.read_text())
     with start_engine(spec, workdir=paths.runs_dir() / "references" / spec.name) as engine:
-        reference = capture_reference(engine.base_url, engine.served_model, list(spec.engine.args),
-                                      adapter=engine.adapter)
+        reference = capture_reference(
+            engine.base_url, engine.served_model, list(spec.engine.args), adapter=engine.adapter
+        )
     if reference.evidence != "none":  # a capture that got no evidence (a timeout) is tried again next time
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(reference.model_dump_json())
@@ -262,8 +331,17 @@ def conditions_for(spec: EndpointSpec, pool: pl.DataFrame):
     return conditions(spec, workload_signature(pool), engine_identity(spec).engine_version)
 
 
-def record_runs(spec: EndpointSpec, sweeps, *, kind: str, run_prefix: str, campaign_id: str | None = None,
-                experiment_id: str | None = None, dagster_run_id: str | None = None, memory=None) -> None:
+def record_runs(
+    spec: EndpointSpec,
+    sweeps,
+    *,
+    kind: str,
+    run_prefix: str,
+    campaign_id: str | None = None,
+    experiment_id: str | None = None,
+    dagster_run_id: str | None = None,
+    memory=None,
+) -> None:
     """Keep every sweep (all its steps) in the research memory: the Pareto front, the per-step view and
     the cost and energy figures are computed from these, across every experiment of the endpoint."""
     from memory_db.records import RunRecord
@@ -271,16 +349,33 @@ def record_runs(spec: EndpointSpec, sweeps, *, kind: str, run_prefix: str, campa
 
     memory = memory or MemoryStore(paths.memory_db_path())
     for i, sweep in enumerate(sweeps):
-        memory.record_run(RunRecord.from_sweep(
-            sweep, run_id=f"{run_prefix}-{kind}-{i}", kind=kind, campaign_id=campaign_id, experiment_id=experiment_id,
-            dagster_run_id=dagster_run_id, price_per_gpu_hour_usd=spec.hardware.price_per_gpu_hour_usd))
+        memory.record_run(
+            RunRecord.from_sweep(
+                sweep,
+                run_id=f"{run_prefix}-{kind}-{i}",
+                kind=kind,
+                campaign_id=campaign_id,
+                experiment_id=experiment_id,
+                dagster_run_id=dagster_run_id,
+                price_per_gpu_hour_usd=spec.hardware.price_per_gpu_hour_usd,
+            )
+        )
 
 
-def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, repeats: int, campaign_id: str,
-                 dagster_run_id: str | None = None, progress: Callable[[str], None] = print,
-                 extra_repeats: int = 2) -> CandidateRun:
+def run_proposal(
+    spec: EndpointSpec,
+    proposal,
+    pool: pl.DataFrame,
+    noise,
+    *,
+    repeats: int,
+    campaign_id: str,
+    dagster_run_id: str | None = None,
+    progress: Callable[[str], None] = print,
+    extra_repeats: int = 2,
+) -> CandidateRun:
     """Run one proposal through the shared harness, unless memory already decided it; record either way."""
-    from autoresearch.engine_args import apply_diff
+    from specs.engine_args import apply_diff
     from memory_db.records import ExperimentRecord
     from memory_db.store import MemoryStore
     from research import drafter
@@ -291,40 +386,86 @@ def run_proposal(spec: EndpointSpec, proposal, pool: pl.DataFrame, noise, *, rep
     conditions = conditions_for(spec, pool)
     prior = memory.prior_decision(spec.name, iv.engine_arg_diff, conditions)
     if prior is not None:
-        skip = memory.record_skip(endpoint=spec.name, campaign_id=campaign_id, conditions=conditions,
-                                  technique=iv.technique, change=iv.engine_arg_diff, prior=prior,
-                                  dagster_run_id=dagster_run_id)
+        skip = memory.record_skip(
+            endpoint=spec.name,
+            campaign_id=campaign_id,
+            conditions=conditions,
+            technique=iv.technique,
+            change=iv.engine_arg_diff,
+            prior=prior,
+            dagster_run_id=dagster_run_id,
+        )
         return CandidateRun(proposal=proposal, baseline_args=list(spec.engine.args), skipped=skip.reason)
     candidate_args = apply_diff(list(spec.engine.args), iv.engine_arg_diff)
     reference = None if iv.lossy else reference_outputs(spec)
-    result = run_candidate(spec, candidate_args, pool, noise, repeats, lossy=iv.lossy, reference=reference,
-                           workdir=paths.runs_dir() / "candidates" / spec.name / proposal.proposal_id, progress=progress,
-                           extra_repeats=extra_repeats)
+    result = run_candidate(
+        spec,
+        candidate_args,
+        pool,
+        noise,
+        repeats,
+        lossy=iv.lossy,
+        reference=reference,
+        workdir=paths.runs_dir() / "candidates" / spec.name / proposal.proposal_id,
+        progress=progress,
+        extra_repeats=extra_repeats,
+    )
     c, corr = result.comparison, result.correctness
     experiment_id = f"{campaign_id}:{proposal.proposal_id}"
-    memory.record_experiment(ExperimentRecord(
-        experiment_id=experiment_id, endpoint=spec.name, campaign_id=campaign_id, conditions=conditions,
-        bottleneck=proposal.bottleneck, technique=iv.technique, change=iv.engine_arg_diff,
-        base_config_hash=spec.launch_config_hash(),
-        candidate_config_hash=spec.with_engine_args(candidate_args).launch_config_hash(),
-        hypothesis=proposal.explanation, prediction=proposal.prediction, falsification=proposal.falsification,
-        verdict=result.verdict, invalid_reason=result.invalid_reason,
-        capacity_ratio=c.capacity_ratio if c else None, baseline_capacity=c.baseline_capacity if c else None,
-        candidate_capacity=(sum(result.capacities) / len(result.capacities)) if result.capacities else None,
-        noise_threshold=c.threshold if c else None, noise_rel_spread=noise.capacity_rel_spread if noise else None,
-        effect=c.effect if c else None, effect_low=c.effect_low if c else None,
-        effect_high=c.effect_high if c else None, mde=c.mde if c else None,
-        repeats=len(result.sweeps), lossless=not iv.lossy,
-        correctness=corr.model_dump(mode="json", exclude={"sequences"}) if corr else {},
-        soak=result.soak.metadata() if result.soak else None,
-        needs_review=bool(iv.lossy or (corr and corr.flag_for_review)),
-        evidence=c.evidence if c else (result.invalid_reason or ""),
-        dagster_run_ids=[dagster_run_id] if dagster_run_id else [],
-        asset_keys=[f"{spec.name}/candidate_runs/{proposal.proposal_id}"]))
-    record_runs(spec, result.sweeps, kind="candidate", run_prefix=experiment_id, campaign_id=campaign_id,
-                experiment_id=experiment_id, dagster_run_id=dagster_run_id, memory=memory)
+    memory.record_experiment(
+        ExperimentRecord(
+            experiment_id=experiment_id,
+            endpoint=spec.name,
+            campaign_id=campaign_id,
+            conditions=conditions,
+            bottleneck=proposal.bottleneck,
+            technique=iv.technique,
+            change=iv.engine_arg_diff,
+            base_config_hash=spec.launch_config_hash(),
+            candidate_config_hash=spec.with_engine_args(candidate_args).launch_config_hash(),
+            hypothesis=proposal.explanation,
+            prediction=proposal.prediction,
+            falsification=proposal.falsification,
+            verdict=result.verdict,
+            invalid_reason=result.invalid_reason,
+            capacity_ratio=c.capacity_ratio if c else None,
+            baseline_capacity=c.baseline_capacity if c else None,
+            candidate_capacity=(sum(result.capacities) / len(result.capacities)) if result.capacities else None,
+            noise_threshold=c.threshold if c else None,
+            noise_rel_spread=noise.capacity_rel_spread if noise else None,
+            effect=c.effect if c else None,
+            effect_low=c.effect_low if c else None,
+            effect_high=c.effect_high if c else None,
+            mde=c.mde if c else None,
+            repeats=len(result.sweeps),
+            lossless=not iv.lossy,
+            correctness=corr.model_dump(mode="json", exclude={"sequences"}) if corr else {},
+            soak=result.soak.metadata() if result.soak else None,
+            needs_review=bool(iv.lossy or (corr and corr.flag_for_review)),
+            evidence=c.evidence if c else (result.invalid_reason or ""),
+            dagster_run_ids=[dagster_run_id] if dagster_run_id else [],
+            asset_keys=[f"{spec.name}/candidate_runs/{proposal.proposal_id}"],
+        )
+    )
+    record_runs(
+        spec,
+        result.sweeps,
+        kind="candidate",
+        run_prefix=experiment_id,
+        campaign_id=campaign_id,
+        experiment_id=experiment_id,
+        dagster_run_id=dagster_run_id,
+        memory=memory,
+    )
     if iv.technique == drafter.TECHNIQUE:  # the drafter's record gets the verdict and the served acceptance
-        drafter.record_judgement(memory, spec, iv.engine_arg_diff, result.verdict, corr.label if corr else None,
-                                 result.sweeps)
-    return CandidateRun(proposal=proposal, baseline_args=list(spec.engine.args), result=result,
-                        experiment_id=experiment_id, engine_args=candidate_args, lossy=iv.lossy)
+        drafter.record_judgement(
+            memory, spec, iv.engine_arg_diff, result.verdict, corr.label if corr else None, result.sweeps
+        )
+    return CandidateRun(
+        proposal=proposal,
+        baseline_args=list(spec.engine.args),
+        result=result,
+        experiment_id=experiment_id,
+        engine_args=candidate_args,
+        lossy=iv.lossy,
+    )

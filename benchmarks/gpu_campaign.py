@@ -57,7 +57,7 @@ def definitions(models: Path, engine_python: str):
     """The shipped campaign and endpoint, with this machine's interpreter, model folder and the carried
     trace slice (nothing else changes: sweep, SLA and budget are as declared)."""
     os.environ["AUTORESEARCH_MODELS"] = str(models)
-    from autoresearch.config import CampaignSpec, EndpointSpec, read_declaration  # no Dagster on the GPU machine
+    from specs.config import CampaignSpec, EndpointSpec, read_declaration  # no Dagster on the GPU machine
 
     defs = REPO / "dagster_project" / "defs"
     campaign = read_declaration(defs / "campaigns" / CAMPAIGN / "defs.yaml", CampaignSpec)
@@ -123,10 +123,22 @@ def run(args) -> None:
         if args.hand_tuned_first:  # the reference comes first when a session's GPU time is nearly spent
             hand_tuned(spec, args.window_s - (time.monotonic() - started), call)
         window = args.window_s - (time.monotonic() - started)
-        outcome = run_campaign(campaign, spec, state_dir=STATE, memory=None, proposer="rules", pool=pool(),
-                               progress=log, stop_after_s=window)
-        call["outcome"] = {"finished": outcome.finished, "end_reason": outcome.end_reason,
-                           "reference_capacity": outcome.reference_capacity, "best_capacity": outcome.best_capacity}
+        outcome = run_campaign(
+            campaign,
+            spec,
+            state_dir=STATE,
+            memory=None,
+            proposer="rules",
+            pool=pool(),
+            progress=log,
+            stop_after_s=window,
+        )
+        call["outcome"] = {
+            "finished": outcome.finished,
+            "end_reason": outcome.end_reason,
+            "reference_capacity": outcome.reference_capacity,
+            "best_capacity": outcome.best_capacity,
+        }
         left = args.window_s - (time.monotonic() - started)
         if args.hand_tuned and outcome.finished:
             hand_tuned(spec, left, call)
@@ -158,17 +170,25 @@ def hand_tuned(spec, left_s: float, call: dict) -> None:
         log(call["hand_tuned"])
         return
     unit = STATE / "hand_tuned.unit"
-    spec_file = ExperimentSpec(label="hand_tuned", endpoint=spec, engine_args=HAND_TUNED, repeats=2,
-                               noise_floor=state.working.noise).write(unit, pool())
+    spec_file = ExperimentSpec(
+        label="hand_tuned", endpoint=spec, engine_args=HAND_TUNED, repeats=2, noise_floor=state.working.noise
+    ).write(unit, pool())
     command = unit_command(spec_file, unit)
     log(f"hand-tuned reference as an experiment unit: {' '.join(command)}")
     began = time.monotonic()
     subprocess.run(command, check=False, timeout=max(60.0, left_s))
     result = ExperimentResult.read(unit)
     path.write_text(result.candidate.model_dump_json(indent=1, exclude={"reference"}))
-    call["hand_tuned"] = {"verdict_vs_best": result.verdict, "capacities": result.capacities,
-                          "unit": {"entry_point": command[1:5], "host": result.host, "wall_s": round(result.wall_s, 1),
-                                   "subprocess_wall_s": round(time.monotonic() - began, 1)}}
+    call["hand_tuned"] = {
+        "verdict_vs_best": result.verdict,
+        "capacities": result.capacities,
+        "unit": {
+            "entry_point": command[1:5],
+            "host": result.host,
+            "wall_s": round(result.wall_s, 1),
+            "subprocess_wall_s": round(time.monotonic() - began, 1),
+        },
+    }
 
 
 def unit(args) -> None:
@@ -183,8 +203,12 @@ def unit(args) -> None:
     _, spec = definitions(models, args.engine_python)
     sweep = spec.sweep.model_copy(update=json.loads(args.sweep)) if args.sweep else spec.sweep
     folder = Path(args.out) / args.label
-    spec_file = ExperimentSpec(label=args.label, endpoint=spec.model_copy(update={"sweep": sweep}),
-                               engine_args=args.engine_args, repeats=args.repeats).write(folder, pool())
+    spec_file = ExperimentSpec(
+        label=args.label,
+        endpoint=spec.model_copy(update={"sweep": sweep}),
+        engine_args=args.engine_args,
+        repeats=args.repeats,
+    ).write(folder, pool())
     command = unit_command(spec_file, folder)
     log(" ".join(command))
     subprocess.run(command, check=False)
@@ -192,7 +216,7 @@ def unit(args) -> None:
 
 def report(args) -> Path:
     """Record the campaign here and write ``benchmarks/results/gpu_campaign.json`` with its review."""
-    from autoresearch import paths
+    from specs import paths
     from memory_db.store import MemoryStore
     from research.campaign import record_campaign, total_gain
     from research.harness import CandidateResult
@@ -213,28 +237,46 @@ def report(args) -> Path:
     experiments = []
     for e in sorted(state.experiments.values(), key=lambda e: e.started_at):
         corr = e.correctness
-        experiments.append({
-            "id": e.experiment_id, "round": e.round, "kind": e.kind, "title": e.title, "change": e.diff,
-            "verdict": e.verdict, "confirmed": e.confirmed,
-            "capacities": [s.capacity_rps for s in e.sweeps],
-            "capacity_ratio": e.comparison.capacity_ratio if e.comparison else None,
-            "every_repeat_beat_noise_floor": e.confirmed,
-            "correctness": (f"{getattr(corr, 'evidence', 'checked')}: {corr.summary()}" if corr else
-                            "not checked" + (f" ({e.invalid_reason.splitlines()[0]})" if e.invalid_reason else "")),
-            "adopted": any(b.source_experiment == e.experiment_id for b in state.baselines),
-            "invalid_reason": e.invalid_reason})
+        experiments.append(
+            {
+                "id": e.experiment_id,
+                "round": e.round,
+                "kind": e.kind,
+                "title": e.title,
+                "change": e.diff,
+                "verdict": e.verdict,
+                "confirmed": e.confirmed,
+                "capacities": [s.capacity_rps for s in e.sweeps],
+                "capacity_ratio": e.comparison.capacity_ratio if e.comparison else None,
+                "every_repeat_beat_noise_floor": e.confirmed,
+                "correctness": (
+                    f"{getattr(corr, 'evidence', 'checked')}: {corr.summary()}"
+                    if corr
+                    else "not checked" + (f" ({e.invalid_reason.splitlines()[0]})" if e.invalid_reason else "")
+                ),
+                "adopted": any(b.source_experiment == e.experiment_id for b in state.baselines),
+                "invalid_reason": e.invalid_reason,
+            }
+        )
     hand_caps = hand_result.capacities if hand_result else []
     gain, gain_is_bound = total_gain(state.reference, state.working)
     summary = {
-        "campaign": CAMPAIGN, "endpoint": ENDPOINT, "campaign_id": state.campaign_id,
-        "finished": state.finished, "end_reason": state.end_reason,
+        "campaign": CAMPAIGN,
+        "endpoint": ENDPOINT,
+        "campaign_id": state.campaign_id,
+        "finished": state.finished,
+        "end_reason": state.end_reason,
         "reference_args": state.reference.engine_args if state.reference else None,
         "reference_capacity": state.reference.capacity if state.reference else None,
         "reference_capacities": state.reference.noise.capacities if state.reference else None,
         # a reference that held no rate down to its sweep floor: its capacity is below this (req/s)
-        "reference_capacity_below_rps": (min(b for b in state.reference.noise.capacity_below if b is not None)
-                                         if state.reference and any(state.reference.noise.capacity_below) else None),
-        "total_gain": gain, "total_gain_is_lower_bound": gain_is_bound,
+        "reference_capacity_below_rps": (
+            min(b for b in state.reference.noise.capacity_below if b is not None)
+            if state.reference and any(state.reference.noise.capacity_below)
+            else None
+        ),
+        "total_gain": gain,
+        "total_gain_is_lower_bound": gain_is_bound,
         "best_args": state.working.engine_args if state.working else None,
         "best_capacity": state.working.capacity if state.working else None,
         "best_capacities": state.working.noise.capacities if state.working else None,
@@ -245,11 +287,13 @@ def report(args) -> Path:
         "hand_tuned_verdict_vs_best": hand_result.verdict if hand_result else None,
         "capacity_unit": "req/s within the declared SLA (TTFT p95 <= 1500 ms, ITL p95 <= 100 ms, errors <= 1%)",
         "gpu_minutes": round(sum(c.get("wall_s", 0.0) for c in calls) / 60, 2),
-        "calls": len(calls), "call_log": calls,
+        "calls": len(calls),
+        "call_log": calls,
         "experiments": experiments,
         "open_questions": state.open_questions,
-        "best_vs_hand_tuned": (state.working.capacity / (sum(hand_caps) / len(hand_caps))
-                               if hand_caps and state.working else None),
+        "best_vs_hand_tuned": (
+            state.working.capacity / (sum(hand_caps) / len(hand_caps)) if hand_caps and state.working else None
+        ),
         "noise_threshold_of_best": state.working.noise.threshold if state.working else None,
         "review_report": str(review.relative_to(REPO)),
         "rerun": "docs/gpu.md, 'The campaign on the H200'",
@@ -271,8 +315,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--model-size", default="442m")
     r.add_argument("--hand-tuned", action="store_true", help="then measure the hand-tuned reference if time is left")
     r.add_argument("--max-rounds", type=int, help="fewer rounds than the campaign declares (recorded in the call log)")
-    r.add_argument("--hand-tuned-first", action="store_true",
-                   help="measure the hand-tuned reference before resuming the campaign")
+    r.add_argument(
+        "--hand-tuned-first", action="store_true", help="measure the hand-tuned reference before resuming the campaign"
+    )
     u = sub.add_parser("unit", help="one experiment unit through `autoresearch experiment run` (GPU machine)")
     u.add_argument("--out", required=True)
     u.add_argument("--label", default="unit")

@@ -39,8 +39,16 @@ SLOWDOWN = REPO / "engines" / "patches" / "planted_slowdown"
 # CUDA graphs (the campaign's adopted change) with a fixed KV cache and batch budget: 1,024 blocks of
 # 256 tokens (~28 GiB each for this model), so two engines are the same configuration and fit on one H200 beside
 # their graph pools (by default each takes ~90% of the free memory, the second would get what is left).
-ARGS = ["--continuous-batching", "--cb-use-cuda-graph", "--cb-block-size", "256", "--cb-num-blocks", "1024",
-        "--cb-max-batch-tokens", "8192"]
+ARGS = [
+    "--continuous-batching",
+    "--cb-use-cuda-graph",
+    "--cb-block-size",
+    "256",
+    "--cb-num-blocks",
+    "1024",
+    "--cb-max-batch-tokens",
+    "8192",
+]
 PLANTED_STEP = 1 / 0.85 - 1  # each step 1.176x as long: about -15% capacity where decode steps bind
 
 
@@ -72,21 +80,29 @@ def run(args) -> None:
     spec = shipped_endpoint(args.engine_python, args.model_size)
     specs = {"A": _spec_for(spec, 0.0), "B": _spec_for(spec, PLANTED_STEP if args.pair == "planted" else 0.0)}
     data = pool()
-    record = {"pair": args.pair, "engine_args": ARGS, "planted_step_fraction": PLANTED_STEP if args.pair == "planted" else 0,
-              "sla": spec.sla.model_dump(exclude_none=True), "capacity_guess": args.guess, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    record = {
+        "pair": args.pair,
+        "engine_args": ARGS,
+        "planted_step_fraction": PLANTED_STEP if args.pair == "planted" else 0,
+        "sla": spec.sla.model_dump(exclude_none=True),
+        "capacity_guess": args.guess,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     measured, resumed = _resumed(args.resume)
     if args.resume:
         previous = json.loads(Path(args.resume).read_text())
         record["resumes"] = Path(args.resume).name
         record["resumed_wall_s"] = previous["wall_s"] + previous.get("resumed_wall_s", 0)
-        record["resumed_verdict_wall_s"] = previous.get("verdict_wall_s", previous["wall_s"]) + \
-            previous.get("resumed_verdict_wall_s", 0)
+        record["resumed_verdict_wall_s"] = previous.get("verdict_wall_s", previous["wall_s"]) + previous.get(
+            "resumed_verdict_wall_s", 0
+        )
         log(f"resuming {record['resumes']}: {len(measured['A'])} round(s) measured there, on other engines")
     if measured["A"]:
         from loadgen.verdict import judge_rounds
 
-        look = judge_rounds(measured["A"], measured["B"], max_rounds=args.max_rounds, prior_var=PRIOR_SD**2,
-                            prior_df=PRIOR_DF)
+        look = judge_rounds(
+            measured["A"], measured["B"], max_rounds=args.max_rounds, prior_var=PRIOR_SD**2, prior_df=PRIOR_DF
+        )
         if look.verdict != "undecided":
             raise SystemExit(f"{args.resume} is already decided ({look.sentence()}): nothing to resume")
     engines = {}
@@ -104,8 +120,9 @@ def run(args) -> None:
             # the memory free then; both must be sized before either grows its graph pools
             warm_until_steady(engines[side], data, specs[side], 1.0, burst_s=2, max_bursts=1)
         for side in ("A", "B"):
-            warm = warm_until_steady(engines[side], data, specs[side], args.guess * 0.8, burst_s=6, max_bursts=args.warm_bursts,
-                                     progress=log)
+            warm = warm_until_steady(
+                engines[side], data, specs[side], args.guess * 0.8, burst_s=6, max_bursts=args.warm_bursts, progress=log
+            )
             record[f"warmup_{side}"] = warm.model_dump()
             log(f"engine {side}: {warm.describe()}")
         cursor = max(getattr(e, "pool_cursor", 0) for e in engines.values())
@@ -115,23 +132,43 @@ def run(args) -> None:
 
         def measure(side: str, i: int, rates: list[float]):
             t0 = time.monotonic()
-            sweep = run_sweep(engines[side], data, specs[side], rates=rates, repeats_label=f"{side}{i}",
-                              check_client=False)
-            sweeps.append({"side": side, "round": i, "wall_s": round(time.monotonic() - t0, 1),
-                           "steps": [s.model_dump(exclude={"metrics_samples"}) for s in sweep.steps],
-                           "validity": sweep.validity, "invalid_reason": sweep.invalid_reason})
-            log(f"{side} round {i + 1}: " + ", ".join(f"{s.target_rate:g}:{'ok' if s.within_sla else 'x'}"
-                                                     for s in sweep.steps) + f" in {time.monotonic() - t0:.0f} s")
+            sweep = run_sweep(
+                engines[side], data, specs[side], rates=rates, repeats_label=f"{side}{i}", check_client=False
+            )
+            sweeps.append(
+                {
+                    "side": side,
+                    "round": i,
+                    "wall_s": round(time.monotonic() - t0, 1),
+                    "steps": [s.model_dump(exclude={"metrics_samples"}) for s in sweep.steps],
+                    "validity": sweep.validity,
+                    "invalid_reason": sweep.invalid_reason,
+                }
+            )
+            log(
+                f"{side} round {i + 1}: "
+                + ", ".join(f"{s.target_rate:g}:{'ok' if s.within_sla else 'x'}" for s in sweep.steps)
+                + f" in {time.monotonic() - t0:.0f} s"
+            )
             if sweep.validity != "valid":
-                return [s.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
-                        for s in sweep.steps]
+                return [
+                    s.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
+                    for s in sweep.steps
+                ]
             return sweep.steps
 
         verdict_began = time.monotonic()
-        stats, _ = sequential_verdict(measure, args.guess, max_rounds=args.max_rounds, min_rounds=2,
-                                      prior_var=PRIOR_SD**2, prior_df=PRIOR_DF, progress=log,
-                                      time_left=lambda: args.window_s - (time.monotonic() - began),
-                                      measured=measured)
+        stats, _ = sequential_verdict(
+            measure,
+            args.guess,
+            max_rounds=args.max_rounds,
+            min_rounds=2,
+            prior_var=PRIOR_SD**2,
+            prior_df=PRIOR_DF,
+            progress=log,
+            time_left=lambda: args.window_s - (time.monotonic() - began),
+            measured=measured,
+        )
         record["verdict"] = stats.model_dump()
         record["verdict_sentence"] = stats.sentence()
         record["verdict_wall_s"] = round(time.monotonic() - verdict_began, 1)
@@ -173,31 +210,65 @@ def report(args) -> None:
         counts = Counter(v["verdict"] for _, v in group)
         mdes = [v["mde"] for _, v in group if v.get("mde") is not None]
         first = group[0][0]
-        cells.append({
-            "instrument": "h200", "mode": "real", "planted_effect": -0.15 if pair == "planted" else 0.0,
-            "planted_as": (f"the candidate's batch steps x{1 + first['planted_step_fraction']:.3f} "
-                           "(engines/patches/planted_slowdown)" if pair == "planted" else "the same configuration on both sides"),
-            "trials": len(group), "verdicts": {k: counts.get(k, 0) for k in ("better", "same", "worse", "invalid")},
-            "trial_verdicts": [{"file": r.get("file"), "verdict": r.get("verdict_sentence") or v.get("sentence"),
-                                "rounds": v.get("rounds"), "calls": 1 + bool(r.get("resumes")), "cut": v.get("cut"),
-                                "gpu_minutes": round((r["wall_s"] + r.get("resumed_wall_s", 0)) / 60, 2)}
-                               for r, v in group],
-            "effect_median": float(np.median([v["effect"] for _, v in group if v.get("effect") is not None])),
-            "noise_threshold": max(mdes) if mdes else None, "mde_median": float(np.median(mdes)) if mdes else None,
-            "rounds_mean": float(np.mean([v.get("rounds") or 0 for _, v in group])),
-            "minutes_per_verdict": round(float(np.mean([r.get("verdict_wall_s", r["wall_s"]) + r.get("resumed_verdict_wall_s", 0)
-                                                        for r, _ in group])) / 60, 2),
-            # a resumed verdict's GPU time is both calls' (two engine starts and warm-ups)
-            "gpu_minutes_per_verdict": round(float(np.mean([r["wall_s"] + r.get("resumed_wall_s", 0) for r, _ in group])) / 60, 2),
-            ("false_verdict_rate" if pair == "aa" else "power"): round(
-                (counts.get("better", 0) + counts.get("worse", 0)) / len(group) if pair == "aa"
-                else counts.get("worse", 0) / len(group), 4),
-        })
+        cells.append(
+            {
+                "instrument": "h200",
+                "mode": "real",
+                "planted_effect": -0.15 if pair == "planted" else 0.0,
+                "planted_as": (
+                    f"the candidate's batch steps x{1 + first['planted_step_fraction']:.3f} "
+                    "(engines/patches/planted_slowdown)"
+                    if pair == "planted"
+                    else "the same configuration on both sides"
+                ),
+                "trials": len(group),
+                "verdicts": {k: counts.get(k, 0) for k in ("better", "same", "worse", "invalid")},
+                "trial_verdicts": [
+                    {
+                        "file": r.get("file"),
+                        "verdict": r.get("verdict_sentence") or v.get("sentence"),
+                        "rounds": v.get("rounds"),
+                        "calls": 1 + bool(r.get("resumes")),
+                        "cut": v.get("cut"),
+                        "gpu_minutes": round((r["wall_s"] + r.get("resumed_wall_s", 0)) / 60, 2),
+                    }
+                    for r, v in group
+                ],
+                "effect_median": float(np.median([v["effect"] for _, v in group if v.get("effect") is not None])),
+                "noise_threshold": max(mdes) if mdes else None,
+                "mde_median": float(np.median(mdes)) if mdes else None,
+                "rounds_mean": float(np.mean([v.get("rounds") or 0 for _, v in group])),
+                "minutes_per_verdict": round(
+                    float(
+                        np.mean(
+                            [
+                                r.get("verdict_wall_s", r["wall_s"]) + r.get("resumed_verdict_wall_s", 0)
+                                for r, _ in group
+                            ]
+                        )
+                    )
+                    / 60,
+                    2,
+                ),
+                # a resumed verdict's GPU time is both calls' (two engine starts and warm-ups)
+                "gpu_minutes_per_verdict": round(
+                    float(np.mean([r["wall_s"] + r.get("resumed_wall_s", 0) for r, _ in group])) / 60, 2
+                ),
+                ("false_verdict_rate" if pair == "aa" else "power"): round(
+                    (counts.get("better", 0) + counts.get("worse", 0)) / len(group)
+                    if pair == "aa"
+                    else counts.get("worse", 0) / len(group),
+                    4,
+                ),
+            }
+        )
     out = RESULTS / "harness_power.json"
     doc = json.loads(out.read_text()) if out.exists() else {"cells": []}
     doc["cells"] = [c for c in doc["cells"] if c["instrument"] != "h200"] + cells
-    doc.setdefault("commands", {})["h200"] = ("python benchmarks/gpu_power.py run --pair aa|planted --out $OUT "
-                                              "(GPU machine, one call each; docs/gpu.md), then gpu_power.py report")
+    doc.setdefault("commands", {})["h200"] = (
+        "python benchmarks/gpu_power.py run --pair aa|planted --out $OUT "
+        "(GPU machine, one call each; docs/gpu.md), then gpu_power.py report"
+    )
     out.write_text(json.dumps(doc, indent=2) + "\n")
     write_markdown(doc)
     print(json.dumps(cells, indent=1))
@@ -216,12 +287,19 @@ def _judge_cut(record: dict) -> dict:
     done = sorted(set(by_side["A"]) & set(by_side["B"]))
     if not done:
         return {"verdict": "invalid", "reason": "cut before one round was measured on both sides"}
-    stats = judge_rounds([by_side["A"][i] for i in done], [by_side["B"][i] for i in done], final=True,
-                         prior_var=PRIOR_SD**2, prior_df=PRIOR_DF)
+    stats = judge_rounds(
+        [by_side["A"][i] for i in done],
+        [by_side["B"][i] for i in done],
+        final=True,
+        prior_var=PRIOR_SD**2,
+        prior_df=PRIOR_DF,
+    )
     if stats.verdict == "undecided":
         stats = stats.model_copy(update={"verdict": "same"})
-    return stats.model_dump() | {"sentence": stats.sentence(), "cut": f"the call's time limit cut it after {len(done)} "
-                                 "complete round(s); judged here as the final look"}
+    return stats.model_dump() | {
+        "sentence": stats.sentence(),
+        "cut": f"the call's time limit cut it after {len(done)} complete round(s); judged here as the final look",
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

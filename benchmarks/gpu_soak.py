@@ -40,17 +40,26 @@ RESULTS = REPO / "benchmarks" / "results"
 OVERLAY = REPO / "engines" / "patches" / "transformers_cb_config"
 CONFIGS = {
     # the campaign's adopted best: 3.65 and 4.69 req/s in its two sweeps (gpu_campaign.json)
-    "cuda_graphs": {"args": ["--continuous-batching", "--cb-use-cuda-graph"], "overlay": None, "rate": 4.17,
-                    "rate_source": "its two sweeps in gpu_campaign.json (3.65, 4.69 req/s)"},
+    "cuda_graphs": {
+        "args": ["--continuous-batching", "--cb-use-cuda-graph"],
+        "overlay": None,
+        "rate": 4.17,
+        "rate_source": "its two sweeps in gpu_campaign.json (3.65, 4.69 req/s)",
+    },
     # ITL halved at low load in short steps; reported to die within 45 s at 5 req/s (docs/gpu.md)
     "cuda_graphs_padding_512_4096": {
         "args": ["--continuous-batching", "--cb-use-cuda-graph"],
-        "overlay": {"q_padding_interval_size": 512, "kv_padding_interval_size": 4096}, "rate": 5.0,
-        "rate_source": "not swept: the rate it held in short steps (docs/gpu.md)"},
+        "overlay": {"q_padding_interval_size": 512, "kv_padding_interval_size": 4096},
+        "rate": 5.0,
+        "rate_source": "not swept: the rate it held in short steps (docs/gpu.md)",
+    },
     # the fix the OOM suggests: a KV cache that leaves room for the CUDA-graph pools (~16 GiB)
     "cuda_graphs_kv_memory_0.6": {
-        "args": ["--continuous-batching", "--cb-use-cuda-graph"], "overlay": {"max_memory_percent": 0.6},
-        "rate": 4.17, "rate_source": "the CUDA-graph configuration's capacity (not swept with this overlay)"},
+        "args": ["--continuous-batching", "--cb-use-cuda-graph"],
+        "overlay": {"max_memory_percent": 0.6},
+        "rate": 4.17,
+        "rate_source": "the CUDA-graph configuration's capacity (not swept with this overlay)",
+    },
 }
 
 
@@ -84,9 +93,15 @@ def run(args) -> None:
         env["PYTHONPATH"] = os.pathsep.join([str(OVERLAY), os.environ.get("PYTHONPATH", "")])
         env["AUTORESEARCH_CB_CONFIG"] = json.dumps(config["overlay"])
     spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": env})})
-    record = {"config": args.config, "engine_args": config["args"], "overlay": config["overlay"],
-              "rate_source": config["rate_source"], "soak_spec": spec.soak.model_dump(), "host": os.uname().nodename,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    record = {
+        "config": args.config,
+        "engine_args": config["args"],
+        "overlay": config["overlay"],
+        "rate_source": config["rate_source"],
+        "soak_spec": spec.soak.model_dump(),
+        "host": os.uname().nodename,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     began = time.monotonic()
     engine = start_engine(spec, args_override=config["args"], workdir=out / f"engine_{args.config}")
     record["startup_s"] = engine.startup_s
@@ -111,19 +126,29 @@ def _scrub(text: str) -> str:
 
 def report(args) -> Path:
     rows = [json.loads(_scrub(p.read_text())) for p in sorted(Path(args.dir).glob("soak_*.json"))]
-    payload = {"what": "loadgen.soak on the H200 (transformers serve, random 442 M Qwen3, chat_azure_h200 pool)",
-               "command": "benchmarks/gpu_soak.py run --config NAME (docs/gpu.md)", "soaks": rows}
+    payload = {
+        "what": "loadgen.soak on the H200 (transformers serve, random 442 M Qwen3, chat_azure_h200 pool)",
+        "command": "benchmarks/gpu_soak.py run --config NAME (docs/gpu.md)",
+        "soaks": rows,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / "gpu_soak.json"
     target.write_text(json.dumps(payload, indent=1))
-    lines = ["# Soaks on one H200 (`benchmarks/gpu_soak.py`)", "",
-             "| configuration | rate held | held | outcome | overload | diagnosis | reasons |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Soaks on one H200 (`benchmarks/gpu_soak.py`)",
+        "",
+        "| configuration | rate held | held | outcome | overload | diagnosis | reasons |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         s = r.get("soak") or {}
-        lines.append(f"| `{' '.join(r['engine_args'])}`" + (f" + overlay `{r['overlay']}`" if r["overlay"] else "")
-                     + f" | {s.get('rate', '?')} req/s ({r['rate_source']}) | {s.get('held_s', 0):.0f} s of "
-                     f"{r['soak_spec']['hold_s']:.0f} | {s.get('outcome', 'not run')} | {s.get('overload') or '-'} | "
-                     f"{s.get('diagnosis') or '-'} | {'; '.join(s.get('reasons') or []) or '-'} |")
+        lines.append(
+            f"| `{' '.join(r['engine_args'])}`"
+            + (f" + overlay `{r['overlay']}`" if r["overlay"] else "")
+            + f" | {s.get('rate', '?')} req/s ({r['rate_source']}) | {s.get('held_s', 0):.0f} s of "
+            f"{r['soak_spec']['hold_s']:.0f} | {s.get('outcome', 'not run')} | {s.get('overload') or '-'} | "
+            f"{s.get('diagnosis') or '-'} | {'; '.join(s.get('reasons') or []) or '-'} |"
+        )
     (RESULTS / "gpu_soak.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return target

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoresearch.config import SLASpec  # noqa: E402
+from specs.config import SLASpec  # noqa: E402
 from loadgen import arrivals, simengine  # noqa: E402
 from loadgen.capacity import estimate  # noqa: E402
 from loadgen.runner import LagBounds, run_open_loop  # noqa: E402
@@ -60,16 +60,23 @@ def http_step(engine, rate: float, duration_s: float, seed: int):
     schedule = arrivals.poisson(rate, duration_s, seed=seed)
     start = int(np.random.default_rng(seed).integers(0, POOL))
     bodies = [body((start + i) % POOL) for i in range(len(schedule))]
-    outcome = run_open_loop(engine.base_url, engine.served_model, bodies, schedule, duration_s=duration_s,
-                            isolate=True, lag_bounds=LagBounds(p99_ms=20.0, min_rate_ratio=0.95), timeout_s=30)
+    outcome = run_open_loop(
+        engine.base_url,
+        engine.served_model,
+        bodies,
+        schedule,
+        duration_s=duration_s,
+        isolate=True,
+        lag_bounds=LagBounds(p99_ms=20.0, min_rate_ratio=0.95),
+        timeout_s=30,
+    )
     time.sleep(0.5)  # drain: the next step starts on an idle engine
     return summarize(outcome, SLA, target_rate=rate)
 
 
 def true_capacity(model: simengine.ServiceModel, guess: float) -> float:
     """The capacity within the SLA measured at length: long virtual steps around the guess."""
-    steps = [virtual_step(model, guess * f, 400.0, 10_000 + k, 77 + k)
-             for k, f in enumerate(np.linspace(0.8, 1.2, 9))]
+    steps = [virtual_step(model, guess * f, 400.0, 10_000 + k, 77 + k) for k, f in enumerate(np.linspace(0.8, 1.2, 9))]
     return estimate(steps, boot=0).capacity
 
 
@@ -89,8 +96,9 @@ def planted(effect: float, base_capacity: float) -> simengine.ServiceModel:
     return BASE.planted(speed - 1)
 
 
-def sweep_side(model: simengine.ServiceModel, side: str, i: int, rates: list[float], seed: int, step_s: float,
-               http: bool):
+def sweep_side(
+    model: simengine.ServiceModel, side: str, i: int, rates: list[float], seed: int, step_s: float, http: bool
+):
     """One side's sweep of round ``i``: a fresh engine start, the round's schedules (the same for both
     sides: common random numbers), virtual time or the HTTP server."""
     start_seed = seed * 1000 + i * 2 + (side == "B")
@@ -99,12 +107,15 @@ def sweep_side(model: simengine.ServiceModel, side: str, i: int, rates: list[flo
         with simengine.start(model, seed=start_seed) as engine:
             return [http_step(engine, r, step_s, sched) for r, sched in zip(rates, schedule_seeds)]
     started = model.started(start_seed)
-    return [virtual_step(started, r, step_s, sched, start_seed * 13 + k)
-            for k, (r, sched) in enumerate(zip(rates, schedule_seeds))]
+    return [
+        virtual_step(started, r, step_s, sched, start_seed * 13 + k)
+        for k, (r, sched) in enumerate(zip(rates, schedule_seeds))
+    ]
 
 
-def trial(candidate: simengine.ServiceModel, seed: int, guess: float, step_s: float, prior, http: bool,
-          max_rounds: int = 4):
+def trial(
+    candidate: simengine.ServiceModel, seed: int, guess: float, step_s: float, prior, http: bool, max_rounds: int = 4
+):
     """One verdict: baseline BASE vs ``candidate``, a fresh engine start per side and round."""
     measured_s = [0.0]
 
@@ -112,8 +123,9 @@ def trial(candidate: simengine.ServiceModel, seed: int, guess: float, step_s: fl
         measured_s[0] += len(rates) * (step_s + 0.5)
         return sweep_side(BASE if side == "A" else candidate, side, i, rates, seed, step_s, http)
 
-    stats, _ = sequential_verdict(measure, guess, seed=seed, prior_var=prior[0], prior_df=prior[1],
-                                  max_rounds=max_rounds)
+    stats, _ = sequential_verdict(
+        measure, guess, seed=seed, prior_var=prior[0], prior_df=prior[1], max_rounds=max_rounds
+    )
     return stats, measured_s[0]
 
 
@@ -128,21 +140,23 @@ def noise_floor(guess: float, step_s: float, rounds: int, http: bool, seed: int 
 
 # --- real vLLM on the CPU: a planted slowdown (engines/patches/planted_slowdown) -------------------
 
+
 def vllm_cpu_main(args) -> None:
     """Trials on real vLLM serving SmolLM2 (prefix caching on): A/A, and a planted slowdown of the
     baseline (every engine step (1 + s) times as long), so the unpatched candidate is the faster side.
     Each trial's verdict is appended to benchmarks/results/harness_power_vllm_cpu.jsonl as it finishes
     (this takes hours on 2 cores: the run resumes where it stopped); cells are rebuilt from that file."""
-    from autoresearch.engine_args import REMOVE, apply_diff
-    from autoresearch.paths import definitions_dir
+    from specs.engine_args import REMOVE, apply_diff
+    from specs.paths import definitions_dir
     from autoresearch.workflows import load_pool
     from dagster_project.lib import load_definitions
     from engines import start_engine
     from loadgen.sweep import run_sweep
 
     spec = load_definitions(definitions_dir()).endpoint("support_smollm")
-    spec = spec.with_engine_args(apply_diff(spec.engine.args, {"--no-enable-prefix-caching": REMOVE,
-                                                               "--enable-prefix-caching": None}))
+    spec = spec.with_engine_args(
+        apply_diff(spec.engine.args, {"--no-enable-prefix-caching": REMOVE, "--enable-prefix-caching": None})
+    )
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"refine_steps": 0})})
     pool = load_pool(spec)
     patch = str(ROOT / "engines" / "patches" / "planted_slowdown")
@@ -158,9 +172,12 @@ def vllm_cpu_main(args) -> None:
             with start_engine(a_spec if side == "A" else b_spec, workdir=RESULTS.parent / ".runs" / "power") as engine:
                 sweep = run_sweep(engine, pool, spec, rates=rates, repeats_label=f"{side}{i}")
             if sweep.validity != "valid":
-                return [st.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
-                        for st in sweep.steps] or []
+                return [
+                    st.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
+                    for st in sweep.steps
+                ] or []
             return sweep.steps
+
         return measure
 
     for effect in [float(e) for e in args.effects.split(",")]:
@@ -169,11 +186,26 @@ def vllm_cpu_main(args) -> None:
         for k in range(have, args.trials):
             t0 = time.time()
             # the product's own prior for a new endpoint (loadgen.verdict.PRIOR_SD/PRIOR_DF), updated by the rounds
-            stats, rounds = sequential_verdict(measure_with(base, spec), args.capacity_guess, seed=k + 1,
-                                               max_rounds=args.max_rounds, prior_var=PRIOR_SD**2, prior_df=PRIOR_DF)
-            row = {"planted_effect": effect, "trial": k, "verdict": stats.verdict, "effect": stats.effect,
-                   "low": stats.low, "high": stats.high, "mde": stats.mde, "rounds": stats.rounds,
-                   "reason": stats.reason, "minutes": round((time.time() - t0) / 60, 2)}
+            stats, rounds = sequential_verdict(
+                measure_with(base, spec),
+                args.capacity_guess,
+                seed=k + 1,
+                max_rounds=args.max_rounds,
+                prior_var=PRIOR_SD**2,
+                prior_df=PRIOR_DF,
+            )
+            row = {
+                "planted_effect": effect,
+                "trial": k,
+                "verdict": stats.verdict,
+                "effect": stats.effect,
+                "low": stats.low,
+                "high": stats.high,
+                "mde": stats.mde,
+                "rounds": stats.rounds,
+                "reason": stats.reason,
+                "minutes": round((time.time() - t0) / 60, 2),
+            }
             with log.open("a") as handle:
                 handle.write(json.dumps(row) + "\n")
             done.append(row)
@@ -187,18 +219,30 @@ def write_vllm_cells(rows: list[dict], args) -> None:
         group = [r for r in rows if r["planted_effect"] == effect]
         counts = Counter(r["verdict"] for r in group)
         mdes = [r["mde"] for r in group if r["mde"] is not None]
-        cells.append({"instrument": "vllm_cpu", "mode": "real", "planted_effect": effect,
-                      "planted_as": f"baseline step time x{1 + effect:g} (engines/patches/planted_slowdown)",
-                      "trials": len(group), "verdicts": {v: counts.get(v, 0) for v in ("better", "same", "worse", "invalid")},
-                      ("false_verdict_rate" if effect == 0 else "power"): round(
-                          (counts.get("better", 0) + counts.get("worse", 0)) / len(group) if effect == 0
-                          else counts.get("better", 0) / len(group), 4),
-                      "noise_threshold": round(float(np.median(mdes)), 4) if mdes else None,
-                      "mde_median": round(float(np.median(mdes)), 4) if mdes else None,
-                      "effect_median": round(float(np.median([r["effect"] for r in group if r["effect"] is not None])), 4)
-                      if any(r["effect"] is not None for r in group) else None,
-                      "interval_width_median": None, "rounds_mean": round(float(np.mean([r["rounds"] for r in group])), 2),
-                      "minutes_per_verdict": round(float(np.mean([r["minutes"] for r in group])), 2)})
+        cells.append(
+            {
+                "instrument": "vllm_cpu",
+                "mode": "real",
+                "planted_effect": effect,
+                "planted_as": f"baseline step time x{1 + effect:g} (engines/patches/planted_slowdown)",
+                "trials": len(group),
+                "verdicts": {v: counts.get(v, 0) for v in ("better", "same", "worse", "invalid")},
+                ("false_verdict_rate" if effect == 0 else "power"): round(
+                    (counts.get("better", 0) + counts.get("worse", 0)) / len(group)
+                    if effect == 0
+                    else counts.get("better", 0) / len(group),
+                    4,
+                ),
+                "noise_threshold": round(float(np.median(mdes)), 4) if mdes else None,
+                "mde_median": round(float(np.median(mdes)), 4) if mdes else None,
+                "effect_median": round(float(np.median([r["effect"] for r in group if r["effect"] is not None])), 4)
+                if any(r["effect"] is not None for r in group)
+                else None,
+                "interval_width_median": None,
+                "rounds_mean": round(float(np.mean([r["rounds"] for r in group])), 2),
+                "minutes_per_verdict": round(float(np.mean([r["minutes"] for r in group])), 2),
+            }
+        )
     out = RESULTS / "harness_power.json"
     doc = json.loads(out.read_text()) if out.exists() else {"cells": []}
     doc["cells"] = [c for c in doc["cells"] if c["instrument"] != "vllm_cpu"] + cells
@@ -224,31 +268,43 @@ def main() -> None:
     base_capacity = true_capacity(BASE, 24.0)
     print(f"simulated engine: capacity at length {base_capacity:.3f} req/s within {SLA.model_dump(exclude_none=True)}")
     prior = noise_floor(base_capacity, args.step_s, args.floor_rounds, args.http)
-    print(f"noise floor: {args.floor_rounds} A/A rounds, between-round sd of a paired difference "
-          f"{math.sqrt(prior[0]):.2%} ({prior[1]} df)")
+    print(
+        f"noise floor: {args.floor_rounds} A/A rounds, between-round sd of a paired difference "
+        f"{math.sqrt(prior[0]):.2%} ({prior[1]} df)"
+    )
     mode = "http" if args.http else "virtual"
     cells = []
     for effect in [float(e) for e in args.effects.split(",")]:
         model = planted(effect, base_capacity)
         truth = true_capacity(model, base_capacity * (1 + effect)) / base_capacity - 1
         t0 = time.time()
-        results = [trial(model, 1 + s, base_capacity, args.step_s, prior, args.http, args.max_rounds)
-                   for s in range(args.trials)]
+        results = [
+            trial(model, 1 + s, base_capacity, args.step_s, prior, args.http, args.max_rounds)
+            for s in range(args.trials)
+        ]
         stats = [r[0] for r in results]
         counts = Counter(s.verdict for s in stats)
         cell = {
-            "instrument": "simulated", "mode": mode, "planted_effect": effect, "measured_effect_at_length": round(truth, 4),
+            "instrument": "simulated",
+            "mode": mode,
+            "planted_effect": effect,
+            "measured_effect_at_length": round(truth, 4),
             "trials": args.trials,
             "verdicts": {v: counts.get(v, 0) for v in ("better", "same", "worse", "invalid")},
             "false_verdict_rate" if effect == 0 else "power": round(
-                (counts.get("better", 0) + counts.get("worse", 0)) / args.trials if effect == 0
-                else counts.get("better", 0) / args.trials, 4),
+                (counts.get("better", 0) + counts.get("worse", 0)) / args.trials
+                if effect == 0
+                else counts.get("better", 0) / args.trials,
+                4,
+            ),
             "noise_threshold": round(float(np.median([s.mde for s in stats if s.mde is not None])), 4),
             "mde_median": round(float(np.median([s.mde for s in stats if s.mde is not None])), 4),
             "effect_median": round(float(np.median([s.effect for s in stats if s.effect is not None])), 4)
-            if any(s.effect is not None for s in stats) else None,
-            "interval_width_median": round(float(np.median([s.high - s.low for s in stats
-                                                            if s.high is not None and s.low is not None])), 4),
+            if any(s.effect is not None for s in stats)
+            else None,
+            "interval_width_median": round(
+                float(np.median([s.high - s.low for s in stats if s.high is not None and s.low is not None])), 4
+            ),
             "rounds_mean": round(float(np.mean([s.rounds for s in stats])), 2),
             "minutes_per_verdict": round(float(np.mean([r[1] for r in results])) / 60, 2),
             "compute_s_per_verdict": round((time.time() - t0) / args.trials, 3),
@@ -259,13 +315,22 @@ def main() -> None:
     doc = json.loads(out.read_text()) if out.exists() else {"cells": []}
     doc["cells"] = [c for c in doc["cells"] if not (c["instrument"] == "simulated" and c.get("mode") == mode)] + cells
     doc.setdefault("commands", {})[f"simulated/{mode}"] = "python benchmarks/harness_power.py " + " ".join(sys.argv[1:])
-    doc.setdefault("design", {}).update({
-        "alpha": 0.05, "max_rounds": args.max_rounds, "equivalence": 0.02, "step_s": args.step_s,
-        "rule": "paired rounds A B / B A, capacity = fitted SLA crossing of every step, interval = "
-                "max(paired block bootstrap, between-round spread pooled with the noise floor's A/A rounds), "
-                "alpha spent alpha/4 over the early looks and 3 alpha/4 at the last (Bonferroni), t quantile on the pooled degrees of freedom"})
-    doc.setdefault("noise_floor", {})[f"simulated/{mode}"] = {"rounds": args.floor_rounds,
-                                                              "between_sd": round(math.sqrt(prior[0]), 4), "df": prior[1]}
+    doc.setdefault("design", {}).update(
+        {
+            "alpha": 0.05,
+            "max_rounds": args.max_rounds,
+            "equivalence": 0.02,
+            "step_s": args.step_s,
+            "rule": "paired rounds A B / B A, capacity = fitted SLA crossing of every step, interval = "
+            "max(paired block bootstrap, between-round spread pooled with the noise floor's A/A rounds), "
+            "alpha spent alpha/4 over the early looks and 3 alpha/4 at the last (Bonferroni), t quantile on the pooled degrees of freedom",
+        }
+    )
+    doc.setdefault("noise_floor", {})[f"simulated/{mode}"] = {
+        "rounds": args.floor_rounds,
+        "between_sd": round(math.sqrt(prior[0]), 4),
+        "df": prior[1],
+    }
     out.write_text(json.dumps(doc, indent=2) + "\n")
     write_markdown(doc)
     print(f"wrote {out.relative_to(ROOT)} in {time.time() - began:.0f} s")
@@ -274,29 +339,47 @@ def main() -> None:
 def write_markdown(doc: dict) -> None:
     if "design" not in doc:
         doc["design"] = {"rule": "see loadgen/verdict.py", "alpha": 0.05, "max_rounds": 6}
-    lines = ["# Harness power: false verdicts and power of the paired sequential verdict", "",
-             "Commands:", ""] + [f"    {c}" for c in doc.get("commands", {}).values()] + [
-        "", f"Design: {doc['design']['rule']}; alpha {doc['design']['alpha']}, at most "
-            f"{doc['design']['max_rounds']} rounds.", "",
-        "| instrument | mode | planted | trials | better | same | worse | invalid | false rate / power | "
-        "median MDE | median effect | rounds | minutes/verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = (
+        ["# Harness power: false verdicts and power of the paired sequential verdict", "", "Commands:", ""]
+        + [f"    {c}" for c in doc.get("commands", {}).values()]
+        + [
+            "",
+            f"Design: {doc['design']['rule']}; alpha {doc['design']['alpha']}, at most "
+            f"{doc['design']['max_rounds']} rounds.",
+            "",
+            "| instrument | mode | planted | trials | better | same | worse | invalid | false rate / power | "
+            "median MDE | median effect | rounds | minutes/verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    )
     for c in doc["cells"]:
         v = c["verdicts"]
         rate = c.get("false_verdict_rate", c.get("power"))
-        lines.append(f"| {c['instrument']} | {c.get('mode', '')} | {c['planted_effect']:+.0%} | {c['trials']} | "
-                     f"{v['better']} | {v['same']} | {v['worse']} | {v['invalid']} | {rate:.0%} | "
-                     f"{c['mde_median']:.1%} | {c['effect_median'] if c['effect_median'] is None else format(c['effect_median'], '+.1%')} | "
-                     f"{c['rounds_mean']} | {c['minutes_per_verdict']} |")
-    lines += ["", "false rate: A/A trials judged better or worse (target <= 5%); power: planted gains judged "
-              "better (targets >= 80% at +5%, >= 90% at +10%). minutes/verdict: engine time the verdict's "
-              "steps take in real time (virtual mode simulates it)."]
+        lines.append(
+            f"| {c['instrument']} | {c.get('mode', '')} | {c['planted_effect']:+.0%} | {c['trials']} | "
+            f"{v['better']} | {v['same']} | {v['worse']} | {v['invalid']} | {rate:.0%} | "
+            f"{c['mde_median']:.1%} | {c['effect_median'] if c['effect_median'] is None else format(c['effect_median'], '+.1%')} | "
+            f"{c['rounds_mean']} | {c['minutes_per_verdict']} |"
+        )
+    lines += [
+        "",
+        "false rate: A/A trials judged better or worse (target <= 5%); power: planted gains judged "
+        "better (targets >= 80% at +5%, >= 90% at +10%). minutes/verdict: engine time the verdict's "
+        "steps take in real time (virtual mode simulates it).",
+    ]
     for c in doc["cells"]:
         if c.get("trial_verdicts"):
-            lines += ["", f"{c['instrument']}, planted {c['planted_effect']:+.0%} ({c['planted_as']}): "
-                      f"{c.get('gpu_minutes_per_verdict')} GPU minutes per verdict (engine starts and warm-ups included)", ""]
-            lines += [f"- `{t['file']}`: {t['verdict']}" + (f" (resumed in a second call: {t['calls']} calls)"
-                                                            if t.get("calls", 1) > 1 else "") for t in c["trial_verdicts"]]
+            lines += [
+                "",
+                f"{c['instrument']}, planted {c['planted_effect']:+.0%} ({c['planted_as']}): "
+                f"{c.get('gpu_minutes_per_verdict')} GPU minutes per verdict (engine starts and warm-ups included)",
+                "",
+            ]
+            lines += [
+                f"- `{t['file']}`: {t['verdict']}"
+                + (f" (resumed in a second call: {t['calls']} calls)" if t.get("calls", 1) > 1 else "")
+                for t in c["trial_verdicts"]
+            ]
     (RESULTS / "harness_power.md").write_text("\n".join(lines) + "\n")
 
 

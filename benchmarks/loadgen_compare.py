@@ -67,8 +67,14 @@ def estimated_lags_ms(send_times: list[float], rate: float) -> np.ndarray:
     return (raw - raw.min()) * 1000.0
 
 
-def verdict(rate: float, duration: float, sends: list[float], errors: int, expected: int,
-            native_lags_ms: np.ndarray | None = None) -> dict:
+def verdict(
+    rate: float,
+    duration: float,
+    sends: list[float],
+    errors: int,
+    expected: int,
+    native_lags_ms: np.ndarray | None = None,
+) -> dict:
     est = estimated_lags_ms(sends, rate) if sends else np.zeros(0)
     span = (max(sends) - min(sends) + 1.0 / rate) if sends else 0.0
     achieved = len(sends) / max(duration, span) if sends else 0.0
@@ -76,9 +82,17 @@ def verdict(rate: float, duration: float, sends: list[float], errors: int, expec
     p99 = float(np.percentile(lags, 99)) if len(lags) else math.inf
     short = len(sends) < expected * (1 - RATE_TOL)
     ok = achieved >= rate * (1 - RATE_TOL) and p99 < LAG_P99_MS and errors == 0 and not short
-    return {"rate": rate, "achieved": round(achieved, 1), "sent": len(sends), "expected": expected, "errors": errors,
-            "lag_p99_ms": round(p99, 3), "lag_p99_est_ms": round(float(np.percentile(est, 99)), 3) if len(est) else None,
-            "lag_basis": "native" if native_lags_ms is not None else "estimated", "sustained": bool(ok)}
+    return {
+        "rate": rate,
+        "achieved": round(achieved, 1),
+        "sent": len(sends),
+        "expected": expected,
+        "errors": errors,
+        "lag_p99_ms": round(p99, 3),
+        "lag_p99_est_ms": round(float(np.percentile(est, 99)), 3) if len(est) else None,
+        "lag_basis": "native" if native_lags_ms is not None else "estimated",
+        "sustained": bool(ok),
+    }
 
 
 def pinned(cpu: int | None, argv: list[str]) -> list[str]:
@@ -86,13 +100,18 @@ def pinned(cpu: int | None, argv: list[str]) -> list[str]:
 
 
 def trial_ours(url: str, rate: float, duration: float, cpu: int | None, workdir: Path) -> dict:
-    out = subprocess.run(pinned(cpu, [sys.executable, __file__, "--ours-trial", url, str(rate), str(duration)]),
-                         capture_output=True, text=True, timeout=duration * 4 + 60)
+    out = subprocess.run(
+        pinned(cpu, [sys.executable, __file__, "--ours-trial", url, str(rate), str(duration)]),
+        capture_output=True,
+        text=True,
+        timeout=duration * 4 + 60,
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     data = json.loads(out.stdout.strip().splitlines()[-1])
-    return verdict(rate, duration, data["sends"], data["errors"], int(round(rate * duration)),
-                   np.asarray(data["lags_ms"]))
+    return verdict(
+        rate, duration, data["sends"], data["errors"], int(round(rate * duration)), np.asarray(data["lags_ms"])
+    )
 
 
 def ours_trial_main(url: str, rate: float, duration: float) -> None:
@@ -100,25 +119,72 @@ def ours_trial_main(url: str, rate: float, duration: float) -> None:
     from loadgen.calibrate import BODY
     from loadgen.runner import LagBounds, run_open_loop
 
-    out = run_open_loop(url, nullserver.NULL_MODEL, [BODY], arrivals.constant(rate, duration), duration_s=duration,
-                        lag_bounds=LagBounds(LAG_P99_MS, 1 - RATE_TOL))
+    out = run_open_loop(
+        url,
+        nullserver.NULL_MODEL,
+        [BODY],
+        arrivals.constant(rate, duration),
+        duration_s=duration,
+        lag_bounds=LagBounds(LAG_P99_MS, 1 - RATE_TOL),
+    )
     recs = sorted(out.records, key=lambda r: r.scheduled_s)
     sends = [r.sent_s for r in recs if r.sent_s is not None]
     lags = [(r.sent_s - r.scheduled_s) * 1000 for r in recs if r.sent_s is not None]
-    print(json.dumps({"sends": sends, "lags_ms": lags, "errors": sum(1 for r in recs if not r.ok),
-                      "validity": out.validity, "reason": out.reason, "cpu": out.client_cpu_util}))
+    print(
+        json.dumps(
+            {
+                "sends": sends,
+                "lags_ms": lags,
+                "errors": sum(1 for r in recs if not r.ok),
+                "validity": out.validity,
+                "reason": out.reason,
+                "cpu": out.client_cpu_util,
+            }
+        )
+    )
 
 
 def trial_vllm(url: str, rate: float, duration: float, cpu: int | None, workdir: Path) -> dict:
     n = int(round(rate * duration))
     result_dir = workdir / f"vllm-{rate:g}"
     result_dir.mkdir(parents=True, exist_ok=True)
-    argv = [str(ENGINE_PY), "-c", VLLM_WRAPPER, "--backend", "openai-chat", "--base-url", url,
-            "--endpoint", "/v1/chat/completions", "--model", nullserver.NULL_MODEL, "--tokenizer", str(TOKENIZER),
-            "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "16", "--ignore-eos",
-            "--num-prompts", str(n), "--request-rate", str(rate), "--burstiness", "inf", "--seed", "0",
-            "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", "r.json",
-            "--disable-tqdm"]
+    argv = [
+        str(ENGINE_PY),
+        "-c",
+        VLLM_WRAPPER,
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        nullserver.NULL_MODEL,
+        "--tokenizer",
+        str(TOKENIZER),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "16",
+        "--ignore-eos",
+        "--num-prompts",
+        str(n),
+        "--request-rate",
+        str(rate),
+        "--burstiness",
+        "inf",
+        "--seed",
+        "0",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        "r.json",
+        "--disable-tqdm",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run(pinned(cpu, argv), capture_output=True, text=True, env=env, timeout=duration * 6 + 180)
     path = result_dir / "r.json"
@@ -133,10 +199,34 @@ def trial_vllm(url: str, rate: float, duration: float, cpu: int | None, workdir:
 def trial_aiperf(url: str, rate: float, duration: float, cpu: int | None, workdir: Path) -> dict:
     n = int(round(rate * duration))
     art = workdir / f"aiperf-{rate:g}"
-    argv = [str(AIPERF), "profile", "--model", nullserver.NULL_MODEL, "--url", url, "--endpoint-type", "chat",
-            "--streaming", "--request-rate", str(rate), "--arrival-pattern", "constant", "--request-count", str(n),
-            "--tokenizer", str(TOKENIZER), "--synthetic-input-tokens-mean", "32", "--output-tokens-mean", "16",
-            "--use-server-token-count", "--artifact-dir", str(art), "--ui-type", "none"]
+    argv = [
+        str(AIPERF),
+        "profile",
+        "--model",
+        nullserver.NULL_MODEL,
+        "--url",
+        url,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--request-rate",
+        str(rate),
+        "--arrival-pattern",
+        "constant",
+        "--request-count",
+        str(n),
+        "--tokenizer",
+        str(TOKENIZER),
+        "--synthetic-input-tokens-mean",
+        "32",
+        "--output-tokens-mean",
+        "16",
+        "--use-server-token-count",
+        "--artifact-dir",
+        str(art),
+        "--ui-type",
+        "none",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     out = subprocess.run(pinned(cpu, argv), capture_output=True, text=True, env=env, timeout=duration * 8 + 240)
     path = art / "profile_export.jsonl"
@@ -152,11 +242,23 @@ def trial_aiperf(url: str, rate: float, duration: float, cpu: int | None, workdi
 
 def trial_guidellm(url: str, rate: float, duration: float, cpu: int | None, workdir: Path) -> dict:
     path = workdir / f"guidellm-{rate:g}.json"
-    argv = [str(GUIDELLM), "run", "--backend", f"kind=openai_http,target={url}",
-            "--profile", f"kind=constant,rate={rate:g}", "--constraint", f"kind=max_duration,seconds={duration:g}",
-            "--tokenizer", f"kind=huggingface_auto,model={TOKENIZER}",
-            "--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
-            "--output", f"kind=json,path={path}", "--disable-console-interactive"]
+    argv = [
+        str(GUIDELLM),
+        "run",
+        "--backend",
+        f"kind=openai_http,target={url}",
+        "--profile",
+        f"kind=constant,rate={rate:g}",
+        "--constraint",
+        f"kind=max_duration,seconds={duration:g}",
+        "--tokenizer",
+        f"kind=huggingface_auto,model={TOKENIZER}",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
+        "--output",
+        f"kind=json,path={path}",
+        "--disable-console-interactive",
+    ]
     out = subprocess.run(pinned(cpu, argv), capture_output=True, text=True, timeout=duration * 8 + 300)
     if not path.exists():
         raise RuntimeError(f"guidellm wrote no result (rc {out.returncode}): {out.stdout[-1500:]}{out.stderr[-800:]}")
@@ -183,7 +285,7 @@ def available(tool: str) -> str | None:
     if tool == "guidellm" and not GUIDELLM.exists():
         return f"guidellm not installed ({GUIDELLM}; pip install guidellm==0.8.1 in a throwaway venv, set GUIDELLM_BIN)"
     if tool != "ours" and not TOKENIZER.exists():
-        return f"no local tokenizer at {TOKENIZER} (python -m autoresearch.models builds it)"
+        return f"no local tokenizer at {TOKENIZER} (python -m specs.models builds it)"
     return None
 
 
@@ -198,8 +300,17 @@ def wait_quiet(max_load: float | None, max_wait_s: float, log) -> None:
         log(f"  (machine still busy: load average {os.getloadavg()[0]:.2f} > {max_load:g})")
 
 
-def search(tool: str, url: str, duration: float, cpu: int | None, workdir: Path, bisect: int, log,
-           max_load: float | None = None, max_wait_s: float = 0.0) -> dict:
+def search(
+    tool: str,
+    url: str,
+    duration: float,
+    cpu: int | None,
+    workdir: Path,
+    bisect: int,
+    log,
+    max_load: float | None = None,
+    max_wait_s: float = 0.0,
+) -> dict:
     """Double from the tool's start rate until a rate is not sustained, then bisect."""
     trials: list[dict] = []
 
@@ -247,8 +358,12 @@ def main() -> None:
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--bisect", type=int, default=2)
-    parser.add_argument("--max-load", type=float, default=None,
-                        help="before each trial wait until the 1-minute load average is below this")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=None,
+        help="before each trial wait until the 1-minute load average is below this",
+    )
     parser.add_argument("--max-wait", type=float, default=600.0, help="longest wait for --max-load (s)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "loadgen_compare.txt"))
     parser.add_argument("--ours-trial", nargs=3, metavar=("URL", "RATE", "DURATION"), help=argparse.SUPPRESS)
@@ -268,8 +383,10 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="loadgen-compare-"))
     load = os.getloadavg()
     with nullserver.start(cpu=args.server_cpu) as server:
-        log(f"null endpoint {server.url} (nginx pid {server.pid}, core {args.server_cpu}); clients on core "
-            f"{args.client_cpu}; {args.duration:g}s per rate; load average before: {load[0]:.2f}")
+        log(
+            f"null endpoint {server.url} (nginx pid {server.pid}, core {args.server_cpu}); clients on core "
+            f"{args.client_cpu}; {args.duration:g}s per rate; load average before: {load[0]:.2f}"
+        )
         for tool in [t.strip() for t in args.tools.split(",") if t.strip()]:
             why = available(tool)
             if why:
@@ -277,18 +394,33 @@ def main() -> None:
                 log(f"SKIP {tool}: {why}")
                 continue
             started = time.time()
-            res = search(tool, server.url, args.duration, args.client_cpu, workdir, args.bisect, log,
-                         args.max_load, args.max_wait)
+            res = search(
+                tool,
+                server.url,
+                args.duration,
+                args.client_cpu,
+                workdir,
+                args.bisect,
+                log,
+                args.max_load,
+                args.max_wait,
+            )
             res["wall_s"] = round(time.time() - started, 1)
             results.append(res)
             log(f"{tool}: highest sustained {res['max_sustained']:g} req/s (first failed {res['first_failed']})")
     shutil.rmtree(workdir, ignore_errors=True)
     best_other = max((r["max_sustained"] for r in results if r["tool"] != "ours"), default=None)
     ours = next((r["max_sustained"] for r in results if r["tool"] == "ours"), None)
-    table = ["", "| tool | highest rate sustained (req/s) | first rate not sustained | lag basis |", "|---|---|---|---|"]
+    table = [
+        "",
+        "| tool | highest rate sustained (req/s) | first rate not sustained | lag basis |",
+        "|---|---|---|---|",
+    ]
     for r in results:
         basis = r["trials"][0].get("lag_basis", "-") if r["trials"] else "-"
-        table.append(f"| {r['tool']} | {r['max_sustained']:g} | {r['first_failed'] if r['first_failed'] else '-'} | {basis} |")
+        table.append(
+            f"| {r['tool']} | {r['max_sustained']:g} | {r['first_failed'] if r['first_failed'] else '-'} | {basis} |"
+        )
     for tool, why in skipped.items():
         table.append(f"| {tool} | skipped | {why} | |")
     if ours is not None and best_other:
@@ -297,8 +429,9 @@ def main() -> None:
     for line in table:
         log(line)
     out_path.write_text(__doc__ + "\n" + "\n".join(lines) + "\n")
-    out_path.with_suffix(".json").write_text(json.dumps({"results": results, "skipped": skipped,
-                                                          "duration_s": args.duration}, indent=2))
+    out_path.with_suffix(".json").write_text(
+        json.dumps({"results": results, "skipped": skipped, "duration_s": args.duration}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def readable(path: Path) -> str:
     """Everything a person could read from a persisted file, decoded."""
     if path.suffix == ".parquet":
         import polars as pl
+
         frame = pl.read_parquet(path)
         return "\n".join(str(v) for c in frame.columns for v in frame[c].to_list())
     data = path.read_bytes()
@@ -67,9 +68,10 @@ def readable(path: Path) -> str:
             con.close()
             return "\n".join(out) + "\n" + data.decode("utf-8", errors="ignore")
         import duckdb
+
         con = duckdb.connect(str(path), read_only=True)
         out = []
-        for (schema, table) in con.execute("select table_schema, table_name from information_schema.tables").fetchall():
+        for schema, table in con.execute("select table_schema, table_name from information_schema.tables").fetchall():
             for row in con.execute(f'select * from "{schema}"."{table}"').fetchall():
                 out.extend(str(v) for v in row)
         con.close()
@@ -83,13 +85,16 @@ def corpus(name: str, lines: int):
     """(log lines, planted values as (line, kind, value, leaked(text) -> bool))."""
     if name == "fixtures":
         from replay.sample_logs import planted_pii_logs
+
         log, planted = planted_pii_logs(lines, seed=29)
         return log, [(p.line, p.category, p.value, p.leaked_in) for p in planted]
     if name == "world":
         import pii_heldout_world as W
+
         log, planted = W.generate(lines, seed=5)
         return log, [(p.line, p.kind, p.value, (lambda t, p=p: W.leaked(p, t)), p.country) for p in planted]
     import pii_heldout_corpus as H
+
     log, planted = H.generate(lines, seed=7)
     return log, [(p.line, p.kind, p.value, (lambda t, p=p: H.leaked(p, t))) for p in planted]
 
@@ -101,7 +106,7 @@ def evaluate(name: str, lines: int, work: Path) -> str:
     from dagster_project.lib.migrate import write_declarations
     from memory_db.records import EndpointRecord
     from memory_db.store import MemoryStore
-    from autoresearch import paths
+    from specs import paths
 
     log, planted = corpus(name, lines)
     logs = work / f"{name}_logs.jsonl"
@@ -126,6 +131,7 @@ def evaluate(name: str, lines: int, work: Path) -> str:
     files = [p for root in (home, dagster_home) for p in root.rglob("*") if p.is_file() and "models" not in p.parts]
     pool_file = next(p for p in files if p.name.endswith("-pool.parquet"))
     import polars as pl
+
     pool = pl.read_parquet(pool_file)
     rows = {int(rid.rsplit(":", 1)[1]): body for rid, body in zip(pool["request_id"], pool["body"])}
     others = {p: readable(p) for p in files}
@@ -146,27 +152,44 @@ def evaluate(name: str, lines: int, work: Path) -> str:
     planted_lines = {p[0] for p in planted}
     clean = [n for n in rows if n not in planted_lines]
     originals = {i: json.loads(l)["request"] for i, l in enumerate(log, start=1)}
-    over = sum(json.dumps(originals[n]["messages"], ensure_ascii=False) != json.dumps(json.loads(rows[n])["messages"], ensure_ascii=False)
-               for n in clean)
+    over = sum(
+        json.dumps(originals[n]["messages"], ensure_ascii=False)
+        != json.dumps(json.loads(rows[n])["messages"], ensure_ascii=False)
+        for n in clean
+    )
     meta = json.loads(next(p for p in files if p.name.endswith(".lineage.json")).read_text())
-    out = [f"corpus {name}: {len(log)} requests, {sum(total.values())} planted values, {build_s:.0f} s to build "
-           f"(Dagster materialize), {len(files)} persisted files scanned ({sum(len(t) for t in others.values()) / 1e6:.1f} MB decoded)",
-           f"{'kind':16} {'planted':>8} {'leaked':>7} {'recall':>8} {'in any file':>12}"]
+    out = [
+        f"corpus {name}: {len(log)} requests, {sum(total.values())} planted values, {build_s:.0f} s to build "
+        f"(Dagster materialize), {len(files)} persisted files scanned ({sum(len(t) for t in others.values()) / 1e6:.1f} MB decoded)",
+        f"{'kind':16} {'planted':>8} {'leaked':>7} {'recall':>8} {'in any file':>12}",
+    ]
     for kind in sorted(total):
-        out.append(f"{kind:16} {total[kind]:8d} {leaked[kind]:7d} {1 - leaked[kind] / total[kind]:8.4f} {anywhere[kind]:12d}")
+        out.append(
+            f"{kind:16} {total[kind]:8d} {leaked[kind]:7d} {1 - leaked[kind] / total[kind]:8.4f} {anywhere[kind]:12d}"
+        )
     n = sum(total.values())
-    out.append(f"{'overall':16} {n:8d} {sum(leaked.values()):7d} {1 - sum(leaked.values()) / n:8.4f} {sum(anywhere.values()):12d}")
+    out.append(
+        f"{'overall':16} {n:8d} {sum(leaked.values()):7d} {1 - sum(leaked.values()) / n:8.4f} {sum(anywhere.values()):12d}"
+    )
     out.append(f"requests with no planted value: {len(clean)}, of which changed by redaction: {over}")
-    out.append("redaction counts: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.get("redaction_counts", {}).items())))
+    out.append(
+        "redaction counts: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.get("redaction_counts", {}).items()))
+    )
     for kind, vals in sorted(examples.items()):
         out.append(f"missed {kind} (first 8): " + " | ".join(v.replace("\n", "\\n") for v in vals[:8]))
     if by_country:
-        out.append(f"street-address recall per country ({len(by_country)} countries/territories; planted / leaked / recall):")
-        cells = [f"{c:9} {by_country[c]:4d} {leaked_country[c]:3d} {1 - leaked_country[c] / by_country[c]:7.4f}" for c in sorted(by_country)]
+        out.append(
+            f"street-address recall per country ({len(by_country)} countries/territories; planted / leaked / recall):"
+        )
+        cells = [
+            f"{c:9} {by_country[c]:4d} {leaked_country[c]:3d} {1 - leaked_country[c] / by_country[c]:7.4f}"
+            for c in sorted(by_country)
+        ]
         for i in range(0, len(cells), 4):
-            out.append("  " + "   ".join(cells[i:i + 4]))
+            out.append("  " + "   ".join(cells[i : i + 4]))
     if name == "world":
         import pii_heldout_world as W
+
         sentences = changed = 0
         altered: Counter[str] = Counter()
         for n, body in rows.items():
@@ -177,9 +200,11 @@ def evaluate(name: str, lines: int, work: Path) -> str:
                     if f not in body:
                         changed += 1
                         altered[f] += 1
-        out.append(f"precision: ordinary sentences with numbers (W.FILLER) in the requests: {sentences}, changed by redaction: {changed} "
-                   f"({changed / max(1, sentences):.2%})" + ("; most often: " + " | ".join(f"{f!r} x{k}" for f, k in altered.most_common(5))
-                                                               if altered else ""))
+        out.append(
+            f"precision: ordinary sentences with numbers (W.FILLER) in the requests: {sentences}, changed by redaction: {changed} "
+            f"({changed / max(1, sentences):.2%})"
+            + ("; most often: " + " | ".join(f"{f!r} x{k}" for f, k in altered.most_common(5)) if altered else "")
+        )
     return "\n".join(out)
 
 
@@ -191,8 +216,10 @@ def other_seeds(seeds: list[int], lines: int, corpus_name: str = "heldout") -> s
         import pii_heldout_corpus as H
     from replay.redact import Redactor
 
-    out = [f"{corpus_name} corpus at other seeds ({lines} requests each, redacted in memory, leaks counted per request):",
-           "seed  " + " ".join(f"{k:>14}" for k in H.KINDS) + "  missed"]
+    out = [
+        f"{corpus_name} corpus at other seeds ({lines} requests each, redacted in memory, leaks counted per request):",
+        "seed  " + " ".join(f"{k:>14}" for k in H.KINDS) + "  missed",
+    ]
     for seed in seeds:
         log, planted = H.generate(lines, seed=seed)
         r = Redactor()
@@ -203,8 +230,12 @@ def other_seeds(seeds: list[int], lines: int, corpus_name: str = "heldout") -> s
             if H.leaked(p, red[p.line - 1]):
                 leaked[p.kind] += 1
                 missed.append(p.value)
-        out.append(f"{seed:<5} " + " ".join(f"{1 - leaked[k] / total[k]:>14.4f}" for k in H.KINDS)
-                   + "  " + " | ".join(m.replace("\n", "\\n") for m in missed[:6]))
+        out.append(
+            f"{seed:<5} "
+            + " ".join(f"{1 - leaked[k] / total[k]:>14.4f}" for k in H.KINDS)
+            + "  "
+            + " | ".join(m.replace("\n", "\\n") for m in missed[:6])
+        )
     return "\n".join(out)
 
 
@@ -217,9 +248,12 @@ def main() -> None:
     parser.add_argument("--world-seeds", default="6,7,8,9,10,11", help="world-corpus seeds also measured in memory")
     args = parser.parse_args()
     os.environ.setdefault("AUTORESEARCH_MODELS", str(REPO / ".autoresearch" / "models"))
-    sections = [f"PII recall on persisted outputs ({time.strftime('%Y-%m-%d %H:%M:%S %Z')})",
-                f"command: .venv/bin/python benchmarks/pii_heldout_eval.py --lines {args.lines} --corpora {args.corpora} "
-                f"--other-seeds {args.other_seeds} --world-seeds {args.world_seeds}", ""]
+    sections = [
+        f"PII recall on persisted outputs ({time.strftime('%Y-%m-%d %H:%M:%S %Z')})",
+        f"command: .venv/bin/python benchmarks/pii_heldout_eval.py --lines {args.lines} --corpora {args.corpora} "
+        f"--other-seeds {args.other_seeds} --world-seeds {args.world_seeds}",
+        "",
+    ]
     with tempfile.TemporaryDirectory(prefix="pii-eval-") as tmp:
         for name in args.corpora.split(","):
             sections += [evaluate(name, args.lines, Path(tmp)), ""]

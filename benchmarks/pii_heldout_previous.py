@@ -27,9 +27,9 @@ def main() -> None:
     old = importlib.util.module_from_spec(spec_)
     sys.modules["redact_old"] = old
     spec_.loader.exec_module(old)
-    from autoresearch.config import TrafficSpec
+    from specs.config import TrafficSpec
     from dagster_project.lib import load_definitions
-    from autoresearch.models import ensure_model
+    from specs.models import ensure_model
     from replay.build import build_from_request_log
     from replay.tokenize import ChatTokenizer
 
@@ -53,11 +53,15 @@ def main() -> None:
     tok_dir = ensure_model(spec.model.path)
     redactor = old.Redactor()
     redactor.token_mismatches = 0  # the builder reads it; the old redactor does not count
-    b = build_from_request_log(spec, log, ChatTokenizer.from_dir(tok_dir), tok_dir, tmp / "old.parquet", redactor=redactor)
+    b = build_from_request_log(
+        spec, log, ChatTokenizer.from_dir(tok_dir), tok_dir, tmp / "old.parquet", redactor=redactor
+    )
     row = next(x for x in b.fidelity.rows if x.name == "prompt_tokens_ks")
     diff = b.pool_profile.prompt_tokens - b.production_profile.prompt_tokens
-    print(f"  pool build: prompt_tokens_ks {row.distance:.4f}, fidelity {'PASS' if b.fidelity.passed else 'FAIL'}, "
-          f"rows with the original token count {np.mean(diff == 0):.4f}, mean difference {diff.mean():+.2f} tokens")
+    print(
+        f"  pool build: prompt_tokens_ks {row.distance:.4f}, fidelity {'PASS' if b.fidelity.passed else 'FAIL'}, "
+        f"rows with the original token count {np.mean(diff == 0):.4f}, mean difference {diff.mean():+.2f} tokens"
+    )
 
 
 if __name__ == "__main__":

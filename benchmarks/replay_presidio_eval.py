@@ -40,8 +40,14 @@ def main() -> None:
     # Presidio's EmailRecognizer calls tldextract, which by default FETCHES the public suffix list
     # over the network at first use; use the snapshot bundled with tldextract instead (offline).
     tldextract.extract = tldextract.TLDExtract(suffix_list_urls=())
-    from presidio_analyzer.predefined_recognizers import (CreditCardRecognizer, EmailRecognizer, IbanRecognizer,
-                                                          IpRecognizer, PhoneRecognizer, UsSsnRecognizer)
+    from presidio_analyzer.predefined_recognizers import (
+        CreditCardRecognizer,
+        EmailRecognizer,
+        IbanRecognizer,
+        IpRecognizer,
+        PhoneRecognizer,
+        UsSsnRecognizer,
+    )
 
     from replay.pii_fixtures import CATEGORIES
     from replay.sample_logs import planted_pii_logs
@@ -49,10 +55,14 @@ def main() -> None:
 
     lines, planted = planted_pii_logs(args.lines, seed=99, held_out_names=args.held_out_names)
     texts = [_texts(x) for x in lines]
-    presidio = {"EMAIL": (EmailRecognizer(), "EMAIL_ADDRESS"), "CREDIT_CARD": (CreditCardRecognizer(), "CREDIT_CARD"),
-                "IBAN": (IbanRecognizer(), "IBAN_CODE"), "US_SSN": (UsSsnRecognizer(), "US_SSN"),
-                "IP_ADDRESS": (IpRecognizer(), "IP_ADDRESS"),
-                "PHONE": (PhoneRecognizer(supported_regions=("US", "GB", "DE", "FR")), "PHONE_NUMBER")}
+    presidio = {
+        "EMAIL": (EmailRecognizer(), "EMAIL_ADDRESS"),
+        "CREDIT_CARD": (CreditCardRecognizer(), "CREDIT_CARD"),
+        "IBAN": (IbanRecognizer(), "IBAN_CODE"),
+        "US_SSN": (UsSsnRecognizer(), "US_SSN"),
+        "IP_ADDRESS": (IpRecognizer(), "IP_ADDRESS"),
+        "PHONE": (PhoneRecognizer(supported_regions=("US", "GB", "DE", "FR")), "PHONE_NUMBER"),
+    }
 
     def covered(found: dict[int, list[tuple[int, int, str]]], p) -> bool:
         for t_index, text in enumerate(texts[p.line - 1]):
@@ -83,16 +93,22 @@ def main() -> None:
 
     n_texts = sum(len(t) for t in texts)
     total = Counter(p.category for p in planted)
-    out = [f"planted PII: {len(planted)} values in {args.lines} request-log lines ({n_texts} message texts); "
-           f"held-out (unlisted) person names: {args.held_out_names:.0%}", ""]
+    out = [
+        f"planted PII: {len(planted)} values in {args.lines} request-log lines ({n_texts} message texts); "
+        f"held-out (unlisted) person names: {args.held_out_names:.0%}",
+        "",
+    ]
     header = f"{'detector':30s} " + " ".join(f"{c:>14s}" for c in CATEGORIES) + f" {'texts/s':>9s}"
     out.append(header)
     for name, (seconds, found) in results.items():
         hit = Counter(p.category for p in planted if covered(found, p))
         cells = []
         for c in CATEGORIES:
-            cells.append(f"{hit[c] / total[c]:14.4f}" if (name != "presidio pattern recognizers" or c in presidio)
-                         else f"{'not covered':>14s}")
+            cells.append(
+                f"{hit[c] / total[c]:14.4f}"
+                if (name != "presidio pattern recognizers" or c in presidio)
+                else f"{'not covered':>14s}"
+            )
         out.append(f"{name:30s} " + " ".join(cells) + f" {n_texts / seconds:9.0f}")
     text = "\n".join(out) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,10 @@ RULES: list[tuple[re.Pattern[str], str]] = [
 ]
 
 #: what the hygiene test looks for: an absolute path under a machine-specific root
-MACHINE_PATH = re.compile(r"(?<![\w.<>~-])/(?:tmp|root|home|work|check|Users|var/folders)/[^/\s\"']"
-                          r"|\b[A-Za-z]:\\+Users\\")
+MACHINE_PATH = re.compile(
+    r"(?<![\w.<>~-])/(?:tmp|root|home|work|check|Users|var/folders)/[^/\s\"']"
+    r"|\b[A-Za-z]:\\+Users\\"
+)
 
 TEXT_SUFFIXES = {".json", ".txt", ".md", ".log", ".csv", ".jsonl", ".yaml", ".yml"}
 
@@ -69,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
                 f.write(clean)
             changed += 1
-    left = [str(p) for p in files_under(args.targets)
-            if MACHINE_PATH.search(_read(p))]
+    left = [str(p) for p in files_under(args.targets) if MACHINE_PATH.search(_read(p))]
     print(f"scrubbed {changed} file(s)" + (f"; still holding machine paths: {', '.join(left)}" if left else ""))
     return 1 if left else 0
 

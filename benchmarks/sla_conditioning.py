@@ -34,11 +34,14 @@ def main() -> None:
 
     con = duckdb.connect(args.db, read_only=True)
     where = "where endpoint = ?" if args.endpoint else ""
-    rows = con.execute(f"select run_id, kind, engine_args, steps from runs {where} order by started_at",
-                       [args.endpoint] if args.endpoint else []).fetchall()
+    rows = con.execute(
+        f"select run_id, kind, engine_args, steps from runs {where} order by started_at",
+        [args.endpoint] if args.endpoint else [],
+    ).fetchall()
     for run_id, kind, engine_args, steps_json in rows:
-        steps = sorted((StepResult.model_validate(s) for s in json.loads(steps_json or "[]")),
-                       key=lambda s: s.target_rate)
+        steps = sorted(
+            (StepResult.model_validate(s) for s in json.loads(steps_json or "[]")), key=lambda s: s.target_rate
+        )
         steps = [s for s in steps if s.sla_samples]
         if not steps:
             continue
@@ -55,9 +58,11 @@ def main() -> None:
         if fit and fit.limiting in ("ttft", "itl", "e2e"):
             lo, hi = steps[0].sla_samples, steps[-1].sla_samples
             frac = [sum(x[f"{fit.limiting}_over"]) / max(1, sum(x[f"{fit.limiting}_n"])) for x in (lo, hi)]
-            print(f"  limiting {fit.limiting}: over-limit fraction {frac[0]:.1%} at {steps[0].target_rate:g} req/s, "
-                  f"{frac[1]:.1%} at {steps[-1].target_rate:g} req/s "
-                  f"(x{steps[-1].target_rate / steps[0].target_rate:.1f} the rate)")
+            print(
+                f"  limiting {fit.limiting}: over-limit fraction {frac[0]:.1%} at {steps[0].target_rate:g} req/s, "
+                f"{frac[1]:.1%} at {steps[-1].target_rate:g} req/s "
+                f"(x{steps[-1].target_rate / steps[0].target_rate:.1f} the rate)"
+            )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ def main() -> None:
     home = Path(os.environ["DAGSTER_HOME"])
     server = start_webserver(home, ["-m", "dagster_project.definitions"], out / ".webserver.log")
     try:
-        nodes = server.graphql("query { assetNodes { assetKey { path } groupName repository { name location "
-                               "{ name } } } }")["assetNodes"]
+        nodes = server.graphql(
+            "query { assetNodes { assetKey { path } groupName repository { name location { name } } } }"
+        )["assetNodes"]
         repo = next(n["repository"] for n in nodes if n["groupName"] == args.endpoint)
         group = f"{server.url}/locations/{repo['name']}@{repo['location']['name']}/asset-groups/{args.endpoint}"
         with Browser() as browser:
@@ -44,8 +45,10 @@ def main() -> None:
             browser.goto(f"{server.url}/assets/{args.endpoint}/confirmed_baseline")
             browser.wait_for("document.body.innerText.includes('verdicts')", what="the verdicts table")
             browser.click_text("[Show Table]", row="verdicts")
-            browser.wait_for("document.querySelectorAll('[role=dialog] table, .bp5-dialog table').length > 0",
-                             what="the verdicts table dialog")
+            browser.wait_for(
+                "document.querySelectorAll('[role=dialog] table, .bp5-dialog table').length > 0",
+                what="the verdicts table dialog",
+            )
             browser.screenshot(out / "verdicts_table.png")
             browser.goto(f"{server.url}/assets/{args.endpoint}/review_report")
             browser.wait_for("document.body.innerText.includes('report')", what="the review report")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from autoresearch import paths
+from specs import paths
 from dagster_project.lib import defs_tree
 from dagster_project.resources import resources
 

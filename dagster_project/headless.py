@@ -18,7 +18,7 @@ import os
 import warnings
 from pathlib import Path
 
-from autoresearch.config import CampaignSpec, EndpointSpec
+from specs.config import CampaignSpec, EndpointSpec
 from dagster_project.instance import persistent_instance
 
 PID_TAG = "autoresearch/pid"
@@ -29,9 +29,15 @@ class CampaignAlreadyRunning(RuntimeError):
     """The partition's campaign is running in another live process."""
 
 
-def run_campaign_job(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer: str | None = None,
-                     from_declared: bool = False, stop_after_s: float | None = None,
-                     definitions_dir: Path | None = None):
+def run_campaign_job(
+    campaign: CampaignSpec,
+    endpoint: EndpointSpec,
+    *,
+    proposer: str | None = None,
+    from_declared: bool = False,
+    stop_after_s: float | None = None,
+    definitions_dir: Path | None = None,
+):
     """Run (or resume) ``campaign`` as a run of its endpoint's campaign job; return its CampaignOutcome.
     An exception inside the run is raised here as itself, so callers see the error the loop raised."""
     import dagster as dg
@@ -47,8 +53,9 @@ def run_campaign_job(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer
     job = defs.resolve_job_def(job_name(endpoint))
     op_name = defs.resolve_assets_def(key(endpoint.name, "campaign")).op.name
     partition = campaign.name
-    config = CampaignRun(campaign=campaign.name, proposer=proposer, from_declared=from_declared,
-                         stop_after_s=stop_after_s, echo=True)
+    config = CampaignRun(
+        campaign=campaign.name, proposer=proposer, from_declared=from_declared, stop_after_s=stop_after_s, echo=True
+    )
     with persistent_instance() as instance:
         partitions = campaign_partitions(endpoint).name
         if not instance.has_dynamic_partition(partitions, partition):
@@ -57,12 +64,17 @@ def run_campaign_job(campaign: CampaignSpec, endpoint: EndpointSpec, *, proposer
         # raise_on_error: an exception inside the run reaches the caller as itself (the CLI's errors and exit
         # codes are the loop's); the run is recorded as failed on the instance first
         result = job.execute_in_process(
-            instance=instance, partition_key=partition, raise_on_error=True,
-            run_config={"ops": {op_name: {"config": config.model_dump()}},
-                        # progress is printed as plain lines by the asset, and a failure reaches the CLI as its
-                        # one-line error; the event log keeps every message (the UI shows them)
-                        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-            tags={PID_TAG: str(os.getpid()), SOURCE_TAG: "cli"})
+            instance=instance,
+            partition_key=partition,
+            raise_on_error=True,
+            run_config={
+                "ops": {op_name: {"config": config.model_dump()}},
+                # progress is printed as plain lines by the asset, and a failure reaches the CLI as its
+                # one-line error; the event log keeps every message (the UI shows them)
+                "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+            },
+            tags={PID_TAG: str(os.getpid()), SOURCE_TAG: "cli"},
+        )
         return result.output_for_node(op_name)
 
 
@@ -70,17 +82,25 @@ def end_dead_runs(instance, job_name: str, partition: str) -> None:
     """Mark failed the partition's runs left "started" by a process that is gone; refuse when one is alive."""
     import dagster as dg
 
-    runs = instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=[dg.DagsterRunStatus.STARTED],
-                                                   tags={"dagster/partition": partition}))
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(
+            job_name=job_name, statuses=[dg.DagsterRunStatus.STARTED], tags={"dagster/partition": partition}
+        )
+    )
     for run in runs:
         pid = int(run.tags.get(PID_TAG, "0") or 0)
         if not pid:
             continue  # launched by the UI or a sensor: its own process owns it
         if pid != os.getpid() and _alive(pid):
-            raise CampaignAlreadyRunning(f"campaign {partition} is already running (Dagster run {run.run_id[:8]}, "
-                                         f"process {pid}): wait for it, or stop that process first")
-        instance.report_run_failed(run, f"the process running it (pid {pid}) ended without finishing the run "
-                                         "(killed); the next `autoresearch campaign run` resumes the campaign")
+            raise CampaignAlreadyRunning(
+                f"campaign {partition} is already running (Dagster run {run.run_id[:8]}, "
+                f"process {pid}): wait for it, or stop that process first"
+            )
+        instance.report_run_failed(
+            run,
+            f"the process running it (pid {pid}) ended without finishing the run "
+            "(killed); the next `autoresearch campaign run` resumes the campaign",
+        )
         storage = instance.event_log_storage
         if hasattr(storage, "free_concurrency_slots_for_run"):
             storage.free_concurrency_slots_for_run(run.run_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from autoresearch import paths
+from specs import paths
 
 DAGSTER_YAML = """\
 telemetry:

@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.pipes.client import PipesClientCompletedInvocation
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from launchers.container import EXPERIMENT_ROOT
 from launchers.modal_app import RemoteCall, run_remote
 
@@ -45,8 +45,10 @@ class PipesReturnedFileMessageReader(dg.PipesMessageReader):
                         handler.handle_message(json.loads(line))
 
     def no_messages_debug_text(self) -> str:
-        return (f"Expected the experiment to write Pipes messages to {self.path_in_container} "
-                "(open_dagster_pipes() with the default message writer) and the container to return its out dir.")
+        return (
+            f"Expected the experiment to write Pipes messages to {self.path_in_container} "
+            "(open_dagster_pipes() with the default message writer) and the container to return its out dir."
+        )
 
 
 class PipesModalClient(dg.PipesClient):
@@ -59,18 +61,36 @@ class PipesModalClient(dg.PipesClient):
         self.root = root
         self.call = call
 
-    def run(self, *, context: dg.AssetExecutionContext | dg.OpExecutionContext, endpoint: EndpointSpec,
-            spec_json: str, out_dir: Path, extras: Mapping | None = None) -> PipesClientCompletedInvocation:
+    def run(
+        self,
+        *,
+        context: dg.AssetExecutionContext | dg.OpExecutionContext,
+        endpoint: EndpointSpec,
+        spec_json: str,
+        out_dir: Path,
+        extras: Mapping | None = None,
+    ) -> PipesClientCompletedInvocation:
         reader = PipesReturnedFileMessageReader(f"{self.root}/out/{PIPES_MESSAGES}")
-        with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
-                                   message_reader=reader, extras=dict(extras or {})) as session:
+        with dg.open_pipes_session(
+            context=context,
+            context_injector=dg.PipesEnvContextInjector(),
+            message_reader=reader,
+            extras=dict(extras or {}),
+        ) as session:
             try:
-                result = run_remote(endpoint, spec_json, Path(out_dir), env=session.get_bootstrap_env_vars(),
-                                    root=self.root, call=self.call)
+                result = run_remote(
+                    endpoint,
+                    spec_json,
+                    Path(out_dir),
+                    env=session.get_bootstrap_env_vars(),
+                    root=self.root,
+                    call=self.call,
+                )
             finally:
                 reader.returned = Path(out_dir) / PIPES_MESSAGES
             if result["returncode"] != 0:
                 raise dg.Failure(
                     f"experiment on Modal for {endpoint.name} exited {result['returncode']}: {result['argv']} "
-                    f"(container log: {Path(out_dir) / 'container.log'})")
+                    f"(container log: {Path(out_dir) / 'container.log'})"
+                )
         return PipesClientCompletedInvocation(session)

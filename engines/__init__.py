@@ -19,15 +19,24 @@ from pathlib import Path
 
 import httpx
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from engines.base import EngineAdapter, EngineCrashed, EngineError, EngineIdentity, MetricsSnapshot
 from engines import overlays
 from engines.gpu_lease import acquire
 from engines.process import ManagedProcess, free_port, port_is_free
 
 __all__ = [
-    "EngineAdapter", "EngineCrashed", "EngineError", "EngineIdentity", "MetricsSnapshot", "RunningEngine",
-    "adapter_for", "attach_external", "engine_identity", "resolve_model_dir", "start_engine",
+    "EngineAdapter",
+    "EngineCrashed",
+    "EngineError",
+    "EngineIdentity",
+    "MetricsSnapshot",
+    "RunningEngine",
+    "adapter_for",
+    "attach_external",
+    "engine_identity",
+    "resolve_model_dir",
+    "start_engine",
 ]
 
 _MODEL_PLACEHOLDER_PORT = "{port}"
@@ -42,7 +51,7 @@ def adapter_for(spec: EndpointSpec, port: int, workdir: Path) -> EngineAdapter:
 
 def resolve_model_dir(spec: EndpointSpec) -> Path:
     """The local model directory (builtin models are built once and cached)."""
-    from autoresearch.models import ModelUnavailable, ensure_model
+    from specs.models import ModelUnavailable, ensure_model
 
     try:
         return ensure_model(spec.model.path)
@@ -65,9 +74,15 @@ def _identity(adapter: EngineAdapter, argv: list[str], model_dir: Path | str) ->
         else:
             command.append(token)
     version = adapter.engine_version()
-    return EngineIdentity(engine=adapter.kind, engine_version=version, model=spec.model.served_name or spec.model.path,
-                          model_revision=spec.model.revision, launch_config_hash=spec.launch_config_hash(),
-                          launch_command=tuple(command), overlays=overlays.hashes(_overlays_of(spec)))
+    return EngineIdentity(
+        engine=adapter.kind,
+        engine_version=version,
+        model=spec.model.served_name or spec.model.path,
+        model_revision=spec.model.revision,
+        launch_config_hash=spec.launch_config_hash(),
+        launch_command=tuple(command),
+        overlays=overlays.hashes(_overlays_of(spec)),
+    )
 
 
 def _overlays_of(spec: EndpointSpec) -> list:
@@ -83,9 +98,14 @@ def engine_identity(spec: EndpointSpec) -> EngineIdentity:
     Starts nothing and builds no model (the engine version is asked of the engine venv once)."""
     adapter = adapter_for(spec, 0, Path("."))
     if not adapter.manages_process:
-        return EngineIdentity(engine="external", engine_version="unknown", model=adapter.served_model_name(Path(".")),
-                              model_revision=spec.model.revision, launch_config_hash=spec.launch_config_hash(),
-                              launch_command=(adapter.base_url,))
+        return EngineIdentity(
+            engine="external",
+            engine_version="unknown",
+            model=adapter.served_model_name(Path(".")),
+            model_revision=spec.model.revision,
+            launch_config_hash=spec.launch_config_hash(),
+            launch_command=(adapter.base_url,),
+        )
     argv = adapter.launch_command(Path(spec.model.path))
     return _identity(adapter, argv, spec.model.path)
 
@@ -93,8 +113,15 @@ def engine_identity(spec: EndpointSpec) -> EngineIdentity:
 class RunningEngine:
     """A started (or, for kind external, attached) engine. Use as a context manager, or call stop()."""
 
-    def __init__(self, adapter: EngineAdapter, process: ManagedProcess | None, served_model: str,
-                 identity: EngineIdentity, command: list[str], profile_dir: Path | None):
+    def __init__(
+        self,
+        adapter: EngineAdapter,
+        process: ManagedProcess | None,
+        served_model: str,
+        identity: EngineIdentity,
+        command: list[str],
+        profile_dir: Path | None,
+    ):
         self.adapter = adapter
         self.process = process
         self.served_model = served_model
@@ -167,8 +194,9 @@ class RunningEngine:
     # -- control -------------------------------------------------------------------------
     def _require(self, path: str | None, what: str) -> str:
         if not self.adapter.manages_process:
-            raise EngineError(f"endpoint {self.spec.name!r} is external: {what} is not allowed on a server "
-                              "this project does not own")
+            raise EngineError(
+                f"endpoint {self.spec.name!r} is external: {what} is not allowed on a server this project does not own"
+            )
         if not path:
             raise EngineError(f"the {self.adapter.kind} engine has no {what} endpoint")
         return self.base_url + path
@@ -189,8 +217,9 @@ class RunningEngine:
 
     def reset_prefix_cache(self, timeout_s: float = 30.0) -> None:
         """Drop every cached prefix block (the engine must be idle for vLLM to accept it)."""
-        self._post(self._require(self.adapter.reset_prefix_cache_path, "prefix-cache reset"), timeout_s,
-                   "prefix-cache reset")
+        self._post(
+            self._require(self.adapter.reset_prefix_cache_path, "prefix-cache reset"), timeout_s, "prefix-cache reset"
+        )
 
     def start_profile(self, timeout_s: float = 60.0) -> None:
         """Start the torch profiler (the engine must have been started with profile=True)."""
@@ -216,12 +245,16 @@ class RunningEngine:
                 raise self.process.crashed(
                     f"stopped the engine: its memory grew to {guard.peak_bytes / 2**30:.1f} GiB (limit "
                     f"{guard.limit_bytes / 2**30:.1f} GiB) while the torch profiler wrote its trace; profile a "
-                    "shorter window (campaign profile_seconds) or set profile_seconds: 0")
+                    "shorter window (campaign profile_seconds) or set profile_seconds: 0"
+                )
         started, self._profile_started = self._profile_started, None
         deadline = time.monotonic() + wait_file_s
         while True:
-            traces = [p for p in self.profile_dir.rglob("*.json*")
-                      if p.is_file() and p.stat().st_mtime >= started - 1 and not p.name.endswith(".tmp")]
+            traces = [
+                p
+                for p in self.profile_dir.rglob("*.json*")
+                if p.is_file() and p.stat().st_mtime >= started - 1 and not p.name.endswith(".tmp")
+            ]
             if traces:
                 return max(traces, key=lambda p: p.stat().st_mtime)
             if time.monotonic() > deadline:
@@ -274,7 +307,7 @@ class RunningEngine:
 
 
 def _default_workdir(spec: EndpointSpec, port: int) -> Path:
-    from autoresearch.paths import runs_dir
+    from specs.paths import runs_dir
 
     return runs_dir() / "engines" / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}"
 
@@ -282,15 +315,21 @@ def _default_workdir(spec: EndpointSpec, port: int) -> Path:
 def attach_external(spec: EndpointSpec, workdir: Path | None = None, health_timeout_s: float = 30.0) -> RunningEngine:
     """Measure an already-running server (kind external): nothing is started or stopped."""
     adapter = adapter_for(spec, 0, workdir or Path("."))
-    engine = RunningEngine(adapter, None, adapter.served_model_name(Path(".")), engine_identity(spec),
-                           [], None)
+    engine = RunningEngine(adapter, None, adapter.served_model_name(Path(".")), engine_identity(spec), [], None)
     engine.check_alive(hang_timeout_s=health_timeout_s)
     return engine
 
 
-def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path | None = None,
-                 args_override: list[str] | None = None, profile: bool = False,
-                 validate: bool = True, gpu_wait_s: float | None = None) -> RunningEngine:
+def start_engine(
+    spec: EndpointSpec,
+    *,
+    port: int | None = None,
+    workdir: Path | None = None,
+    args_override: list[str] | None = None,
+    profile: bool = False,
+    validate: bool = True,
+    gpu_wait_s: float | None = None,
+) -> RunningEngine:
     """Resolve the model, launch the engine, wait until healthy; return a RunningEngine.
 
     ``args_override`` replaces engine.args (the launch config hash follows it); ``profile``
@@ -308,9 +347,11 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
             raise EngineError(f"args_override must be a list of strings, got {args_override!r}")
         spec = spec.with_engine_args(args_override)
     if spec.launcher.kind != "local":  # never run a remote endpoint here by accident
-        raise EngineError(f"endpoint {spec.name!r} declares launcher.kind {spec.launcher.kind!r}: the local launcher "
-                          "does not start it on this host (a Modal experiment runs in its own container, see "
-                          "docs/launchers.md). Nothing was started.")
+        raise EngineError(
+            f"endpoint {spec.name!r} declares launcher.kind {spec.launcher.kind!r}: the local launcher "
+            "does not start it on this host (a Modal experiment runs in its own container, see "
+            "docs/launchers.md). Nothing was started."
+        )
     if spec.engine.kind == "external":
         return attach_external(spec, workdir)
     port = port or spec.engine.port or free_port()
@@ -344,8 +385,17 @@ def start_engine(spec: EndpointSpec, *, port: int | None = None, workdir: Path |
         raise
 
 
-def _launch(spec: EndpointSpec, adapter: EngineAdapter, model_dir: Path, argv: list[str], env: dict[str, str],
-            workdir: Path, port: int, profile: bool, lease) -> RunningEngine:
+def _launch(
+    spec: EndpointSpec,
+    adapter: EngineAdapter,
+    model_dir: Path,
+    argv: list[str],
+    env: dict[str, str],
+    workdir: Path,
+    port: int,
+    profile: bool,
+    lease,
+) -> RunningEngine:
     identity = _identity(adapter, argv, model_dir)  # profiling does not change what is measured
     profile_dir = None
     if profile:
@@ -354,13 +404,22 @@ def _launch(spec: EndpointSpec, adapter: EngineAdapter, model_dir: Path, argv: l
         argv = argv + adapter.profile_args(profile_dir)
         env.update(adapter.profile_env(profile_dir))
     # Record what runs (argument list and the names, never values, of extra environment).
-    (workdir / "launch.json").write_text(json.dumps(
-        {"argv": argv, "env_keys": sorted({**adapter.launch_env(), **spec.engine.env}), "port": port,
-         "gpus": list(lease.devices) if lease is not None else None}, indent=2))
+    (workdir / "launch.json").write_text(
+        json.dumps(
+            {
+                "argv": argv,
+                "env_keys": sorted({**adapter.launch_env(), **spec.engine.env}),
+                "port": port,
+                "gpus": list(lease.devices) if lease is not None else None,
+            },
+            indent=2,
+        )
+    )
     launched = time.monotonic()
     # The engine inherits the lease's lock descriptors: its GPUs stay leased while it lives.
-    process = ManagedProcess(argv, workdir / "engine.log", env=env, cwd=workdir,
-                             pass_fds=lease.fds if lease is not None else ()).start()
+    process = ManagedProcess(
+        argv, workdir / "engine.log", env=env, cwd=workdir, pass_fds=lease.fds if lease is not None else ()
+    ).start()
     try:
         process.wait_healthy(adapter.base_url + adapter.health_path, spec.engine.startup_timeout_s)
     except BaseException:

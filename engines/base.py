@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from autoresearch.config import EndpointSpec
-from autoresearch.engine_args import REMOVE
+from specs.config import EndpointSpec
+from specs.engine_args import REMOVE
 
 ArgDiff = dict[str, str | None]  # {flag: value | None (switch) | REMOVE}
 
@@ -120,7 +120,8 @@ class Vocabulary:
         if self.prefix_cache_off_flag and self.prefix_cache_off_flag in args:
             return False
         return self.prefix_cache_default_on or all(
-            (f in args) if v != REMOVE else (f not in args) for f, v in self.prefix_cache.items())
+            (f in args) if v != REMOVE else (f not in args) for f, v in self.prefix_cache.items()
+        )
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ class EngineAdapter(ABC):
 
     def engine_python(self) -> str:
         """Interpreter that runs the engine: engine.python, else the engine venv."""
-        from autoresearch.paths import engine_python
+        from specs.paths import engine_python
 
         return self.spec.engine.python or str(engine_python())
 
@@ -243,8 +244,10 @@ class EngineAdapter(ABC):
             from engines.gpu_lease import host_gpus
 
             if not host_gpus():
-                return (f"it declares {hardware.gpu_count} x {hardware.gpu_type} GPU and this host has none "
-                        "(NVML finds no GPU; AUTORESEARCH_GPUS and CUDA_VISIBLE_DEVICES name none)")
+                return (
+                    f"it declares {hardware.gpu_count} x {hardware.gpu_type} GPU and this host has none "
+                    "(NVML finds no GPU; AUTORESEARCH_GPUS and CUDA_VISIBLE_DEVICES name none)"
+                )
         return None
 
     @classmethod
@@ -268,7 +271,7 @@ class EngineAdapter(ABC):
 
     def validate_flags(self, args: list[str]) -> list[str]:
         """Reasons why ``args`` would not launch; empty when every flag is known."""
-        from autoresearch.engine_args import parse_args
+        from specs.engine_args import parse_args
         from engines import overlays
 
         found = overlays.problems(list(args), self.kind)
@@ -288,10 +291,12 @@ class EngineAdapter(ABC):
 def installed_version(python: str, distributions: tuple[str, ...]) -> str:
     """``name==version`` of the first installed distribution, asked of ``python`` in a subprocess
     (the engine lives in its own venv); "unknown" when none is installed or python is missing."""
-    code = ("import importlib.metadata as m, sys\n"
-            "for d in sys.argv[1:]:\n"
-            "    try:\n        print(d + '==' + m.version(d)); break\n"
-            "    except m.PackageNotFoundError:\n        pass\n")
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "for d in sys.argv[1:]:\n"
+        "    try:\n        print(d + '==' + m.version(d)); break\n"
+        "    except m.PackageNotFoundError:\n        pass\n"
+    )
     try:
         out = subprocess.run([python, "-c", code, *distributions], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):

@@ -50,6 +50,7 @@ class GpuTick:
 
 # -- NVML access ------------------------------------------------------------------------------
 
+
 def _open_nvml() -> tuple[Any | None, str | None]:
     """(pynvml, None) with NVML initialised (the caller must nvmlShutdown), or (None, why not)."""
     try:
@@ -123,11 +124,13 @@ def _read(nvml: Any, index: int, handle: Any) -> GpuReading:
     util = attempt(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
     memory = attempt(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
     power_mw = attempt(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
-    return GpuReading(gpu=index,
-                      util_pct=float(util.gpu) if util is not None else None,
-                      mem_util_pct=float(util.memory) if util is not None else None,
-                      memory_used_bytes=int(memory.used) if memory is not None else None,
-                      power_w=power_mw / 1000.0 if power_mw is not None else None)
+    return GpuReading(
+        gpu=index,
+        util_pct=float(util.gpu) if util is not None else None,
+        mem_util_pct=float(util.memory) if util is not None else None,
+        memory_used_bytes=int(memory.used) if memory is not None else None,
+        power_w=power_mw / 1000.0 if power_mw is not None else None,
+    )
 
 
 def _energy_counters_mj(nvml: Any, handles: Iterable[tuple[int, Any]]) -> dict[int, int]:
@@ -141,6 +144,7 @@ def _energy_counters_mj(nvml: Any, handles: Iterable[tuple[int, Any]]) -> dict[i
 
 
 # -- the per-step summary (pure) ---------------------------------------------------------------
+
 
 def _trapezoid(points: list[tuple[float, float]]) -> float:
     return sum((t1 - t0) * (v0 + v1) / 2.0 for (t0, v0), (t1, v1) in zip(points, points[1:]))
@@ -197,6 +201,7 @@ def summarize_ticks(ticks: list[GpuTick], energy_counter_j: float | None = None)
 
 
 # -- the sampler -------------------------------------------------------------------------------
+
 
 class GpuSampler:
     """Context manager: samples the GPUs ``visible`` names every ``interval_s`` on a daemon thread.
@@ -283,6 +288,7 @@ class GpuSampler:
 
 # -- memory release after an engine stops ------------------------------------------------------
 
+
 def memory_used(visible: str | None = None) -> tuple[dict[int, int] | None, str | None]:
     """({NVML index: bytes used}, None) for the GPUs ``visible`` names, or (None, why there are no numbers)."""
     nvml, note = _open_nvml()
@@ -340,22 +346,30 @@ class GpuReleaseCheck:
         return self.status == "leak"
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: ({str(i): v for i, v in val.items()} if isinstance(val, dict) else val)
-                for k, val in asdict(self).items()}
+        return {
+            k: ({str(i): v for i, v in val.items()} if isinstance(val, dict) else val)
+            for k, val in asdict(self).items()
+        }
 
 
-def excess_over_start(at_start: Mapping[int, int], now: Mapping[int, int],
-                      tolerance_bytes: int = RELEASE_TOLERANCE_BYTES) -> dict[int, int]:
+def excess_over_start(
+    at_start: Mapping[int, int], now: Mapping[int, int], tolerance_bytes: int = RELEASE_TOLERANCE_BYTES
+) -> dict[int, int]:
     """Per GPU, bytes still in use above the pre-start level where that is more than ``tolerance_bytes``
     (a GPU that disappeared from ``now`` is not judged)."""
     return {i: now[i] - at_start[i] for i in at_start if i in now and now[i] - at_start[i] > tolerance_bytes}
 
 
-def wait_memory_released(at_start: Mapping[int, int], read: Callable[[], Mapping[int, int] | None],
-                         before_stop: Mapping[int, int] | None = None, timeout_s: float = 5.0,
-                         poll_s: float = 0.1, tolerance_bytes: int = RELEASE_TOLERANCE_BYTES,
-                         clock: Callable[[], float] = time.monotonic,
-                         sleep: Callable[[float], None] = time.sleep) -> GpuReleaseCheck:
+def wait_memory_released(
+    at_start: Mapping[int, int],
+    read: Callable[[], Mapping[int, int] | None],
+    before_stop: Mapping[int, int] | None = None,
+    timeout_s: float = 5.0,
+    poll_s: float = 0.1,
+    tolerance_bytes: int = RELEASE_TOLERANCE_BYTES,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> GpuReleaseCheck:
     """Poll ``read()`` until every GPU is back within ``tolerance_bytes`` of ``at_start`` (the driver
     frees a dead process's memory with a short delay: 125-133 GB read back as 0 within 1 s on an
     H200) or ``timeout_s`` passes; then judge. Another process that took memory on the same GPU
@@ -366,16 +380,31 @@ def wait_memory_released(at_start: Mapping[int, int], read: Callable[[], Mapping
     while True:
         reading = read()
         if reading is None:
-            return GpuReleaseCheck("no-nvml", "GPU memory could not be read after the stop",
-                                   clock() - start, held, {}, dict(at_start), {})
+            return GpuReleaseCheck(
+                "no-nvml", "GPU memory could not be read after the stop", clock() - start, held, {}, dict(at_start), {}
+            )
         now = reading
         excess = excess_over_start(at_start, now, tolerance_bytes)
         waited = clock() - start
         if not excess:
-            return GpuReleaseCheck("released", f"GPU memory back to its pre-start level after {waited:.1f}s",
-                                   waited, held, {}, dict(at_start), dict(now))
+            return GpuReleaseCheck(
+                "released",
+                f"GPU memory back to its pre-start level after {waited:.1f}s",
+                waited,
+                held,
+                {},
+                dict(at_start),
+                dict(now),
+            )
         if waited >= timeout_s:
             parts = ", ".join(f"GPU {i}: {v / 2**30:.2f} GiB above the level before start" for i, v in excess.items())
-            return GpuReleaseCheck("leak", f"GPU memory not released {waited:.1f}s after the engine's processes "
-                                           f"ended ({parts})", waited, held, excess, dict(at_start), dict(now))
+            return GpuReleaseCheck(
+                "leak",
+                f"GPU memory not released {waited:.1f}s after the engine's processes ended ({parts})",
+                waited,
+                held,
+                excess,
+                dict(at_start),
+                dict(now),
+            )
         sleep(poll_s)

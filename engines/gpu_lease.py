@@ -1,6 +1,6 @@
 """GPU leases: which GPUs of this host an engine may use, so that two engines never share one.
 
-One lock file per GPU in a shared folder (``autoresearch.paths.gpu_lock_dir``), held with
+One lock file per GPU in a shared folder (``specs.paths.gpu_lock_dir``), held with
 ``flock``: a lease is an open file whose lock is exclusive. Why flock: the kernel drops the lock
 when the last descriptor closes, so a killed campaign never leaves a GPU "taken", and the lock is
 per open file, so threads of one process (a campaign running experiments in parallel) exclude each
@@ -104,8 +104,14 @@ def _try(devices: list[str], count: int, lock_dir: Path) -> GpuLease | None:
     return None
 
 
-def acquire(count: int, *, lock_dir: Path | None = None, devices: Sequence[str] | None = None,
-            wait_s: float | None = None, poll_s: float = 0.5) -> GpuLease | None:
+def acquire(
+    count: int,
+    *,
+    lock_dir: Path | None = None,
+    devices: Sequence[str] | None = None,
+    wait_s: float | None = None,
+    poll_s: float = 0.5,
+) -> GpuLease | None:
     """Lease ``count`` free GPUs of this host, waiting up to ``wait_s`` (None = until some are free).
 
     Returns None when there is nothing to lease (``count`` 0, or a host without GPUs). Raises
@@ -118,7 +124,7 @@ def acquire(count: int, *, lock_dir: Path | None = None, devices: Sequence[str] 
     if count > len(devices):
         raise GpuUnavailable(f"an engine needs {count} GPU(s); this host has {len(devices)} ({','.join(devices)})")
     if lock_dir is None:
-        from autoresearch.paths import gpu_lock_dir
+        from specs.paths import gpu_lock_dir
 
         lock_dir = gpu_lock_dir()
     lock_dir = Path(lock_dir)
@@ -129,6 +135,7 @@ def acquire(count: int, *, lock_dir: Path | None = None, devices: Sequence[str] 
         if lease is not None:
             return lease
         if deadline is not None and time.monotonic() >= deadline:
-            raise GpuUnavailable(f"no {count} free GPU(s) of {','.join(devices)} within {wait_s:g} s "
-                                 f"(leases in {lock_dir})")
+            raise GpuUnavailable(
+                f"no {count} free GPU(s) of {','.join(devices)} within {wait_s:g} s (leases in {lock_dir})"
+            )
         time.sleep(poll_s)

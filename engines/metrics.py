@@ -23,14 +23,18 @@ def sample_key(name: str, labels: dict[str, str]) -> str:
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
     """Every sample as (name, labels, value)."""
     try:
-        return [(s.name, dict(s.labels), float(s.value))
-                for family in text_string_to_metric_families(text) for s in family.samples]
+        return [
+            (s.name, dict(s.labels), float(s.value))
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
     except (ValueError, TypeError) as exc:
         raise EngineError(f"could not parse Prometheus metrics text: {exc}") from exc
 
 
-def snapshot_from_text(text: str, timestamp: float, fields: dict[str, str | tuple[str, ...]],
-                       prefix: str) -> MetricsSnapshot:
+def snapshot_from_text(
+    text: str, timestamp: float, fields: dict[str, str | tuple[str, ...]], prefix: str
+) -> MetricsSnapshot:
     """Build a snapshot: ``fields`` maps a MetricsSnapshot attribute to one sample name (or
     alternatives tried in order); ``raw`` keeps every sample whose name starts with ``prefix``."""
     samples = parse_samples(text)

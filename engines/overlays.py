@@ -57,19 +57,39 @@ class Overlay:
         return digest.hexdigest()[:16]
 
 
-REGISTRY: dict[str, Overlay] = {o.name: o for o in (
-    Overlay("transformers_cb_config", frozenset({"transformers"}), "settings",
+REGISTRY: dict[str, Overlay] = {
+    o.name: o
+    for o in (
+        Overlay(
+            "transformers_cb_config",
+            frozenset({"transformers"}),
+            "settings",
             "ContinuousBatchingConfig fields `transformers serve` has no flag for (padding intervals, scheduler, "
-            "compile level, requests per batch, memory fraction)", settings_env="AUTORESEARCH_CB_CONFIG"),
-    Overlay("vllm_issue_55005", frozenset({"vllm"}), "patch",
-            "vLLM 0.32 CPU: the rejection sampler's expand kernel read uninitialised temperatures (issue 55005)"),
-    Overlay("planted_slowdown", frozenset({"vllm", "transformers"}), "instrument",
+            "compile level, requests per batch, memory fraction)",
+            settings_env="AUTORESEARCH_CB_CONFIG",
+        ),
+        Overlay(
+            "vllm_issue_55005",
+            frozenset({"vllm"}),
+            "patch",
+            "vLLM 0.32 CPU: the rejection sampler's expand kernel read uninitialised temperatures (issue 55005)",
+        ),
+        Overlay(
+            "planted_slowdown",
+            frozenset({"vllm", "transformers"}),
+            "instrument",
             "every engine step takes (1 + fraction) times as long: a known slowdown for the harness's power benchmark",
-            settings_env="AUTORESEARCH_PLANTED_SLOWDOWN"),
-    Overlay("planted_leak", frozenset({"vllm"}), "instrument",
+            settings_env="AUTORESEARCH_PLANTED_SLOWDOWN",
+        ),
+        Overlay(
+            "planted_leak",
+            frozenset({"vllm"}),
+            "instrument",
             "the engine leaks memory under sustained load until it dies: a known fault for the soak's tests",
-            settings_env="AUTORESEARCH_PLANTED_LEAK_MB_PER_S"),
-)}
+            settings_env="AUTORESEARCH_PLANTED_LEAK_MB_PER_S",
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -91,10 +111,12 @@ def split(args: list[str]) -> tuple[list[str], list[Requested]]:
         if token == FLAG or token.startswith(FLAG + "="):
             if token == FLAG:
                 if i + 1 >= len(args):
-                    raise OverlayError(f"{FLAG} needs a value: NAME or NAME=SETTINGS (one of {', '.join(sorted(REGISTRY))})")
+                    raise OverlayError(
+                        f"{FLAG} needs a value: NAME or NAME=SETTINGS (one of {', '.join(sorted(REGISTRY))})"
+                    )
                 value, i = args[i + 1], i + 2
             else:
-                value, i = token[len(FLAG) + 1:], i + 1
+                value, i = token[len(FLAG) + 1 :], i + 1
             asked.append(_requested(value))
             continue
         own.append(token)
@@ -128,8 +150,11 @@ def problems(args: list[str], engine_kind: str) -> list[str]:
         _, asked = split(args)
     except OverlayError as exc:
         return [str(exc)]
-    return [f"{FLAG} {r.overlay.name} is made for {', '.join(sorted(r.overlay.engines))}, not {engine_kind}"
-            for r in asked if engine_kind not in r.overlay.engines]
+    return [
+        f"{FLAG} {r.overlay.name} is made for {', '.join(sorted(r.overlay.engines))}, not {engine_kind}"
+        for r in asked
+        if engine_kind not in r.overlay.engines
+    ]
 
 
 def launch_env(asked: list[Requested], engine_env: dict[str, str]) -> dict[str, str]:

@@ -77,7 +77,7 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         # fields after the parenthesised command name: state ppid pgrp ...
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
@@ -159,15 +159,17 @@ def _pgid_of(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     return int(fields[2]) if len(fields) > 2 else None
 
 
 # Run before the engine's own program when this process ignores SIGTERM or SIGINT: an ignored signal
 # survives exec, so the engine would ignore our stop. Dagster maps SIGTERM to SIGINT's handler after
 # an in-process run, and SIGINT is ignored under a non-interactive shell's `&`: then SIGTERM is too.
-_EXEC_WITH_DEFAULT_SIGNALS = ("import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
-                              "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])")
+_EXEC_WITH_DEFAULT_SIGNALS = (
+    "import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])"
+)
 
 
 def _with_default_signals(argv: list[str]) -> list[str]:
@@ -181,12 +183,17 @@ def _sigterm_state(pid: int) -> str:
     """Why a process may outlive SIGTERM, from /proc: its state, and whether SIGTERM is ignored,
     blocked or caught (a handler that does not exit)."""
     try:
-        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
     except OSError:
         return "no /proc status"
     bit = 1 << (signal.SIGTERM - 1)
-    marks = [name for name, key in (("ignored", "SigIgn"), ("blocked", "SigBlk"), ("caught", "SigCgt"), ("pending", "ShdPnd"))
-             if int(status.get(key, "0").strip() or "0", 16) & bit]
+    marks = [
+        name
+        for name, key in (("ignored", "SigIgn"), ("blocked", "SigBlk"), ("caught", "SigCgt"), ("pending", "ShdPnd"))
+        if int(status.get(key, "0").strip() or "0", 16) & bit
+    ]
     return f"state {status.get('State', '?').strip()}, SIGTERM {' and '.join(marks) or 'default'}"
 
 
@@ -218,9 +225,16 @@ class StopReport:
         return self.gpu is not None and self.gpu.leak
 
     def as_dict(self) -> dict[str, Any]:
-        return {"returncode": self.returncode, "seconds": round(self.seconds, 3), "group_killed": self.group_killed,
-                "leftover_pids": self.leftover_pids, "leftover_commands": self.leftover_commands,
-                "gpu": self.gpu.as_dict() if self.gpu else None, "leak": self.leak, "warnings": self.warnings}
+        return {
+            "returncode": self.returncode,
+            "seconds": round(self.seconds, 3),
+            "group_killed": self.group_killed,
+            "leftover_pids": self.leftover_pids,
+            "leftover_commands": self.leftover_commands,
+            "gpu": self.gpu.as_dict() if self.gpu else None,
+            "leak": self.leak,
+            "warnings": self.warnings,
+        }
 
 
 _LIVE: set["ManagedProcess"] = set()
@@ -236,8 +250,14 @@ def _stop_leftovers() -> None:
 class ManagedProcess:
     """One engine server process tree, started in its own session, output captured to a log."""
 
-    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
-                 pass_fds: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        argv: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        pass_fds: tuple[int, ...] = (),
+    ):
         if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
             raise EngineError(f"launch command must be a non-empty list of strings, got {argv!r}")
         self.argv = list(argv)
@@ -262,8 +282,15 @@ class ManagedProcess:
         with open(self.log_path, "ab") as log:
             try:
                 self._popen = subprocess.Popen(  # noqa: S603 - argument list, never a shell
-                    _with_default_signals(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=self.env, cwd=self.cwd, start_new_session=True, close_fds=True, pass_fds=self.pass_fds,
+                    _with_default_signals(self.argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=self.pass_fds,
                 )
             except OSError as exc:
                 raise EngineError(f"could not start {self.argv[0]}: {exc}") from exc
@@ -322,14 +349,20 @@ class ManagedProcess:
             code = self.poll()
             if code is not None:
                 raise self.crashed(f"engine process {self.pid} exited with code {code}") from exc
-            raise self.crashed(f"engine hung: {health_url} did not answer within {hang_timeout_s:.0f}s "
-                               f"({type(exc).__name__})") from exc
+            raise self.crashed(
+                f"engine hung: {health_url} did not answer within {hang_timeout_s:.0f}s ({type(exc).__name__})"
+            ) from exc
         if status != 200:
             raise self.crashed(f"engine unhealthy: {health_url} answered {status}")
 
     # -- stop ----------------------------------------------------------------------------
-    def stop(self, term_timeout_s: float = 20.0, kill_timeout_s: float = 10.0, leftover_grace_s: float = 5.0,
-             gpu_release_timeout_s: float = 5.0) -> int | None:
+    def stop(
+        self,
+        term_timeout_s: float = 20.0,
+        kill_timeout_s: float = 10.0,
+        leftover_grace_s: float = 5.0,
+        gpu_release_timeout_s: float = 5.0,
+    ) -> int | None:
         """SIGTERM the process group and wait for its leader; SIGKILL the group if the leader ignores it.
         Members still alive ``leftover_grace_s`` after the leader ended are killed by PID (only processes
         whose group is the one we started). Returns the leader's exit code only when no member of the
@@ -351,8 +384,10 @@ class ManagedProcess:
         self._wait(lambda: self._popen.poll() is not None or not group_alive(pgid), deadline)
         if self._popen.poll() is None:
             report.group_killed = True
-            report.warnings.append(f"engine process {pgid} ignored SIGTERM for {term_timeout_s:.0f}s "
-                                   f"({_sigterm_state(pgid)}): SIGKILL to its process group")
+            report.warnings.append(
+                f"engine process {pgid} ignored SIGTERM for {term_timeout_s:.0f}s "
+                f"({_sigterm_state(pgid)}): SIGKILL to its process group"
+            )
             self._signal_group(pgid, signal.SIGKILL)
         elif not self._wait_group(pgid, min(leftover_grace_s, max(0.0, deadline - time.monotonic()))):
             self._kill_leftovers(pgid, report)
@@ -388,15 +423,18 @@ class ManagedProcess:
         if report.leftover_pids:
             report.warnings.append(
                 f"killed {len(report.leftover_pids)} leftover process(es) of group {pgid} still alive after the "
-                f"engine's main process ended: " + "; ".join(f"{p} {c[:120]}" for p, c in
-                                                               zip(report.leftover_pids, report.leftover_commands)))
+                f"engine's main process ended: "
+                + "; ".join(f"{p} {c[:120]}" for p, c in zip(report.leftover_pids, report.leftover_commands))
+            )
 
     def _check_gpu_released(self, before_stop: dict[int, int] | None, timeout_s: float) -> gpu.GpuReleaseCheck:
         if self.gpu_at_start is None:
             return gpu.GpuReleaseCheck("no-nvml", self.gpu_note or "no GPU memory reading at the engine's start")
         visible = self.visible_gpus
-        return gpu.wait_memory_released(self.gpu_at_start, lambda: gpu.memory_used(visible)[0],
-                                        before_stop=before_stop, timeout_s=timeout_s)
+        return gpu.wait_memory_released(
+            self.gpu_at_start, lambda: gpu.memory_used(visible)[0], before_stop=before_stop, timeout_s=timeout_s
+        )
+
     def detach(self) -> None:
         """Leave the server running after this interpreter exits (``autoresearch engine up``): the
         exit hook that stops leftover engines no longer takes it."""

@@ -6,8 +6,8 @@ adapter class found here; nothing else branches on engine names.
 
 from __future__ import annotations
 
-from autoresearch.config import EndpointSpec
-from autoresearch.engine_args import parse_args
+from specs.config import EndpointSpec
+from specs.engine_args import parse_args
 from engines.base import EngineAdapter, EngineError
 from engines.external import ExternalAdapter
 from engines.sglang import SglangAdapter

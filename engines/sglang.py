@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autoresearch.engine_args import REMOVE
+from specs.engine_args import REMOVE
 from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.metrics import snapshot_from_text
@@ -42,12 +42,19 @@ SGLANG_VOCABULARY = Vocabulary(
     token_budget=Knob("--chunked-prefill-size", 4096),
     prefill_chunk=Knob("--chunked-prefill-size", 2048),
     kv_memory_fraction=("--mem-fraction-static", 0.85, 0.93),
-    cache_block_size_gpu=1, cache_block_size_cpu=1, block_size_flag="--page-size",  # radix cache: token granular
-    prefix_cache={"--disable-radix-cache": REMOVE}, prefix_cache_off_flag="--disable-radix-cache",
+    cache_block_size_gpu=1,
+    cache_block_size_cpu=1,
+    block_size_flag="--page-size",  # radix cache: token granular
+    prefix_cache={"--disable-radix-cache": REMOVE},
+    prefix_cache_off_flag="--disable-radix-cache",
     prefix_cache_default_on=True,
-    cuda_graphs={"--disable-cuda-graph": REMOVE}, compile={"--enable-torch-compile": None},
-    kv_cache_dtype=("--kv-cache-dtype", "fp8_e5m2"), weight_quantization=("--quantization", "fp8"), dtype_flag="--dtype",
-    tensor_parallel_flag="--tp-size", data_parallel_flag="--dp-size",
+    cuda_graphs={"--disable-cuda-graph": REMOVE},
+    compile={"--enable-torch-compile": None},
+    kv_cache_dtype=("--kv-cache-dtype", "fp8_e5m2"),
+    weight_quantization=("--quantization", "fp8"),
+    dtype_flag="--dtype",
+    tensor_parallel_flag="--tp-size",
+    data_parallel_flag="--dp-size",
     lossy_flags=frozenset({"--quantization", "--kv-cache-dtype"}),
 )
 
@@ -81,11 +88,17 @@ class SglangAdapter(EngineAdapter):
 
     def launch_command(self, model_dir: Path) -> list[str]:
         return [
-            self.engine_python(), "-m", "sglang.launch_server",
-            "--model-path", str(model_dir),
-            "--served-model-name", self.served_model_name(model_dir),
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
+            self.engine_python(),
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(model_dir),
+            "--served-model-name",
+            self.served_model_name(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
             "--enable-metrics",
             *[a for a in self.cli_args() if a != "--enable-metrics"],
         ]

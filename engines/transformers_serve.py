@@ -16,13 +16,35 @@ from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.vllm import validate_against
 
 # Options of `transformers serve` (transformers 5.x, typer: booleans also have --no-X).
-TRANSFORMERS_SERVE_FLAGS = frozenset({
-    "--continuous-batching", "--no-continuous-batching", "--attn-implementation", "--compile", "--no-compile",
-    "--quantization", "--reasoning", "--chat-template-kwargs", "--device", "--dtype",
-    "--trust-remote-code", "--no-trust-remote-code", "--model-timeout", "--cb-block-size", "--cb-num-blocks",
-    "--cb-max-batch-tokens", "--cb-max-memory-percent", "--cb-use-cuda-graph", "--no-cb-use-cuda-graph",
-    "--host", "--port", "--enable-cors", "--no-enable-cors", "--log-level", "--default-seed",
-})
+TRANSFORMERS_SERVE_FLAGS = frozenset(
+    {
+        "--continuous-batching",
+        "--no-continuous-batching",
+        "--attn-implementation",
+        "--compile",
+        "--no-compile",
+        "--quantization",
+        "--reasoning",
+        "--chat-template-kwargs",
+        "--device",
+        "--dtype",
+        "--trust-remote-code",
+        "--no-trust-remote-code",
+        "--model-timeout",
+        "--cb-block-size",
+        "--cb-num-blocks",
+        "--cb-max-batch-tokens",
+        "--cb-max-memory-percent",
+        "--cb-use-cuda-graph",
+        "--no-cb-use-cuda-graph",
+        "--host",
+        "--port",
+        "--enable-cors",
+        "--no-enable-cors",
+        "--log-level",
+        "--default-seed",
+    }
+)
 RESERVED_FLAGS = frozenset({"--host", "--port"})
 
 
@@ -32,11 +54,16 @@ TRANSFORMERS_VOCABULARY = Vocabulary(
     token_budget=Knob("--cb-max-batch-tokens", 8192, 2048),
     kv_blocks=Knob("--cb-num-blocks", 4096, 1024),
     kv_memory_fraction=("--cb-max-memory-percent", 0.9, 0.95),
-    cache_block_size_gpu=256, cache_block_size_cpu=256, block_size_flag="--cb-block-size",
+    cache_block_size_gpu=256,
+    cache_block_size_cpu=256,
+    block_size_flag="--cb-block-size",
     continuous_batching={"--continuous-batching": None},
-    cuda_graphs={"--cb-use-cuda-graph": None}, compile={"--compile": None},
-    attention_flag="--attn-implementation", attention_choices=("paged|flash_attention_2", "paged|sdpa"),
-    weight_quantization=("--quantization", "bnb-8bit"), dtype_flag="--dtype",
+    cuda_graphs={"--cb-use-cuda-graph": None},
+    compile={"--compile": None},
+    attention_flag="--attn-implementation",
+    attention_choices=("paged|flash_attention_2", "paged|sdpa"),
+    weight_quantization=("--quantization", "bnb-8bit"),
+    dtype_flag="--dtype",
     lossy_flags=frozenset({"--dtype", "--quantization"}),
     # continuous batching shares cached prefix blocks between requests (allow_block_sharing, on by default,
     # no CLI switch) and the server has no route to empty that cache: sweeps never replay a prompt on it
@@ -44,8 +71,19 @@ TRANSFORMERS_VOCABULARY = Vocabulary(
 )
 
 #: chat fields transformers serve answers with HTTP 422 (UNUSED_CHAT_COMPLETION_FIELDS, 5.17-5.19)
-TRANSFORMERS_REJECTED_FIELDS = frozenset({"logprobs", "top_logprobs", "stream_options", "tool_choice",
-                                          "response_format", "n", "user", "return_token_ids", "prompt_logprobs"})
+TRANSFORMERS_REJECTED_FIELDS = frozenset(
+    {
+        "logprobs",
+        "top_logprobs",
+        "stream_options",
+        "tool_choice",
+        "response_format",
+        "n",
+        "user",
+        "return_token_ids",
+        "prompt_logprobs",
+    }
+)
 
 
 class TransformersServeAdapter(EngineAdapter):
@@ -60,10 +98,22 @@ class TransformersServeAdapter(EngineAdapter):
         "--cb-num-blocks": vc.integer(1, 10**8),
         "--cb-block-size": vc.integer(1, 4096),
         "--dtype": vc.choice("auto", "bfloat16", "float16", "float32"),
-        "--attn-implementation": vc.choice("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention",
-                                         "paged|sdpa", "paged|eager", "paged|flash_attention_2",
-                                         "paged|flash_attention_3", "paged|flex_attention",
-                                         "paged_attention", "sdpa_paged", "eager_paged", "flex_attention"),
+        "--attn-implementation": vc.choice(
+            "sdpa",
+            "eager",
+            "flash_attention_2",
+            "flash_attention_3",
+            "flex_attention",
+            "paged|sdpa",
+            "paged|eager",
+            "paged|flash_attention_2",
+            "paged|flash_attention_3",
+            "paged|flex_attention",
+            "paged_attention",
+            "sdpa_paged",
+            "eager_paged",
+            "flex_attention",
+        ),
     }
     vocabulary = TRANSFORMERS_VOCABULARY
     evidence = frozenset()  # no /metrics, no profiler route, no logprobs, no token ids
@@ -71,8 +121,15 @@ class TransformersServeAdapter(EngineAdapter):
     stop_grace_s = 5.0  # 5.17 on the H200 ignored SIGTERM for 20 s at every stop: KILL sooner
     version_distributions = ("transformers",)
     # as measured on the H200 (torch 2.11, transformers 5.17 and the web stack `transformers serve` needs)
-    remote_packages = ("torch==2.11.0", "transformers==5.17.0", "fastapi==0.120.0", "starlette==0.48.0",
-                       "uvicorn", "openai<3", "accelerate")
+    remote_packages = (
+        "torch==2.11.0",
+        "transformers==5.17.0",
+        "fastapi==0.120.0",
+        "starlette==0.48.0",
+        "uvicorn",
+        "openai<3",
+        "accelerate",
+    )
     health_path = "/health"
     metrics_path = ""  # none exported
     reset_prefix_cache_path = None
@@ -81,8 +138,15 @@ class TransformersServeAdapter(EngineAdapter):
 
     def launch_command(self, model_dir: Path) -> list[str]:
         return [
-            self.engine_python(), "-m", "transformers.cli.transformers", "serve", str(model_dir),
-            "--host", "127.0.0.1", "--port", str(self.port),
+            self.engine_python(),
+            "-m",
+            "transformers.cli.transformers",
+            "serve",
+            str(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
             *self.cli_args(),
         ]
 

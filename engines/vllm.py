@@ -13,8 +13,8 @@ import json
 import re
 from pathlib import Path
 
-from autoresearch.engine_args import parse_args
-from autoresearch.engine_args import REMOVE
+from specs.engine_args import parse_args
+from specs.engine_args import REMOVE
 from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
 from engines.metrics import snapshot_from_text
@@ -78,20 +78,26 @@ VLLM_VOCABULARY = Vocabulary(
     prefill_chunk=Knob("--max-num-batched-tokens", 8192, 2048),
     kv_memory_fraction=("--gpu-memory-utilization", 0.9, 0.95),
     kv_memory_cpu={"--kv-cache-memory-bytes": "2G"},
-    cache_block_size_gpu=16, cache_block_size_cpu=128, block_size_flag="--block-size",
-    prefix_cache={"--enable-prefix-caching": None}, prefix_cache_off_flag="--no-enable-prefix-caching",
+    cache_block_size_gpu=16,
+    cache_block_size_cpu=128,
+    block_size_flag="--block-size",
+    prefix_cache={"--enable-prefix-caching": None},
+    prefix_cache_off_flag="--no-enable-prefix-caching",
     cuda_graphs={"--enforce-eager": REMOVE},
     async_scheduling={"--async-scheduling": None},
     partial_prefills={"--max-num-partial-prefills": "2", "--long-prefill-token-threshold": "512"},
     chunked_prefill={"--enable-chunked-prefill": None},
     speculation_flag="--speculative-config",
-    kv_cache_dtype=("--kv-cache-dtype", "fp8"), weight_quantization=("--quantization", "fp8"), dtype_flag="--dtype",
-    tensor_parallel_flag="--tensor-parallel-size", data_parallel_flag="--data-parallel-size",
+    kv_cache_dtype=("--kv-cache-dtype", "fp8"),
+    weight_quantization=("--quantization", "fp8"),
+    dtype_flag="--dtype",
+    tensor_parallel_flag="--tensor-parallel-size",
+    data_parallel_flag="--data-parallel-size",
     lossy_flags=frozenset({"--quantization", "--kv-cache-dtype"}),
 )
 
 
-_SPEC_DECODE_METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([0-9.eE+-]+)$')
+_SPEC_DECODE_METRIC = re.compile(r"^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([0-9.eE+-]+)$")
 
 #: speculative decoding methods vLLM knows (--speculative-config's "method")
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "mtp", "suffix", "ngram_gpu")
@@ -163,11 +169,17 @@ class VllmAdapter(EngineAdapter):
 
     def launch_command(self, model_dir: Path) -> list[str]:
         return [
-            self.engine_python(), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir),
-            "--served-model-name", self.served_model_name(model_dir),
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
+            self.engine_python(),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            self.served_model_name(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
             *self.cli_args(),
         ]
 
@@ -194,8 +206,10 @@ class VllmAdapter(EngineAdapter):
             reasons.append(f"tensor x pipeline parallel size {tp} exceeds the {max(gpu_count, 1)} device(s) available")
         batched, model_len = _as_int(parsed, "--max-num-batched-tokens"), _as_int(parsed, "--max-model-len")
         if "--no-enable-chunked-prefill" in parsed and batched and model_len and batched < model_len:
-            reasons.append(f"--max-num-batched-tokens {batched} < --max-model-len {model_len} "
-                           "needs chunked prefill (it is disabled)")
+            reasons.append(
+                f"--max-num-batched-tokens {batched} < --max-model-len {model_len} "
+                "needs chunked prefill (it is disabled)"
+            )
         seqs = _as_int(parsed, "--max-num-seqs")
         if batched and seqs and batched < seqs:
             reasons.append(f"--max-num-batched-tokens {batched} is below --max-num-seqs {seqs}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from autoresearch.config import EndpointSpec, ModalLauncher
+from specs.config import EndpointSpec, ModalLauncher
 
 MODAL_ENV = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
 
@@ -36,7 +36,8 @@ def modal_credentials_from_env(who: str = "a Modal launch") -> tuple[str, str]:
             f"{who} but {' and '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not set. Export both MODAL_TOKEN_ID and MODAL_TOKEN_SECRET "
             "in this environment (a token from Modal's settings page); they are read from the environment only, "
-            "never from ~/.modal.toml or any file. Nothing was started.")
+            "never from ~/.modal.toml or any file. Nothing was started."
+        )
     return os.environ["MODAL_TOKEN_ID"].strip(), os.environ["MODAL_TOKEN_SECRET"].strip()
 
 
@@ -67,8 +68,10 @@ def host_problem(endpoint: EndpointSpec) -> str | None:
     if missing is None:
         return None
     if endpoint.hardware.gpu_count > 0:
-        where = (f"run it on a host with that GPU, or launch it on Modal (launcher: {{kind: modal, gpu_type: "
-                 f"{endpoint.hardware.gpu_type}}} in its defs.yaml; docs/launchers.md)")
+        where = (
+            f"run it on a host with that GPU, or launch it on Modal (launcher: {{kind: modal, gpu_type: "
+            f"{endpoint.hardware.gpu_type}}} in its defs.yaml; docs/launchers.md)"
+        )
     else:
         where = "install the engine into its environment (scripts/setup.sh), or set engine.python to one that has it"
     return f"endpoint {endpoint.name!r} cannot run on this host: {missing}. Nothing was started; {where}."

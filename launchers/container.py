@@ -37,6 +37,7 @@ def run_experiment(spec_json: str, root: str = EXPERIMENT_ROOT, env: dict[str, s
     (base / "spec.json").write_text(spec_json, encoding="utf-8")
     argv = experiment_argv(root)
     with open(base / "out" / "container.log", "wb") as log:
-        completed = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False,
-                                   env={**os.environ, **(env or {})})
+        completed = subprocess.run(
+            argv, stdout=log, stderr=subprocess.STDOUT, check=False, env={**os.environ, **(env or {})}
+        )
     return {"returncode": completed.returncode, "argv": argv, "files": collect_files(base / "out")}

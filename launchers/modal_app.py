@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from autoresearch.config import EndpointSpec, LocalLauncher, ModalLauncher, modal_gpu
-from autoresearch.paths import REPO_ROOT
+from specs.config import EndpointSpec, LocalLauncher, ModalLauncher, modal_gpu
+from specs.paths import REPO_ROOT
 from launchers import LaunchRefused, modal_credentials, modal_credentials_from_env
 from launchers.container import EXPERIMENT_ROOT, experiment_argv
 
@@ -31,8 +31,18 @@ ENGINE_VENV = "/opt/engine"  # the engine's own environment, as on every host (d
 PYTHON_VERSION = "3.12"  # as on the GPU machine this project measured on
 
 # Source files only: no virtual environments, caches, results or local state travel into the image.
-PROJECT_IGNORE = (".git", ".venv*", ".autoresearch", "**/__pycache__", "**/*.pyc", "tests", "benchmarks", "data",
-                  "*.egg-info", "node_modules")
+PROJECT_IGNORE = (
+    ".git",
+    ".venv*",
+    ".autoresearch",
+    "**/__pycache__",
+    "**/*.pyc",
+    "tests",
+    "benchmarks",
+    "data",
+    "*.egg-info",
+    "node_modules",
+)
 
 
 @dataclass(frozen=True)
@@ -121,8 +131,10 @@ def _modal():
     try:
         import modal  # noqa: PLC0415 (lazy on purpose, see the docstring)
     except ImportError as exc:
-        raise LaunchRefused("the Modal SDK is not installed in this environment: pip install modal==1.6.4 "
-                            "(a dependency of this project; reinstall it with pip install -e .)") from exc
+        raise LaunchRefused(
+            "the Modal SDK is not installed in this environment: pip install modal==1.6.4 "
+            "(a dependency of this project; reinstall it with pip install -e .)"
+        ) from exc
     return modal
 
 
@@ -153,8 +165,15 @@ def build(endpoint: EndpointSpec, project_dir: Path = REPO_ROOT) -> ModalBuild:
     app = modal.App(p.app_name)
     # serialized=True: the app is built per endpoint at run time, not at import time of a module the
     # container could re-import; the body itself is launchers.container.run_experiment (in the image).
-    function = app.function(image=image, gpu=p.gpu, timeout=p.timeout_s, region=p.region,
-                            volumes={p.weights_mount: volume}, serialized=True, name=p.function_name)(run_experiment)
+    function = app.function(
+        image=image,
+        gpu=p.gpu,
+        timeout=p.timeout_s,
+        region=p.region,
+        volumes={p.weights_mount: volume},
+        serialized=True,
+        name=p.function_name,
+    )(run_experiment)
     return ModalBuild(plan=p, app=app, image=image, volume=volume, function=function)
 
 
@@ -175,8 +194,15 @@ def call_modal(built: ModalBuild, spec_json: str, root: str, env: dict) -> dict:
         return built.function.remote(spec_json, root, env)
 
 
-def run_remote(endpoint: EndpointSpec, spec_json: str, out_dir: Path, *, env: dict[str, str] | None = None,
-               root: str = EXPERIMENT_ROOT, call: RemoteCall | None = None) -> dict:
+def run_remote(
+    endpoint: EndpointSpec,
+    spec_json: str,
+    out_dir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    root: str = EXPERIMENT_ROOT,
+    call: RemoteCall | None = None,
+) -> dict:
     """Run one experiment on Modal; write the container's out dir into ``out_dir``; return the
     container's result (``returncode``, ``argv``, ``files``). Credentials: environment only."""
     modal_credentials(endpoint)  # fail closed before building anything

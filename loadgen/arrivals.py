@@ -42,8 +42,9 @@ def poisson(rate: float, duration_s: float | None = None, *, n: int | None = Non
     return _limit(lambda k: rng.exponential(1.0 / rate, k), rate, duration_s, n)
 
 
-def gamma(rate: float, burstiness: float = 1.0, duration_s: float | None = None, *, n: int | None = None,
-          seed: int = 0) -> np.ndarray:
+def gamma(
+    rate: float, burstiness: float = 1.0, duration_s: float | None = None, *, n: int | None = None, seed: int = 0
+) -> np.ndarray:
     """Gamma-distributed gaps with mean 1/rate and shape ``burstiness`` (vLLM's convention):
     1 = Poisson, < 1 burstier (clustered), > 1 more regular."""
     _check_rate(rate)
@@ -88,8 +89,15 @@ def interval_counts(timestamps, interval_s: float) -> np.ndarray:
     return np.bincount(np.minimum((rel / interval_s).astype(np.int64), bins - 1), minlength=bins)
 
 
-def production_shaped(*, counts=None, timestamps=None, interval_s: float = 60.0, time_scale: float = 1.0,
-                      rate_scale: float = 1.0, seed: int = 0) -> np.ndarray:
+def production_shaped(
+    *,
+    counts=None,
+    timestamps=None,
+    interval_s: float = 60.0,
+    time_scale: float = 1.0,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+) -> np.ndarray:
     """Production-shaped arrivals: per-interval request counts (given, or taken from production
     ``timestamps``), with send times drawn uniformly at random inside each interval.
 
@@ -128,8 +136,9 @@ def conditioned(gaps_fn, rate: float, duration_s: float) -> np.ndarray:
     return times[:n] * (duration_s / times[-1])
 
 
-def schedule(kind: ArrivalKind, rate: float, duration_s: float, *, burstiness: float = 1.0,
-             seed: int = 0) -> np.ndarray:
+def schedule(
+    kind: ArrivalKind, rate: float, duration_s: float, *, burstiness: float = 1.0, seed: int = 0
+) -> np.ndarray:
     """The schedule of one sweep step (kind as in ``SweepSpec.arrival``), offering exactly ``rate``."""
     rng = np.random.default_rng(seed)
     if kind == "poisson":

@@ -17,7 +17,7 @@ import socket
 import time
 from pathlib import Path
 
-from autoresearch import paths
+from specs import paths
 from loadgen import arrivals, nullserver
 from loadgen.results import CalibrationPoint, CalibrationResult
 from loadgen.runner import LagBounds, run_open_loop
@@ -34,21 +34,52 @@ def _key(senders: int) -> str:
     return f"{socket.gethostname()}|cpus={os.cpu_count()}|senders={senders}"
 
 
-def measure_rate(url: str, rate: float, duration_s: float, *, senders: int = 1, bounds: LagBounds = STRICT,
-                 model: str = nullserver.NULL_MODEL) -> CalibrationPoint:
+def measure_rate(
+    url: str,
+    rate: float,
+    duration_s: float,
+    *,
+    senders: int = 1,
+    bounds: LagBounds = STRICT,
+    model: str = nullserver.NULL_MODEL,
+) -> CalibrationPoint:
     """One constant-rate run against ``url``; sustained when valid under ``bounds`` with no errors."""
-    outcome = run_open_loop(url, model, [BODY], arrivals.constant(rate, duration_s), duration_s=duration_s,
-                            senders=senders, lag_bounds=bounds, timeout_s=30.0)
+    outcome = run_open_loop(
+        url,
+        model,
+        [BODY],
+        arrivals.constant(rate, duration_s),
+        duration_s=duration_s,
+        senders=senders,
+        lag_bounds=bounds,
+        timeout_s=30.0,
+    )
     errors = sum(1 for r in outcome.records if not r.ok)
     ok = outcome.valid and errors == 0
     reason = outcome.reason or (f"{errors} errors" if errors else None)
-    return CalibrationPoint(rate=rate, achieved_rate=outcome.achieved_rate, send_lag_p99_ms=outcome.send_lag_ms.p99,
-                            errors=errors, sustained=ok, reason=reason)
+    return CalibrationPoint(
+        rate=rate,
+        achieved_rate=outcome.achieved_rate,
+        send_lag_p99_ms=outcome.send_lag_ms.p99,
+        errors=errors,
+        sustained=ok,
+        reason=reason,
+    )
 
 
-def calibrate(*, senders: int = 1, duration_s: float = 4.0, start_rate: float = 500.0, max_rate: float = 64000.0,
-              bisect_steps: int = 3, client_cpus: list[int] | None = None, server_cpu: int | None = None,
-              save: bool = True, progress=None, bounds: LagBounds = STRICT) -> CalibrationResult:
+def calibrate(
+    *,
+    senders: int = 1,
+    duration_s: float = 4.0,
+    start_rate: float = 500.0,
+    max_rate: float = 64000.0,
+    bisect_steps: int = 3,
+    client_cpus: list[int] | None = None,
+    server_cpu: int | None = None,
+    save: bool = True,
+    progress=None,
+    bounds: LagBounds = STRICT,
+) -> CalibrationResult:
     """Find the highest constant rate sustained on schedule; cache it unless ``save`` is False.
 
     ``bounds`` are the benchmark's (p99 lag < 1 ms, rate within 2 %). ``client_cpus`` pins this process (and its sender processes) to those cores for the
@@ -93,10 +124,18 @@ def calibrate(*, senders: int = 1, duration_s: float = 4.0, start_rate: float = 
                     hi = mid
     finally:
         os.sched_setaffinity(0, before)
-    result = CalibrationResult(max_rate=lo, senders=senders, lag_p99_ms_bound=bounds.p99_ms,
-                               rate_ratio_bound=bounds.min_rate_ratio, duration_s=duration_s, points=points,
-                               host=socket.gethostname(), cpus=os.cpu_count() or 1, client_cpus=client_cpus,
-                               measured_at=time.time())
+    result = CalibrationResult(
+        max_rate=lo,
+        senders=senders,
+        lag_p99_ms_bound=bounds.p99_ms,
+        rate_ratio_bound=bounds.min_rate_ratio,
+        duration_s=duration_s,
+        points=points,
+        host=socket.gethostname(),
+        cpus=os.cpu_count() or 1,
+        client_cpus=client_cpus,
+        measured_at=time.time(),
+    )
     if save:
         save_calibration(result)
     return result
@@ -130,7 +169,9 @@ def client_limit() -> CalibrationResult | None:
     return load_calibration(1)
 
 
-def senders_for(rate: float, cal: CalibrationResult | None, headroom: float = 0.7, max_senders: int | None = None) -> int:
+def senders_for(
+    rate: float, cal: CalibrationResult | None, headroom: float = 0.7, max_senders: int | None = None
+) -> int:
     """Sender processes needed to send ``rate`` with each at most ``headroom`` x its calibrated limit."""
     if cal is None or cal.max_rate <= 0 or rate <= 0:
         return 1

@@ -76,8 +76,9 @@ def _counts(step: StepResult) -> dict[str, tuple[np.ndarray, np.ndarray, float]]
     return out
 
 
-def _fit(x: np.ndarray, over: np.ndarray, n: np.ndarray, allowance: float,
-         iters: int = 25) -> tuple[np.ndarray, np.ndarray]:
+def _fit(
+    x: np.ndarray, over: np.ndarray, n: np.ndarray, allowance: float, iters: int = 25
+) -> tuple[np.ndarray, np.ndarray]:
     """Binomial logistic fit logit p = a + b x for each row (rows: bootstrap draws; columns: steps)."""
     over = over + PRIOR * allowance
     n = n + PRIOR
@@ -145,8 +146,13 @@ def estimate(steps: list[StepResult], *, boot: int = 400, seed: int = 0) -> Capa
     margin = math.log(1.25)  # extrapolate at most a quarter beyond the tested rates
     censored = "above" if log_cap > hi_x + margin else ("below" if log_cap < lo_x - margin else None)
     cap = 0.0 if log_cap == -np.inf else (math.inf if log_cap == np.inf else math.exp(float(log_cap)))
-    common = dict(capacity=cap, limiting=limiting, rates=tuple(sorted(set(rates.tolist()))), censored=censored,
-                  requests=int(sum(len(c[names[0]][0]) for _, c in data)))
+    common = dict(
+        capacity=cap,
+        limiting=limiting,
+        rates=tuple(sorted(set(rates.tolist()))),
+        censored=censored,
+        requests=int(sum(len(c[names[0]][0]) for _, c in data)),
+    )
     if boot == 0:
         return CapacityEstimate(low=cap, high=cap, log_se=math.nan, **common)
     draws = np.vstack([crossings[n] for n in crossings]).min(0)
@@ -183,8 +189,13 @@ def sla_samples(records, sla) -> dict[str, list]:
         ttft_o.append(1 if r.ttft_s is None or (sla.ttft_ms and r.ttft_s * 1000 > sla.ttft_ms) else 0)
         gaps = np.asarray(r.itl_s, dtype=np.float64)
         over = int((gaps * 1000 > sla.itl_ms).sum()) if sla.itl_ms else 0
-        if r.cut and sla.itl_ms and r.ttft_s is not None and r.e2e_s is not None \
-                and (r.e2e_s - r.ttft_s - float(gaps.sum())) * 1000 > sla.itl_ms:
+        if (
+            r.cut
+            and sla.itl_ms
+            and r.ttft_s is not None
+            and r.e2e_s is not None
+            and (r.e2e_s - r.ttft_s - float(gaps.sum())) * 1000 > sla.itl_ms
+        ):
             over, gaps = over + 1, np.append(gaps, 0.0)  # the gap still open at the cut
         itl_o.append(over)
         itl_n.append(int(gaps.size))
@@ -192,9 +203,13 @@ def sla_samples(records, sla) -> dict[str, list]:
         e2e_o.append(1 if r.cut or (sla.e2e_ms and r.e2e_s is not None and r.e2e_s * 1000 > sla.e2e_ms) else 0)
     out: dict[str, list] = {"errors_over": err, "errors_n": [1] * len(err)}
     allowance = [0.0, 0.0, 0.0, float(sla.max_error_rate)]
-    for i, (name, limit, q, o, n) in enumerate((("ttft", sla.ttft_ms, sla.ttft_percentile, ttft_o, ttft_n),
-                                                ("itl", sla.itl_ms, sla.itl_percentile, itl_o, itl_n),
-                                                ("e2e", sla.e2e_ms, sla.e2e_percentile, e2e_o, e2e_n))):
+    for i, (name, limit, q, o, n) in enumerate(
+        (
+            ("ttft", sla.ttft_ms, sla.ttft_percentile, ttft_o, ttft_n),
+            ("itl", sla.itl_ms, sla.itl_percentile, itl_o, itl_n),
+            ("e2e", sla.e2e_ms, sla.e2e_percentile, e2e_o, e2e_n),
+        )
+    ):
         if limit is not None:
             out[f"{name}_over"], out[f"{name}_n"] = o, n
             allowance[i] = 1 - q / 100

@@ -30,8 +30,18 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from loadgen.results import RequestRecord, SessionDrift
-from loadgen.runner import (LagBounds, RunOutcome, _compact, _Conn, _ConnectionClient, _new_loop, _raise_nofile,
-                            _Req, _summary_ms, _without)
+from loadgen.runner import (
+    LagBounds,
+    RunOutcome,
+    _compact,
+    _Conn,
+    _ConnectionClient,
+    _new_loop,
+    _raise_nofile,
+    _Req,
+    _summary_ms,
+    _without,
+)
 from loadgen.sse import http_request, prepare_body
 
 _now = time.monotonic
@@ -59,8 +69,18 @@ class _TurnReq(_Req):
 class _ClosedClient(_ConnectionClient):
     """Sends each user's requests one after the other; connection handling as the open-loop client."""
 
-    def __init__(self, loop, host: str, port: int, payloads: list[bytes], users: Sequence[UserScript], t0: float,
-                 timeout_s: float, stop_sending_s: float | None, stop_check: Callable[[], str | None] | None):
+    def __init__(
+        self,
+        loop,
+        host: str,
+        port: int,
+        payloads: list[bytes],
+        users: Sequence[UserScript],
+        t0: float,
+        timeout_s: float,
+        stop_sending_s: float | None,
+        stop_check: Callable[[], str | None] | None,
+    ):
         self.loop, self.host, self.port = loop, host, port
         self.payloads, self.users, self.t0 = payloads, users, t0
         self.timeout_s, self.stop_sending_s, self.stop_check = timeout_s, stop_sending_s, stop_check
@@ -99,8 +119,11 @@ class _ClosedClient(_ConnectionClient):
         if _now() < due:  # the loop's timer may fire up to a millisecond early: never send before due
             self.loop.call_soon(self._send, u, k, due)
             return
-        if self.stop_sending_s is not None and due - self.t0 > self.stop_sending_s and (
-                len(self.reqs) >= self.min_requests or due - self.t0 > 4 * self.stop_sending_s):
+        if (
+            self.stop_sending_s is not None
+            and due - self.t0 > self.stop_sending_s
+            and (len(self.reqs) >= self.min_requests or due - self.t0 > 4 * self.stop_sending_s)
+        ):
             self._user_done()
             return
         i = user.requests[k % len(user.requests)]
@@ -182,12 +205,22 @@ class _ClosedClient(_ConnectionClient):
         self._maybe_complete()
 
 
-def run_closed_loop(base_url: str, model: str | None, requests: Sequence[bytes | str | dict],
-                    users: Sequence[UserScript], *, stop_sending_s: float | None = None, timeout_s: float = 120.0,
-                    lag_bounds: LagBounds = LagBounds(), request_ids: Sequence[str] | None = None,
-                    headers: dict[str, str] | None = None, stop_check: Callable[[], str | None] | None = None,
-                    start_delay_s: float = 0.1, omit_fields: Collection[str] | None = None,
-                    min_requests: int = 0) -> RunOutcome:
+def run_closed_loop(
+    base_url: str,
+    model: str | None,
+    requests: Sequence[bytes | str | dict],
+    users: Sequence[UserScript],
+    *,
+    stop_sending_s: float | None = None,
+    timeout_s: float = 120.0,
+    lag_bounds: LagBounds = LagBounds(),
+    request_ids: Sequence[str] | None = None,
+    headers: dict[str, str] | None = None,
+    stop_check: Callable[[], str | None] | None = None,
+    start_delay_s: float = 0.1,
+    omit_fields: Collection[str] | None = None,
+    min_requests: int = 0,
+) -> RunOutcome:
     """Run ``users`` closed loop against ``base_url``; records carry session, turn and recorded offset.
 
     ``stop_sending_s``: no request is sent after this offset (concurrency steps); requests in flight
@@ -247,17 +280,41 @@ def run_closed_loop(base_url: str, model: str | None, requests: Sequence[bytes |
         loop.close()
         asyncio.set_event_loop(None)
     records = []
-    for (i, sched, sent, status, t_end, token_times, out_tokens, prompt_tokens, cached, error, connect), u, turn in rows:
+    for (
+        i,
+        sched,
+        sent,
+        status,
+        t_end,
+        token_times,
+        out_tokens,
+        prompt_tokens,
+        cached,
+        error,
+        connect,
+    ), u, turn in rows:
         user = users[u]
         rid = request_ids[i % len(request_ids)] if request_ids else str(i)
         recorded = user.recorded_s[turn] if user.recorded_s is not None and turn < len(user.recorded_s) else None
-        records.append(RequestRecord(
-            request_id=f"{rid}#{u}.{turn}", scheduled_s=sched, sent_s=sent,
-            ttft_s=token_times[0] - sent if token_times and sent is not None else None,
-            itl_s=np.diff(token_times).tolist() if len(token_times) > 1 else [],
-            e2e_s=None if (t_end is None or sent is None) else t_end - sent, output_tokens=out_tokens,
-            prompt_tokens=prompt_tokens, cached_tokens=cached, status=status, error=error, connect_s=connect,
-            session=user.session or f"user{u}", turn=turn, recorded_s=recorded))
+        records.append(
+            RequestRecord(
+                request_id=f"{rid}#{u}.{turn}",
+                scheduled_s=sched,
+                sent_s=sent,
+                ttft_s=token_times[0] - sent if token_times and sent is not None else None,
+                itl_s=np.diff(token_times).tolist() if len(token_times) > 1 else [],
+                e2e_s=None if (t_end is None or sent is None) else t_end - sent,
+                output_tokens=out_tokens,
+                prompt_tokens=prompt_tokens,
+                cached_tokens=cached,
+                status=status,
+                error=error,
+                connect_s=connect,
+                session=user.session or f"user{u}",
+                turn=turn,
+                recorded_s=recorded,
+            )
+        )
     records.sort(key=lambda r: (r.scheduled_s, r.request_id))
     sent_s = [r.sent_s for r in records if r.sent_s is not None]
     lags = np.array([r.sent_s - r.scheduled_s for r in records if r.sent_s is not None])
@@ -268,17 +325,28 @@ def run_closed_loop(base_url: str, model: str | None, requests: Sequence[bytes |
     if client.aborted:
         reasons.append(f"run aborted: {client.aborted}")
     elif lag.p99 is not None and lag.p99 > lag_bounds.p99_ms:
-        reasons.append(f"client fell behind: p99 send lag after a turn was due {lag.p99:.2f} ms > "
-                       f"{lag_bounds.p99_ms:g} ms")
+        reasons.append(
+            f"client fell behind: p99 send lag after a turn was due {lag.p99:.2f} ms > {lag_bounds.p99_ms:g} ms"
+        )
     if client.client_errors > lag_bounds.max_client_errors:
         reasons.append(f"client could not send {client.client_errors} requests (open files / local ports exhausted)")
     rate = len(sent_s) / duration
     return RunOutcome(
-        records=records, validity="invalid" if reasons else "valid", reason="; ".join(reasons) or None,
-        target_rate=rate, achieved_rate=rate, duration_s=duration, send_lag_ms=lag,
-        send_lag_max_ms=float(lags.max() * 1000) if lags.size else None, senders=1,
-        connections_opened=client.connections_opened, client_errors=client.client_errors,
-        client_cpu_util=cpu / wall if wall > 0 else None, started_at=wall_start, aborted=client.aborted)
+        records=records,
+        validity="invalid" if reasons else "valid",
+        reason="; ".join(reasons) or None,
+        target_rate=rate,
+        achieved_rate=rate,
+        duration_s=duration,
+        send_lag_ms=lag,
+        send_lag_max_ms=float(lags.max() * 1000) if lags.size else None,
+        senders=1,
+        connections_opened=client.connections_opened,
+        client_errors=client.client_errors,
+        client_cpu_util=cpu / wall if wall > 0 else None,
+        started_at=wall_start,
+        aborted=client.aborted,
+    )
 
 
 def session_drift(records: Sequence[RequestRecord]) -> SessionDrift:
@@ -305,9 +373,14 @@ def session_drift(records: Sequence[RequestRecord]) -> SessionDrift:
             if cur.sent_s < end:
                 early += 1
             lag.append(cur.sent_s - cur.scheduled_s)  # past (reply end + think): the think time kept
-    return SessionDrift(sessions=len(by_session), turns=sum(len(v) for v in by_session.values()), later_turns=later,
-                        early_turns=early, drift_s=_summary_s(np.asarray(drift)),
-                        turn_send_lag_ms=_summary_ms(np.asarray(lag)))
+    return SessionDrift(
+        sessions=len(by_session),
+        turns=sum(len(v) for v in by_session.values()),
+        later_turns=later,
+        early_turns=early,
+        drift_s=_summary_s(np.asarray(drift)),
+        turn_send_lag_ms=_summary_ms(np.asarray(lag)),
+    )
 
 
 def _summary_s(values: np.ndarray):

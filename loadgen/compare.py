@@ -35,14 +35,21 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, fin
     cand = np.array([s.capacity_rps or 0.0 for s in candidate_sweeps], dtype=np.float64)
     base_up = np.array(upper_capacities(noise_floor), dtype=np.float64)
     base_below = [b for b in noise_floor.capacity_below if b is not None]
-    cand_below = [s.capacity_below_rps if not s.capacity_rps and s.capacity_below_rps else None for s in candidate_sweeps]
+    cand_below = [
+        s.capacity_below_rps if not s.capacity_rps and s.capacity_below_rps else None for s in candidate_sweeps
+    ]
     cand_up = np.array([b if b is not None else c for c, b in zip(cand.tolist(), cand_below)], dtype=np.float64)
     n_cand_below = sum(b is not None for b in cand_below)
     b_mean, c_mean = float(noise_floor.capacity_mean), float(cand.mean())
     ratio = c_mean / b_mean if b_mean > 0 and not base_below and not n_cand_below else None
     thr = noise_floor.threshold
-    common = dict(baseline_capacity=b_mean, candidate_capacities=cand.tolist(), threshold=thr,
-                  baseline_capacities=base.tolist(), candidate_mean=c_mean)
+    common = dict(
+        baseline_capacity=b_mean,
+        candidate_capacities=cand.tolist(),
+        threshold=thr,
+        baseline_capacities=base.tolist(),
+        candidate_mean=c_mean,
+    )
     reasons = []
     if noise_floor.validity != "valid":
         reasons.append(f"baseline noise floor invalid: {noise_floor.invalid_reason}")
@@ -56,15 +63,21 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, fin
         return _interval_compare(noise_floor, candidate_sweeps, final)
     b_max, b_min = float(base.max()), float(base.min())
     unbounded = [s.label or str(i) for i, s in enumerate(candidate_sweeps) if not s.capacity_bounded]
-    facts = (f"baseline capacity {b_mean:.3g} req/s (K={len(base)}, range {b_min:.3g}-{b_max:.3g}, "
-             f"std {noise_floor.capacity_std:.2g}); candidate {c_mean:.3g} req/s over {len(cand)} repeat(s) "
-             f"{[round(c, 3) for c in cand.tolist()]}; noise threshold {thr:.1%}")
+    facts = (
+        f"baseline capacity {b_mean:.3g} req/s (K={len(base)}, range {b_min:.3g}-{b_max:.3g}, "
+        f"std {noise_floor.capacity_std:.2g}); candidate {c_mean:.3g} req/s over {len(cand)} repeat(s) "
+        f"{[round(c, 3) for c in cand.tolist()]}; noise threshold {thr:.1%}"
+    )
     if base_below:
-        facts += (f"; baseline below its floor in {len(base_below)} of {len(base)} repeat(s) "
-                  f"(no rate down to {max(base_below):.3g} req/s held the SLA)")
+        facts += (
+            f"; baseline below its floor in {len(base_below)} of {len(base)} repeat(s) "
+            f"(no rate down to {max(base_below):.3g} req/s held the SLA)"
+        )
     if n_cand_below:
-        facts += (f"; candidate below its floor in {n_cand_below} of {len(cand)} repeat(s) "
-                  f"(no rate down to {max(b for b in cand_below if b is not None):.3g} req/s held the SLA)")
+        facts += (
+            f"; candidate below its floor in {n_cand_below} of {len(cand)} repeat(s) "
+            f"(no rate down to {max(b for b in cand_below if b is not None):.3g} req/s held the SLA)"
+        )
     if unbounded:
         facts += f"; candidate sweeps {unbounded} never broke the SLA (capacity is a lower bound)"
     bound = None
@@ -75,19 +88,25 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, fin
         ratio, bound = c_mean / ref, "lower"
         if c_mean > ref * (1 + thr) and float(cand.min()) > ref_max:
             verdict = "better"
-            why = (f"baseline at most {ref:.3g} req/s (floor bounds), candidate {c_mean:.3g}: at least "
-                   f"x{ratio:.2f} ({_pct(ratio)}) > {thr:.1%} and every repeat > the baseline's bound")
+            why = (
+                f"baseline at most {ref:.3g} req/s (floor bounds), candidate {c_mean:.3g}: at least "
+                f"x{ratio:.2f} ({_pct(ratio)}) > {thr:.1%} and every repeat > the baseline's bound"
+            )
         else:
             verdict = "same"
-            why = (f"baseline below its floor (at most {ref:.3g} req/s); the candidate does not clear that bound "
-                   f"by the noise threshold in every repeat")
+            why = (
+                f"baseline below its floor (at most {ref:.3g} req/s); the candidate does not clear that bound "
+                f"by the noise threshold in every repeat"
+            )
     elif n_cand_below:
         up = float(cand_up.mean())
         ratio, bound = (up / b_mean, "upper") if b_mean > 0 else (None, None)
         if b_mean > 0 and up < b_mean * (1 - thr) and float(cand_up.max()) < b_min:
             verdict = "worse"
-            why = (f"candidate at most {up:.3g} req/s (floor bounds): at most x{ratio:.2f} ({_pct(ratio)}), "
-                   f"below -{thr:.1%} and every repeat < baseline min")
+            why = (
+                f"candidate at most {up:.3g} req/s (floor bounds): at most x{ratio:.2f} ({_pct(ratio)}), "
+                f"below -{thr:.1%} and every repeat < baseline min"
+            )
         else:
             verdict = "same"
             why = "candidate below its floor in some repeat, but its bound does not clear the noise floor"
@@ -121,8 +140,14 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
     from loadgen.verdict import LOOKS, judge_rounds
 
     cand_steps = [[st for st in s.steps if st.validity == "valid"] for s in candidate_sweeps]
-    stats = judge_rounds(noise_floor.steps, cand_steps, max_rounds=len(cand_steps) + (0 if final else 1), looks=LOOKS,
-                         prior_var=noise_floor.between_var or 0.0, prior_df=noise_floor.between_df)
+    stats = judge_rounds(
+        noise_floor.steps,
+        cand_steps,
+        max_rounds=len(cand_steps) + (0 if final else 1),
+        looks=LOOKS,
+        prior_var=noise_floor.between_var or 0.0,
+        prior_df=noise_floor.between_df,
+    )
     decided = stats.verdict != "undecided"
     verdict = "same" if not decided else stats.verdict
     # a crossing beyond every tested rate is estimated as inf: the record keeps the sweeps' ladder capacity
@@ -130,12 +155,19 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
     baseline_rps = _finite(stats.baseline_rps)
     baseline_rps = noise_floor.capacity_mean if baseline_rps is None else baseline_rps
     if verdict == "invalid":
-        return Comparison(verdict="invalid", evidence=stats.reason or "invalid", invalid_reason=stats.reason,
-                          capacity_ratio=None, baseline_capacity=noise_floor.capacity_mean,
-                          candidate_capacities=[s.capacity_rps or 0.0 for s in candidate_sweeps],
-                          threshold=noise_floor.threshold, baseline_capacities=list(noise_floor.capacities))
-    per_sweep = [s.capacity_fit_rps if s.capacity_fit_rps is not None else (s.capacity_rps or 0.0)
-                 for s in candidate_sweeps]
+        return Comparison(
+            verdict="invalid",
+            evidence=stats.reason or "invalid",
+            invalid_reason=stats.reason,
+            capacity_ratio=None,
+            baseline_capacity=noise_floor.capacity_mean,
+            candidate_capacities=[s.capacity_rps or 0.0 for s in candidate_sweeps],
+            threshold=noise_floor.threshold,
+            baseline_capacities=list(noise_floor.capacities),
+        )
+    per_sweep = [
+        s.capacity_fit_rps if s.capacity_fit_rps is not None else (s.capacity_rps or 0.0) for s in candidate_sweeps
+    ]
     if stats.effect is not None:
         ratio = 1 + stats.effect
     elif verdict == "better" and stats.low is not None:
@@ -145,16 +177,28 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
     else:
         ratio = None
     head = stats.sentence() if decided else f"undecided so far: {stats.sentence().split(': ', 1)[-1]}"
-    evidence = (f"{head}. baseline {stats.baseline} over {len(noise_floor.steps)} sweep(s); candidate "
-                f"{stats.candidate} over {len(cand_steps)} sweep(s); between-run sd of a paired difference "
-                f"{math.sqrt(noise_floor.between_var or 0):.1%} ({noise_floor.between_df} df)")
+    evidence = (
+        f"{head}. baseline {stats.baseline} over {len(noise_floor.steps)} sweep(s); candidate "
+        f"{stats.candidate} over {len(cand_steps)} sweep(s); between-run sd of a paired difference "
+        f"{math.sqrt(noise_floor.between_var or 0):.1%} ({noise_floor.between_df} df)"
+    )
     if stats.reason:
         evidence += f"; {stats.reason}"
-    return Comparison(verdict=verdict, capacity_ratio=_finite(ratio), baseline_capacity=baseline_rps,
-                      candidate_capacities=per_sweep, threshold=stats.mde if stats.mde is not None else noise_floor.threshold,
-                      evidence=evidence, baseline_capacities=list(noise_floor.capacities),
-                      candidate_mean=_finite(stats.candidate_rps), effect=_finite(stats.effect),
-                      effect_low=_finite(stats.low), effect_high=_finite(stats.high), mde=_finite(stats.mde),
-                      decided=decided,
-                      ratio_bound=None if stats.effect is not None or ratio is None else
-                      ("lower" if verdict == "better" else "upper"))
+    return Comparison(
+        verdict=verdict,
+        capacity_ratio=_finite(ratio),
+        baseline_capacity=baseline_rps,
+        candidate_capacities=per_sweep,
+        threshold=stats.mde if stats.mde is not None else noise_floor.threshold,
+        evidence=evidence,
+        baseline_capacities=list(noise_floor.capacities),
+        candidate_mean=_finite(stats.candidate_rps),
+        effect=_finite(stats.effect),
+        effect_low=_finite(stats.low),
+        effect_high=_finite(stats.high),
+        mde=_finite(stats.mde),
+        decided=decided,
+        ratio_bound=None
+        if stats.effect is not None or ratio is None
+        else ("lower" if verdict == "better" else "upper"),
+    )

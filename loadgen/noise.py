@@ -38,8 +38,11 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
     if not sweeps:
         raise ValueError("noise_floor needs at least one sweep")
     invalid = [f"{s.label or i}: {s.invalid_reason}" for i, s in enumerate(sweeps) if s.validity != "valid"]
-    invalid += [f"{s.label or i}: capacity {s.capacity_rps} is not a number" for i, s in enumerate(sweeps)
-                if s.capacity_rps is not None and not np.isfinite(s.capacity_rps)]
+    invalid += [
+        f"{s.label or i}: capacity {s.capacity_rps} is not a number"
+        for i, s in enumerate(sweeps)
+        if s.capacity_rps is not None and not np.isfinite(s.capacity_rps)
+    ]
     caps = np.array([s.capacity_rps or 0.0 for s in sweeps], dtype=np.float64)
     mean = float(caps.mean())
     std = float(caps.std(ddof=1)) if caps.size > 1 else 0.0
@@ -52,8 +55,14 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
         row: dict[str, float] = {"n": float(len(steps))}
         for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
             for level in ("p50", "p95", "p99"):
-                values = np.array([getattr(getattr(st, metric), level) for st in steps
-                                   if getattr(getattr(st, metric), level) is not None], dtype=np.float64)
+                values = np.array(
+                    [
+                        getattr(getattr(st, metric), level)
+                        for st in steps
+                        if getattr(getattr(st, metric), level) is not None
+                    ],
+                    dtype=np.float64,
+                )
                 if values.size:
                     name = f"{metric.removesuffix('_ms')}_{level}"
                     row[f"{name}_mean"] = float(values.mean())
@@ -69,11 +78,20 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
     interval = _interval_inputs(sweeps) if not invalid else {}
     if interval.get("mde") is not None:
         threshold = interval["mde"]  # the smallest effect the interval verdict can see (loadgen.verdict)
-    return NoiseFloor(repeats=len(sweeps), capacities=caps.tolist(), capacity_mean=mean, capacity_std=std,
-                      capacity_rel_spread=spread, per_rate=per_rate, threshold=threshold, **interval,
-                      validity="invalid" if invalid else "valid",
-                      invalid_reason="; ".join(invalid) if invalid else None, labels=[s.label for s in sweeps],
-                      capacity_below=[_below(s) for s in sweeps])
+    return NoiseFloor(
+        repeats=len(sweeps),
+        capacities=caps.tolist(),
+        capacity_mean=mean,
+        capacity_std=std,
+        capacity_rel_spread=spread,
+        per_rate=per_rate,
+        threshold=threshold,
+        **interval,
+        validity="invalid" if invalid else "valid",
+        invalid_reason="; ".join(invalid) if invalid else None,
+        labels=[s.label for s in sweeps],
+        capacity_below=[_below(s) for s in sweeps],
+    )
 
 
 def _interval_inputs(sweeps: list[SweepResult]) -> dict:
@@ -87,9 +105,13 @@ def _interval_inputs(sweeps: list[SweepResult]) -> dict:
         return {}
     var, df = aa_prior(steps)
     fit = estimate([st for r in steps for st in r])
-    return {"steps": steps, "between_var": var, "between_df": df,
-            "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS),
-            "capacity_fit_rps": fit.capacity if fit and not fit.censored else None}
+    return {
+        "steps": steps,
+        "between_var": var,
+        "between_df": df,
+        "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS),
+        "capacity_fit_rps": fit.capacity if fit and not fit.censored else None,
+    }
 
 
 def _below(sweep: SweepResult) -> float | None:

@@ -30,16 +30,35 @@ def sse_body(tokens: int = 16, prompt_tokens: int = 32, chat: bool = True, conti
     kind = "chat.completion.chunk" if chat else "text_completion"
     out = []
     for i in range(tokens):
-        choice = ({"index": 0, "delta": {"content": " word"}, "logprobs": None, "finish_reason": None} if chat
-                  else {"index": 0, "text": " word", "logprobs": None, "finish_reason": None})
+        choice = (
+            {"index": 0, "delta": {"content": " word"}, "logprobs": None, "finish_reason": None}
+            if chat
+            else {"index": 0, "text": " word", "logprobs": None, "finish_reason": None}
+        )
         obj = {"id": "null-0", "object": kind, "created": 0, "model": NULL_MODEL, "choices": [choice]}
         if continuous_usage:
-            obj["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": i + 1,
-                            "total_tokens": prompt_tokens + i + 1}
+            obj["usage"] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": i + 1,
+                "total_tokens": prompt_tokens + i + 1,
+            }
         out.append(_chunk(obj))
-    out.append(_chunk({"id": "null-0", "object": kind, "created": 0, "model": NULL_MODEL, "choices": [],
-                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens,
-                                 "total_tokens": prompt_tokens + tokens}}))
+    out.append(
+        _chunk(
+            {
+                "id": "null-0",
+                "object": kind,
+                "created": 0,
+                "model": NULL_MODEL,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": tokens,
+                    "total_tokens": prompt_tokens + tokens,
+                },
+            }
+        )
+    )
     out.append("data: [DONE]\n\n")
     return "".join(out)
 
@@ -89,12 +108,21 @@ def nginx_binary() -> str:
     for candidate in (shutil.which("nginx"), "/usr/sbin/nginx"):
         if candidate and Path(candidate).exists():
             return candidate
-    raise FileNotFoundError("nginx is not installed; install it with `apt-get install -y nginx` "
-                            "(scripts/setup.sh does)")
+    raise FileNotFoundError(
+        "nginx is not installed; install it with `apt-get install -y nginx` (scripts/setup.sh does)"
+    )
 
 
-def start(*, tokens: int = 16, prompt_tokens: int = 32, cpu: int | None = None, workers: int = 1,
-          port: int | None = None, continuous_usage: bool = False, timeout_s: float = 10.0) -> NullServer:
+def start(
+    *,
+    tokens: int = 16,
+    prompt_tokens: int = 32,
+    cpu: int | None = None,
+    workers: int = 1,
+    port: int | None = None,
+    continuous_usage: bool = False,
+    timeout_s: float = 10.0,
+) -> NullServer:
     """Start nginx on 127.0.0.1 (a free port unless given) in a temp directory; return when it answers.
 
     ``cpu`` pins the workers to that core (the benchmark gives nginx core 0, the client core 1).
@@ -121,11 +149,11 @@ error_log {workdir}/error.log warn;
 events {{ worker_connections 16384; multi_accept on; }}
 http {{
   access_log off;
-  client_body_temp_path {temp['body']};
-  proxy_temp_path {temp['proxy']};
-  fastcgi_temp_path {temp['fastcgi']};
-  uwsgi_temp_path {temp['uwsgi']};
-  scgi_temp_path {temp['scgi']};
+  client_body_temp_path {temp["body"]};
+  proxy_temp_path {temp["proxy"]};
+  fastcgi_temp_path {temp["fastcgi"]};
+  uwsgi_temp_path {temp["uwsgi"]};
+  scgi_temp_path {temp["scgi"]};
   keepalive_requests 100000000;
   keepalive_timeout 300s;
   tcp_nodelay on;
@@ -145,14 +173,22 @@ http {{
     log = open(workdir / "stderr.log", "wb")
     process = subprocess.Popen(  # noqa: S603 - argument list
         [binary, "-p", str(workdir), "-c", str(workdir / "nginx.conf"), "-e", str(workdir / "error.log")],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log.close()
     server = NullServer(url=f"http://127.0.0.1:{port}", port=port, pid=process.pid, workdir=workdir, process=process)
     deadline = time.monotonic() + timeout_s
     while True:
         if process.poll() is not None:
-            text = (workdir / "stderr.log").read_text(errors="replace") + (workdir / "error.log").read_text(
-                errors="replace") if (workdir / "error.log").exists() else ""
+            text = (
+                (workdir / "stderr.log").read_text(errors="replace")
+                + (workdir / "error.log").read_text(errors="replace")
+                if (workdir / "error.log").exists()
+                else ""
+            )
             server.stop()
             raise RuntimeError(f"nginx exited with code {process.returncode}: {text[-2000:]}")
         try:

@@ -12,15 +12,24 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from autoresearch.config import SLASpec  # noqa: E402
+from specs.config import SLASpec  # noqa: E402
 from loadgen.results import SweepResult  # noqa: E402
 
-_METRICS = [("ttft_ms", "TTFT", "ttft_ms"), ("itl_ms", "Inter-token latency", "itl_ms"), ("e2e_ms", "End-to-end", "e2e_ms")]
+_METRICS = [
+    ("ttft_ms", "TTFT", "ttft_ms"),
+    ("itl_ms", "Inter-token latency", "itl_ms"),
+    ("e2e_ms", "End-to-end", "e2e_ms"),
+]
 _STYLES = {"p50": ":", "p95": "--", "p99": "-"}
 
 
-def load_curve_png(sweeps: SweepResult | list[SweepResult], sla: SLASpec | None, path: str | Path,
-                   labels: list[str] | None = None, title: str | None = None) -> Path:
+def load_curve_png(
+    sweeps: SweepResult | list[SweepResult],
+    sla: SLASpec | None,
+    path: str | Path,
+    labels: list[str] | None = None,
+    title: str | None = None,
+) -> Path:
     """Write the load-curve figure to ``path`` (PNG) and return it."""
     if isinstance(sweeps, SweepResult):
         sweeps = [sweeps]
@@ -47,13 +56,22 @@ def load_curve_png(sweeps: SweepResult | list[SweepResult], sla: SLASpec | None,
                 ax.axvline(s.target_rate, color=colour, alpha=0.4, lw=4)
             ax.set_title(heading)
         axes[3].plot(rates, [s.throughput_rps for s in steps], "-o", ms=3, color=colour, label=f"{name} throughput")
-        axes[3].plot(rates, [s.error_rate * max(rates or [1]) for s in steps], ":x", color=colour,
-                     label=f"{name} error rate (x max rate)")
+        axes[3].plot(
+            rates,
+            [s.error_rate * max(rates or [1]) for s in steps],
+            ":x",
+            color=colour,
+            label=f"{name} error rate (x max rate)",
+        )
         for ax in axes:
             if sweep.capacity_rps:
-                ax.axvline(sweep.capacity_rps, color=colour, ls="-.", lw=1.2, label=f"{name} capacity {sweep.capacity_rps:g}")
+                ax.axvline(
+                    sweep.capacity_rps, color=colour, ls="-.", lw=1.2, label=f"{name} capacity {sweep.capacity_rps:g}"
+                )
             if sweep.knee_rate:
-                ax.axvline(sweep.knee_rate, color=colour, ls=(0, (1, 3)), lw=1.2, label=f"{name} knee {sweep.knee_rate:g}")
+                ax.axvline(
+                    sweep.knee_rate, color=colour, ls=(0, (1, 3)), lw=1.2, label=f"{name} knee {sweep.knee_rate:g}"
+                )
     if sla is not None:
         for ax, (_, _, sla_attr) in zip(axes, _METRICS):
             limit = getattr(sla, sla_attr)
@@ -102,17 +120,30 @@ def users_curve_png(sweep: SweepResult, sla: SLASpec | None, path: str | Path, t
         ax.set_title(heading)
         ax.set_ylabel("ms")
     axes[2].plot(users, [s.throughput_rps for s in steps], "-o", ms=3, label="completed req/s")
-    axes[2].plot(users, [s.output_tokens_per_s / max(1, max((x.output_tokens_per_s for x in steps), default=1))
-                         * max([s.throughput_rps for s in steps] or [1]) for s in steps], ":x",
-                 label="output tokens/s (scaled)")
+    axes[2].plot(
+        users,
+        [
+            s.output_tokens_per_s
+            / max(1, max((x.output_tokens_per_s for x in steps), default=1))
+            * max([s.throughput_rps for s in steps] or [1])
+            for s in steps
+        ],
+        ":x",
+        label="output tokens/s (scaled)",
+    )
     axes[2].set_title("Throughput")
     for ax in axes:
         ax.set_xlabel("concurrent users")
         ax.set_xscale("log", base=2)
         ax.set_xticks(users, [str(u) for u in users])
         if sweep.capacity_users:
-            ax.axvline(sweep.capacity_users, color="green", ls="-.", lw=1.2,
-                       label=f"highest within SLA: {sweep.capacity_users}")
+            ax.axvline(
+                sweep.capacity_users,
+                color="green",
+                ls="-.",
+                lw=1.2,
+                label=f"highest within SLA: {sweep.capacity_users}",
+            )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title or f"{sweep.endpoint}: load against concurrent users (closed loop)")
@@ -133,35 +164,62 @@ def pareto_png(points: list[dict], curves: list[dict], path: str | Path, title: 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(10, 6.5))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    plotted = [p for p in points if p["output_tokens_per_s_per_gpu"] is not None and p["user_tokens_per_s_p50"] is not None]
+    plotted = [
+        p for p in points if p["output_tokens_per_s_per_gpu"] is not None and p["user_tokens_per_s_p50"] is not None
+    ]
     colour_of = {p["config_hash"]: colours[k % len(colours)] for k, p in enumerate(plotted)}
     first = True
     for config, colour in colour_of.items():
         for run in sorted({c["run_id"] for c in curves if c["config_hash"] == config}):
-            pts = [(c["user_tokens_per_s_p50"], c["output_tokens_per_s_per_gpu"]) for c in curves
-                   if c["run_id"] == run and c["user_tokens_per_s_p50"] is not None]
+            pts = [
+                (c["user_tokens_per_s_p50"], c["output_tokens_per_s_per_gpu"])
+                for c in curves
+                if c["run_id"] == run and c["user_tokens_per_s_p50"] is not None
+            ]
             if len(pts) > 1:
-                ax.plot(*zip(*pts), "-", color=colour, alpha=0.25, lw=1,
-                        label="each sweep's steps (thin: rate rising)" if first else None)
+                ax.plot(
+                    *zip(*pts),
+                    "-",
+                    color=colour,
+                    alpha=0.25,
+                    lw=1,
+                    label="each sweep's steps (thin: rate rising)" if first else None,
+                )
                 first = False
     for p in plotted:
         front = bool(p["on_front"])
-        ax.scatter(p["user_tokens_per_s_p50"], p["output_tokens_per_s_per_gpu"], s=90 if front else 45,
-                   color=colour_of[p["config_hash"]], edgecolor="black" if front else "none", zorder=3,
-                   marker="*" if front else "o")
+        ax.scatter(
+            p["user_tokens_per_s_p50"],
+            p["output_tokens_per_s_per_gpu"],
+            s=90 if front else 45,
+            color=colour_of[p["config_hash"]],
+            edgecolor="black" if front else "none",
+            zorder=3,
+            marker="*" if front else "o",
+        )
         extra = []
         if p.get("usd_per_million_output_tokens") is not None:
             extra.append(f"${p['usd_per_million_output_tokens']:.3g}/M tok")
         if p.get("joules_per_output_token") is not None:
             extra.append(f"{p['joules_per_output_token']:.3g} J/tok")
         text = p["label"] if len(p["label"]) <= 48 else p["label"][:45] + "..."
-        ax.annotate(text + (f"\n{', '.join(extra)}" if extra else ""),
-                    (p["user_tokens_per_s_p50"], p["output_tokens_per_s_per_gpu"]), textcoords="offset points",
-                    xytext=(6, 6), fontsize=7)
+        ax.annotate(
+            text + (f"\n{', '.join(extra)}" if extra else ""),
+            (p["user_tokens_per_s_p50"], p["output_tokens_per_s_per_gpu"]),
+            textcoords="offset points",
+            xytext=(6, 6),
+            fontsize=7,
+        )
     front = sorted((p for p in plotted if p["on_front"]), key=lambda p: p["user_tokens_per_s_p50"])
     if front:
-        ax.plot([p["user_tokens_per_s_p50"] for p in front], [p["output_tokens_per_s_per_gpu"] for p in front],
-                color="black", lw=1.2, ls="--", label="Pareto front (stars; dots: dominated)")
+        ax.plot(
+            [p["user_tokens_per_s_p50"] for p in front],
+            [p["output_tokens_per_s_per_gpu"] for p in front],
+            color="black",
+            lw=1.2,
+            ls="--",
+            label="Pareto front (stars; dots: dominated)",
+        )
     if plotted:
         ax.legend(fontsize=8)
         ax.margins(0.12)

@@ -7,7 +7,7 @@ before the replay and then left alone, as in production. Attainment per reportin
 the fraction of requests that met every per-request SLA target (TTFT, mean inter-token gap,
 end-to-end, success); the interval is also judged on its percentiles like a sweep step.
 
-A pool with multi-turn sessions (``replay.schema.has_sessions``) replays session-aware: each
+A pool with multi-turn sessions (``specs.pool_schema.has_sessions``) replays session-aware: each
 session's first turn follows the schedule above (its own arrivals), each later turn goes out when
 the previous reply has ended plus the logged think time (scaled by ``time_scale``); the result's
 ``sessions`` says how far that moved turns from their recorded times. A pool without sessions
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from autoresearch.config import EndpointSpec, SLASpec
+from specs.config import EndpointSpec, SLASpec
 from loadgen import arrivals
 from loadgen.closedloop import UserScript, session_drift
 from loadgen.results import IntervalResult, ProductionReplayResult, RequestRecord
@@ -30,7 +30,7 @@ from loadgen.runner import LagBounds
 from loadgen.stats import latency_arrays, percentile_ms, sla_violations
 from loadgen.sweep import _config_hash, _StepRunner, _wait_idle, pool_requests
 from loadgen.watch import Engine
-from replay.schema import has_sessions
+from specs.pool_schema import has_sessions
 
 
 def request_meets_sla(record: RequestRecord, sla: SLASpec) -> bool:
@@ -56,21 +56,41 @@ def intervals_of(records: list[RequestRecord], sla: SLASpec, interval_s: float, 
         arrays = latency_arrays(bucket)
         errors = sum(1 for r in bucket if not r.ok)
         err_rate = errors / len(bucket) if bucket else 0.0
-        out.append(IntervalResult(
-            start_s=k * interval_s, end_s=(k + 1) * interval_s, target_rate=len(bucket) / interval_s,
-            requests=len(bucket), errors=errors,
-            attainment=(sum(request_meets_sla(r, sla) for r in bucket) / len(bucket)) if bucket else None,
-            ttft_p95_ms=percentile_ms(arrays["ttft"], 95), itl_p95_ms=percentile_ms(arrays["itl"], 95),
-            e2e_p95_ms=percentile_ms(arrays["e2e"], 95),
-            within_sla=not sla_violations(arrays, err_rate, sla, len(bucket)) if bucket else True))
+        out.append(
+            IntervalResult(
+                start_s=k * interval_s,
+                end_s=(k + 1) * interval_s,
+                target_rate=len(bucket) / interval_s,
+                requests=len(bucket),
+                errors=errors,
+                attainment=(sum(request_meets_sla(r, sla) for r in bucket) / len(bucket)) if bucket else None,
+                ttft_p95_ms=percentile_ms(arrays["ttft"], 95),
+                itl_p95_ms=percentile_ms(arrays["itl"], 95),
+                e2e_p95_ms=percentile_ms(arrays["e2e"], 95),
+                within_sla=not sla_violations(arrays, err_rate, sla, len(bucket)) if bucket else True,
+            )
+        )
     return out
 
 
-def run_production_replay(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, time_scale: float = 1.0, *,
-                          mode: str = "shaped", shape_interval_s: float = 10.0, report_interval_s: float | None = None,
-                          rate_scale: float = 1.0, seed: int = 0, senders: int = 1, lag_bounds: LagBounds | None = None,
-                          timeout_s: float = 120.0, records_dir: Path | None = None,
-                          max_duration_s: float | None = None, sessions: bool | None = None) -> ProductionReplayResult:
+def run_production_replay(
+    engine: Engine,
+    pool: pl.DataFrame,
+    spec: EndpointSpec,
+    time_scale: float = 1.0,
+    *,
+    mode: str = "shaped",
+    shape_interval_s: float = 10.0,
+    report_interval_s: float | None = None,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+    senders: int = 1,
+    lag_bounds: LagBounds | None = None,
+    timeout_s: float = 120.0,
+    records_dir: Path | None = None,
+    max_duration_s: float | None = None,
+    sessions: bool | None = None,
+) -> ProductionReplayResult:
     """Replay ``pool`` with its production arrival pattern; report SLA attainment per interval.
 
     ``shape_interval_s`` and ``report_interval_s`` are production seconds (scaled by ``time_scale``);
@@ -78,21 +98,33 @@ def run_production_replay(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec
     when the pool has multi-turn sessions, False = open loop always.
     """
     if "arrival_offset_s" not in pool.columns:
-        raise ValueError("replay pool has no 'arrival_offset_s' column; see replay/schema.py")
+        raise ValueError("replay pool has no 'arrival_offset_s' column; see specs/pool_schema.py")
     if sessions is None:
         sessions = has_sessions(pool)
     if sessions:
-        return _replay_sessions(engine, pool, spec, time_scale, mode=mode, shape_interval_s=shape_interval_s,
-                                report_interval_s=report_interval_s, rate_scale=rate_scale, seed=seed,
-                                lag_bounds=lag_bounds, timeout_s=timeout_s, records_dir=records_dir,
-                                max_duration_s=max_duration_s)
+        return _replay_sessions(
+            engine,
+            pool,
+            spec,
+            time_scale,
+            mode=mode,
+            shape_interval_s=shape_interval_s,
+            report_interval_s=report_interval_s,
+            rate_scale=rate_scale,
+            seed=seed,
+            lag_bounds=lag_bounds,
+            timeout_s=timeout_s,
+            records_dir=records_dir,
+            max_duration_s=max_duration_s,
+        )
     bodies, ids = pool_requests(pool)
     offsets = np.sort(pool["arrival_offset_s"].cast(pl.Float64).to_numpy())
     if mode == "exact":
         schedule = arrivals.recorded(offsets, time_scale)
     elif mode == "shaped":
-        schedule = arrivals.production_shaped(timestamps=offsets, interval_s=shape_interval_s, time_scale=time_scale,
-                                              rate_scale=rate_scale, seed=seed)
+        schedule = arrivals.production_shaped(
+            timestamps=offsets, interval_s=shape_interval_s, time_scale=time_scale, rate_scale=rate_scale, seed=seed
+        )
     else:
         raise ValueError(f"mode must be 'shaped' or 'exact', got {mode!r}")
     span = float(offsets[-1] - offsets[0]) * time_scale if offsets.size else 0.0
@@ -104,8 +136,16 @@ def run_production_replay(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec
     if schedule.size == 0:
         raise ValueError("the replay schedule is empty (pool without arrivals, or max_duration_s too short)")
     span = max(span, float(schedule[-1]) + 1e-6)
-    runner = _StepRunner(engine, spec, bodies, ids, senders=senders, lag_bounds=lag_bounds or LagBounds(),
-                         timeout_s=timeout_s, records_dir=records_dir)
+    runner = _StepRunner(
+        engine,
+        spec,
+        bodies,
+        ids,
+        senders=senders,
+        lag_bounds=lag_bounds or LagBounds(),
+        timeout_s=timeout_s,
+        records_dir=records_dir,
+    )
     started = time.time()
     _wait_idle(engine, 60.0)
     runner.warmup(spec.sweep.warmup_requests)
@@ -117,11 +157,19 @@ def run_production_replay(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec
     intervals = intervals_of(records, spec.sla, interval, span)
     attained = [request_meets_sla(r, spec.sla) for r in records]
     return ProductionReplayResult(
-        endpoint=spec.name, engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
-        launch_config_hash=_config_hash(engine, spec), started_at=started, mode=mode, time_scale=time_scale,
-        interval_s=interval, intervals=intervals, overall=overall,
-        attainment=sum(attained) / len(attained) if attained else None, validity=overall.validity,
-        invalid_reason=overall.invalid_reason)
+        endpoint=spec.name,
+        engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
+        launch_config_hash=_config_hash(engine, spec),
+        started_at=started,
+        mode=mode,
+        time_scale=time_scale,
+        interval_s=interval,
+        intervals=intervals,
+        overall=overall,
+        attainment=sum(attained) / len(attained) if attained else None,
+        validity=overall.validity,
+        invalid_reason=overall.invalid_reason,
+    )
 
 
 def _run_keep_records(runner: _StepRunner, schedule: np.ndarray, span: float):
@@ -130,8 +178,12 @@ def _run_keep_records(runner: _StepRunner, schedule: np.ndarray, span: float):
     return step, captured["records"]
 
 
-def session_scripts(pool: pl.DataFrame, first_schedule: np.ndarray | None = None, time_scale: float = 1.0,
-                    max_duration_s: float | None = None) -> list[UserScript]:
+def session_scripts(
+    pool: pl.DataFrame,
+    first_schedule: np.ndarray | None = None,
+    time_scale: float = 1.0,
+    max_duration_s: float | None = None,
+) -> list[UserScript]:
     """One closed-loop user per session of ``pool`` (rows in arrival order, as pool_requests gives
     them). A session starts at ``first_schedule[j]`` (the j-th session by first arrival; default its
     recorded offset, scaled); think times and recorded offsets are scaled by ``time_scale``.
@@ -148,15 +200,34 @@ def session_scripts(pool: pl.DataFrame, first_schedule: np.ndarray | None = None
         start = float(first_schedule[j]) if first_schedule is not None else (offsets[rows[0]] - base) * time_scale
         if max_duration_s is not None and start >= max_duration_s:
             continue
-        scripts.append(UserScript(start, rows, [(thinks[i] or 0.0) * time_scale for i in rows], session=sid,
-                                  recorded_s=[(offsets[i] - base) * time_scale for i in rows]))
+        scripts.append(
+            UserScript(
+                start,
+                rows,
+                [(thinks[i] or 0.0) * time_scale for i in rows],
+                session=sid,
+                recorded_s=[(offsets[i] - base) * time_scale for i in rows],
+            )
+        )
     return scripts
 
 
-def _replay_sessions(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, time_scale: float, *, mode: str,
-                     shape_interval_s: float, report_interval_s: float | None, rate_scale: float, seed: int,
-                     lag_bounds: LagBounds | None, timeout_s: float, records_dir: Path | None,
-                     max_duration_s: float | None) -> ProductionReplayResult:
+def _replay_sessions(
+    engine: Engine,
+    pool: pl.DataFrame,
+    spec: EndpointSpec,
+    time_scale: float,
+    *,
+    mode: str,
+    shape_interval_s: float,
+    report_interval_s: float | None,
+    rate_scale: float,
+    seed: int,
+    lag_bounds: LagBounds | None,
+    timeout_s: float,
+    records_dir: Path | None,
+    max_duration_s: float | None,
+) -> ProductionReplayResult:
     """Session-aware replay: first turns on the schedule, later turns after the reply plus think time."""
     pool = pool.sort("arrival_offset_s", maintain_order=True)
     bodies, ids = pool_requests(pool)
@@ -166,17 +237,28 @@ def _replay_sessions(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, tim
         schedule = arrivals.recorded(first_offsets, time_scale)
     elif mode == "shaped":
         if rate_scale != 1.0:
-            raise ValueError("rate_scale changes the number of sessions started; session-aware replay keeps the "
-                             "recorded sessions (use sessions=False for an open-loop replay at another rate)")
-        schedule = arrivals.production_shaped(timestamps=first_offsets, interval_s=shape_interval_s,
-                                              time_scale=time_scale, rate_scale=1.0, seed=seed)
+            raise ValueError(
+                "rate_scale changes the number of sessions started; session-aware replay keeps the "
+                "recorded sessions (use sessions=False for an open-loop replay at another rate)"
+            )
+        schedule = arrivals.production_shaped(
+            timestamps=first_offsets, interval_s=shape_interval_s, time_scale=time_scale, rate_scale=1.0, seed=seed
+        )
     else:
         raise ValueError(f"mode must be 'shaped' or 'exact', got {mode!r}")
     scripts = session_scripts(pool, np.sort(schedule), time_scale, max_duration_s)
     if not scripts:
         raise ValueError("the replay schedule is empty (pool without arrivals, or max_duration_s too short)")
-    runner = _StepRunner(engine, spec, bodies, ids, senders=1, lag_bounds=lag_bounds or LagBounds(),
-                         timeout_s=timeout_s, records_dir=records_dir)
+    runner = _StepRunner(
+        engine,
+        spec,
+        bodies,
+        ids,
+        senders=1,
+        lag_bounds=lag_bounds or LagBounds(),
+        timeout_s=timeout_s,
+        records_dir=records_dir,
+    )
     started = time.time()
     _wait_idle(engine, 60.0)
     runner.warmup(spec.sweep.warmup_requests)
@@ -189,8 +271,17 @@ def _replay_sessions(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, tim
     interval = (report_interval_s or shape_interval_s) * time_scale
     attained = [request_meets_sla(r, spec.sla) for r in records]
     return ProductionReplayResult(
-        endpoint=spec.name, engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
-        launch_config_hash=_config_hash(engine, spec), started_at=started, mode=mode, time_scale=time_scale,
-        interval_s=interval, intervals=intervals_of(records, spec.sla, interval, span), overall=overall,
-        attainment=sum(attained) / len(attained) if attained else None, validity=overall.validity,
-        invalid_reason=overall.invalid_reason, sessions=session_drift(records))
+        endpoint=spec.name,
+        engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
+        launch_config_hash=_config_hash(engine, spec),
+        started_at=started,
+        mode=mode,
+        time_scale=time_scale,
+        interval_s=interval,
+        intervals=intervals_of(records, spec.sla, interval, span),
+        overall=overall,
+        attainment=sum(attained) / len(attained) if attained else None,
+        validity=overall.validity,
+        invalid_reason=overall.invalid_reason,
+        sessions=session_drift(records),
+    )

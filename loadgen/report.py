@@ -15,26 +15,49 @@ def step_table(sweep: SweepResult) -> list[dict]:
     """One row per step, sorted by rate: the load curve as plain values."""
     rows = []
     for s in sorted(sweep.steps, key=lambda s: s.target_rate):
-        rows.append({
-            "rate": s.target_rate, "achieved": round(s.achieved_rate, 2), "throughput": round(s.throughput_rps, 2),
-            "ttft_p50_ms": s.ttft_ms.p50, "ttft_p95_ms": s.ttft_ms.p95, "ttft_p99_ms": s.ttft_ms.p99,
-            "itl_p50_ms": s.itl_ms.p50, "itl_p95_ms": s.itl_ms.p95, "itl_p99_ms": s.itl_ms.p99,
-            "e2e_p50_ms": s.e2e_ms.p50, "e2e_p95_ms": s.e2e_ms.p95, "e2e_p99_ms": s.e2e_ms.p99,
-            "error_rate": s.error_rate, "send_lag_p99_ms": s.send_lag_ms.p99,
-            "kv_usage_max": s.engine_metrics.get("kv_cache_usage_max"),
-            "waiting_max": s.engine_metrics.get("requests_waiting_max"),
-            "preemptions": s.engine_metrics.get("preemptions_delta"),
-            "prefix_hit_rate": s.engine_metrics.get("prefix_cache_hit_rate"),
-            "within_sla": s.within_sla, "validity": s.validity,
-            "note": s.invalid_reason or "; ".join(s.sla_violations),
-        })
+        rows.append(
+            {
+                "rate": s.target_rate,
+                "achieved": round(s.achieved_rate, 2),
+                "throughput": round(s.throughput_rps, 2),
+                "ttft_p50_ms": s.ttft_ms.p50,
+                "ttft_p95_ms": s.ttft_ms.p95,
+                "ttft_p99_ms": s.ttft_ms.p99,
+                "itl_p50_ms": s.itl_ms.p50,
+                "itl_p95_ms": s.itl_ms.p95,
+                "itl_p99_ms": s.itl_ms.p99,
+                "e2e_p50_ms": s.e2e_ms.p50,
+                "e2e_p95_ms": s.e2e_ms.p95,
+                "e2e_p99_ms": s.e2e_ms.p99,
+                "error_rate": s.error_rate,
+                "send_lag_p99_ms": s.send_lag_ms.p99,
+                "kv_usage_max": s.engine_metrics.get("kv_cache_usage_max"),
+                "waiting_max": s.engine_metrics.get("requests_waiting_max"),
+                "preemptions": s.engine_metrics.get("preemptions_delta"),
+                "prefix_hit_rate": s.engine_metrics.get("prefix_cache_hit_rate"),
+                "within_sla": s.within_sla,
+                "validity": s.validity,
+                "note": s.invalid_reason or "; ".join(s.sla_violations),
+            }
+        )
     return rows
 
 
-_COLUMNS = [("rate", "rate/s", 1), ("throughput", "ok/s", 1), ("ttft_p50_ms", "TTFT p50", 0),
-            ("ttft_p95_ms", "p95", 0), ("ttft_p99_ms", "p99", 0), ("itl_p50_ms", "ITL p50", 1), ("itl_p95_ms", "p95", 1),
-            ("itl_p99_ms", "p99", 1), ("e2e_p50_ms", "E2E p50", 0), ("e2e_p95_ms", "p95", 0), ("e2e_p99_ms", "p99", 0),
-            ("error_rate", "err%", 1), ("send_lag_p99_ms", "lag p99", 2)]
+_COLUMNS = [
+    ("rate", "rate/s", 1),
+    ("throughput", "ok/s", 1),
+    ("ttft_p50_ms", "TTFT p50", 0),
+    ("ttft_p95_ms", "p95", 0),
+    ("ttft_p99_ms", "p99", 0),
+    ("itl_p50_ms", "ITL p50", 1),
+    ("itl_p95_ms", "p95", 1),
+    ("itl_p99_ms", "p99", 1),
+    ("e2e_p50_ms", "E2E p50", 0),
+    ("e2e_p95_ms", "p95", 0),
+    ("e2e_p99_ms", "p99", 0),
+    ("error_rate", "err%", 1),
+    ("send_lag_p99_ms", "lag p99", 2),
+]
 
 
 def _cells(row: dict) -> list[str]:
@@ -49,8 +72,10 @@ def _cells(row: dict) -> list[str]:
 def _summary(sweep: SweepResult) -> str:
     cap = sweep.capacity_rps
     bound = "" if sweep.capacity_bounded else " (lower bound: no tested rate broke the SLA)"
-    line = (f"capacity {_fmt(cap, 2)} req/s{bound}, per GPU {_fmt(sweep.capacity_per_gpu, 2)}; "
-            f"knee {_fmt(sweep.knee_rate, 2) if sweep.knee_rate is not None else 'not reached'}")
+    line = (
+        f"capacity {_fmt(cap, 2)} req/s{bound}, per GPU {_fmt(sweep.capacity_per_gpu, 2)}; "
+        f"knee {_fmt(sweep.knee_rate, 2) if sweep.knee_rate is not None else 'not reached'}"
+    )
     if sweep.validity != "valid":
         line += f"\nINVALID: {sweep.invalid_reason}"
     return line
@@ -69,7 +94,10 @@ def render_text(sweep: SweepResult) -> str:
     body = [_cells(row) for row in step_table(sweep)]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    lines = [f"{sweep.endpoint}{' [' + sweep.label + ']' if sweep.label else ''}  (latencies in ms)", fmt.format(*header)]
+    lines = [
+        f"{sweep.endpoint}{' [' + sweep.label + ']' if sweep.label else ''}  (latencies in ms)",
+        fmt.format(*header),
+    ]
     lines += [fmt.format(*r) for r in body]
     lines.append(_summary(sweep))
     lines += [f"note: {n}" for n in sweep.notes]

@@ -79,7 +79,9 @@ class StepResult(BaseModel):
     engine_metrics: dict[str, float] = Field(default_factory=dict)  # deltas / means over the step
     records_path: str | None = None  # Parquet of RequestRecords, when kept
     # Added by the measurement engineer (extensions, nothing above renamed):
-    metrics_samples: list[dict[str, float]] = Field(default_factory=list)  # /metrics gauges over the step, t = s from start
+    metrics_samples: list[dict[str, float]] = Field(
+        default_factory=list
+    )  # /metrics gauges over the step, t = s from start
     send_lag_max_ms: float | None = None
     client_cpu_util: float | None = None  # client CPU seconds / wall seconds of the busiest sender
     senders: int = 1

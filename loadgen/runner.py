@@ -140,7 +140,7 @@ class _Conn(asyncio.Protocol):
                 self.buf = data
                 return
             head = data[:end].lower()
-            data = data[end + 4:]
+            data = data[end + 4 :]
             try:
                 req.status = int(head[9:12])
             except ValueError:
@@ -159,7 +159,7 @@ class _Conn(asyncio.Protocol):
                 at = head.find(b"\r\ncontent-length:")
                 if at >= 0:
                     stop = head.find(b"\r\n", at + 2)
-                    self.remaining = int(head[at + 17: stop if stop > 0 else None])
+                    self.remaining = int(head[at + 17 : stop if stop > 0 else None])
                     state = self.state = 1
                     if self.remaining == 0:
                         self._finish(now)
@@ -192,7 +192,7 @@ class _Conn(asyncio.Protocol):
                 take = left if left < n - pos else n - pos
                 payload = left - 2  # chunk_left counts the data and its trailing CRLF
                 if payload > 0:
-                    pieces.append((now, data[pos:pos + (payload if payload < take else take)]))
+                    pieces.append((now, data[pos : pos + (payload if payload < take else take)]))
                 pos += take
                 self.chunk_left = left - take
                 continue
@@ -320,9 +320,21 @@ class _ConnectionClient:
 class _Client(_ConnectionClient):
     """One sender: schedule loop, connection pool, timeouts, abort checks. Runs inside one event loop."""
 
-    def __init__(self, loop, host: str, port: int, payloads: list[bytes], indices: np.ndarray, offsets: np.ndarray,
-                 t0: float, timeout_s: float, spin_s: float, spare: int, idle_close_s: float,
-                 stop_check: Callable[[], str | None] | None):
+    def __init__(
+        self,
+        loop,
+        host: str,
+        port: int,
+        payloads: list[bytes],
+        indices: np.ndarray,
+        offsets: np.ndarray,
+        t0: float,
+        timeout_s: float,
+        spin_s: float,
+        spare: int,
+        idle_close_s: float,
+        stop_check: Callable[[], str | None] | None,
+    ):
         self.loop = loop
         self.host, self.port = host, port
         self.payloads = payloads
@@ -506,11 +518,19 @@ def _compact(req: _Req, t0: float) -> tuple:
         error = f"HTTP {req.status}: {body}"
     if error is None and parsed is not None and parsed.error:
         error = parsed.error
-    return (req.i, req.sched, None if req.sent is None else req.sent - t0, req.status,
-            None if req.t_end is None else req.t_end - t0,
-            [t - t0 for t in parsed.token_times] if parsed else [],
-            parsed.output_tokens if parsed else 0, parsed.prompt_tokens if parsed else None,
-            parsed.cached_tokens if parsed else None, error, req.connect)
+    return (
+        req.i,
+        req.sched,
+        None if req.sent is None else req.sent - t0,
+        req.status,
+        None if req.t_end is None else req.t_end - t0,
+        [t - t0 for t in parsed.token_times] if parsed else [],
+        parsed.output_tokens if parsed else 0,
+        parsed.prompt_tokens if parsed else None,
+        parsed.cached_tokens if parsed else None,
+        error,
+        req.connect,
+    )
 
 
 @dataclass
@@ -528,8 +548,12 @@ class _SenderConfig:
     nice: int | None = None
 
 
-def _run_sender(cfg: _SenderConfig, t0_getter: Callable[[], float], ready: Callable[[], None] | None,
-                stop_check: Callable[[], str | None] | None) -> dict:
+def _run_sender(
+    cfg: _SenderConfig,
+    t0_getter: Callable[[], float],
+    ready: Callable[[], None] | None,
+    stop_check: Callable[[], str | None] | None,
+) -> dict:
     """Run one sender to completion in a fresh event loop; return compact results."""
     _raise_nofile()
     if cfg.nice is not None:
@@ -540,8 +564,20 @@ def _run_sender(cfg: _SenderConfig, t0_getter: Callable[[], float], ready: Calla
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     try:
-        client = _Client(loop, cfg.host, cfg.port, cfg.payloads, cfg.indices, cfg.offsets, 0.0, cfg.timeout_s,
-                         cfg.spin_s, cfg.spare, cfg.idle_close_s, stop_check)
+        client = _Client(
+            loop,
+            cfg.host,
+            cfg.port,
+            cfg.payloads,
+            cfg.indices,
+            cfg.offsets,
+            0.0,
+            cfg.timeout_s,
+            cfg.spin_s,
+            cfg.spare,
+            cfg.idle_close_s,
+            stop_check,
+        )
         loop.run_until_complete(client.warm(cfg.warm))
         if ready:
             ready()
@@ -566,9 +602,13 @@ def _run_sender(cfg: _SenderConfig, t0_getter: Callable[[], float], ready: Calla
                 conn.transport.close()
         loop.run_until_complete(asyncio.sleep(0))
         rows = [_compact(r, t0) for r in client.reqs]
-        return {"rows": rows, "connections_opened": client.connections_opened,
-                "client_errors": client.client_errors, "cpu_util": cpu / wall if wall > 0 else None,
-                "aborted": client.aborted}
+        return {
+            "rows": rows,
+            "connections_opened": client.connections_opened,
+            "client_errors": client.client_errors,
+            "cpu_util": cpu / wall if wall > 0 else None,
+            "aborted": client.aborted,
+        }
     finally:
         for task in asyncio.all_tasks(loop):
             task.cancel()
@@ -635,8 +675,9 @@ def _summary_ms(values: np.ndarray) -> LatencySummary:
     if values.size == 0:
         return LatencySummary()
     p = np.percentile(values, [50, 90, 95, 99]) * 1000.0
-    return LatencySummary(p50=float(p[0]), p90=float(p[1]), p95=float(p[2]), p99=float(p[3]),
-                          mean=float(values.mean() * 1000.0))
+    return LatencySummary(
+        p50=float(p[0]), p90=float(p[1]), p95=float(p[2]), p99=float(p[3]), mean=float(values.mean() * 1000.0)
+    )
 
 
 def _without(data: bytes, omit: frozenset[str]) -> bytes:
@@ -647,14 +688,28 @@ def _without(data: bytes, omit: frozenset[str]) -> bytes:
     return json.dumps({k: v for k, v in body.items() if k not in omit}, separators=(",", ":")).encode()
 
 
-def run_open_loop(base_url: str, model: str | None, requests: Sequence[bytes | str | dict], schedule: np.ndarray, *,
-                  timeout_s: float = 120.0, senders: int = 1, lag_bounds: LagBounds = LagBounds(),
-                  duration_s: float | None = None, request_ids: Sequence[str] | None = None,
-                  headers: dict[str, str] | None = None, stop_check: Callable[[], str | None] | None = None,
-                  spin_s: float = 0.0015, spare_connections: int | None = None,
-                  warm_connections: int | None = None, idle_close_s: float = 2.0,
-                  start_delay_s: float = 0.1, isolate: bool = False, nice: int | None = None,
-                  omit_fields: Collection[str] | None = None) -> RunOutcome:
+def run_open_loop(
+    base_url: str,
+    model: str | None,
+    requests: Sequence[bytes | str | dict],
+    schedule: np.ndarray,
+    *,
+    timeout_s: float = 120.0,
+    senders: int = 1,
+    lag_bounds: LagBounds = LagBounds(),
+    duration_s: float | None = None,
+    request_ids: Sequence[str] | None = None,
+    headers: dict[str, str] | None = None,
+    stop_check: Callable[[], str | None] | None = None,
+    spin_s: float = 0.0015,
+    spare_connections: int | None = None,
+    warm_connections: int | None = None,
+    idle_close_s: float = 2.0,
+    start_delay_s: float = 0.1,
+    isolate: bool = False,
+    nice: int | None = None,
+    omit_fields: Collection[str] | None = None,
+) -> RunOutcome:
     """Send ``requests`` (cycled) at ``schedule`` offsets (seconds from start), open loop.
 
     ``requests`` are OpenAI request bodies (dict, JSON str or bytes); model/stream/usage options
@@ -690,15 +745,31 @@ def run_open_loop(base_url: str, model: str | None, requests: Sequence[bytes | s
         payloads.append(http_request(host, port, prefix + path, data, headers))
     n = schedule.size
     if duration_s is None:
-        duration_s = float(schedule[-1] * n / (n - 1)) if n > 1 and schedule[-1] > 0 else float(schedule[-1] if n else 0) + 1.0
+        duration_s = (
+            float(schedule[-1] * n / (n - 1)) if n > 1 and schedule[-1] > 0 else float(schedule[-1] if n else 0) + 1.0
+        )
     rate = n / duration_s if duration_s > 0 else 0.0
     per_sender_rate = rate / senders
     spare = spare_connections if spare_connections is not None else int(min(256, max(4, per_sender_rate * 0.005)))
     warm = warm_connections if warm_connections is not None else int(min(512, max(spare, per_sender_rate * 0.01)))
     all_idx = np.arange(n)
     in_process = senders == 1 and not isolate
-    configs = [_SenderConfig(host, port, payloads, all_idx[k::senders], schedule[k::senders], timeout_s, spin_s,
-                             spare, warm, idle_close_s, None if in_process else nice) for k in range(senders)]
+    configs = [
+        _SenderConfig(
+            host,
+            port,
+            payloads,
+            all_idx[k::senders],
+            schedule[k::senders],
+            timeout_s,
+            spin_s,
+            spare,
+            warm,
+            idle_close_s,
+            None if in_process else nice,
+        )
+        for k in range(senders)
+    ]
     wall_start = time.time()
     if in_process:
         holder: dict = {}
@@ -725,8 +796,12 @@ def _run_multi(configs: list[_SenderConfig], stop_check, start_delay_s: float) -
     procs: list[subprocess.Popen] = []
     try:
         for cfg in configs:
-            proc = subprocess.Popen([sys.executable, "-m", "loadgen.runner"], stdin=subprocess.PIPE,  # noqa: S603
-                                    stdout=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"})
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "loadgen.runner"],
+                stdin=subprocess.PIPE,  # noqa: S603
+                stdout=subprocess.PIPE,
+                env={**os.environ, "PYTHONHASHSEED": "0"},
+            )
             _write_frame(proc.stdin, cfg)
             procs.append(proc)
         for proc in procs:
@@ -791,18 +866,38 @@ def _run_multi(configs: list[_SenderConfig], stop_check, start_delay_s: float) -
                 proc.wait()
 
 
-def _outcome(results: list[dict], n: int, duration_s: float, rate: float, senders: int, bounds: LagBounds,
-             wall_start: float, request_ids: Sequence[str] | None) -> RunOutcome:
+def _outcome(
+    results: list[dict],
+    n: int,
+    duration_s: float,
+    rate: float,
+    senders: int,
+    bounds: LagBounds,
+    wall_start: float,
+    request_ids: Sequence[str] | None,
+) -> RunOutcome:
     rows = sorted((row for r in results for row in r["rows"]), key=lambda row: row[0])
     records = []
-    for (i, sched, sent, status, t_end, token_times, out_tokens, prompt_tokens, cached, error, connect) in rows:
+    for i, sched, sent, status, t_end, token_times, out_tokens, prompt_tokens, cached, error, connect in rows:
         rid = request_ids[i % len(request_ids)] if request_ids else str(i)
         ttft = token_times[0] - sent if token_times and sent is not None else None
         itl = np.diff(token_times).tolist() if len(token_times) > 1 else []
-        records.append(RequestRecord(
-            request_id=f"{rid}#{i}", scheduled_s=sched, sent_s=sent, ttft_s=ttft, itl_s=itl,
-            e2e_s=None if (t_end is None or sent is None) else t_end - sent, output_tokens=out_tokens,
-            prompt_tokens=prompt_tokens, cached_tokens=cached, status=status, error=error, connect_s=connect))
+        records.append(
+            RequestRecord(
+                request_id=f"{rid}#{i}",
+                scheduled_s=sched,
+                sent_s=sent,
+                ttft_s=ttft,
+                itl_s=itl,
+                e2e_s=None if (t_end is None or sent is None) else t_end - sent,
+                output_tokens=out_tokens,
+                prompt_tokens=prompt_tokens,
+                cached_tokens=cached,
+                status=status,
+                error=error,
+                connect_s=connect,
+            )
+        )
     sent_rows = [(row[1], row[2]) for row in rows if row[2] is not None]
     lags = np.array([s - sc for sc, s in sent_rows]) if sent_rows else np.zeros(0)
     last_sent = max((s for _, s in sent_rows), default=0.0)
@@ -816,15 +911,21 @@ def _outcome(results: list[dict], n: int, duration_s: float, rate: float, sender
     else:
         if lag_summary.p99 is not None and lag_summary.p99 > bounds.p99_ms:
             worst = int(np.argmax(lags))
-            reasons.append(f"client fell behind its schedule: p99 send lag {lag_summary.p99:.2f} ms > "
-                           f"{bounds.p99_ms:g} ms (worst {lags[worst] * 1000:.1f} ms at t={sent_rows[worst][0]:.2f}s)")
+            reasons.append(
+                f"client fell behind its schedule: p99 send lag {lag_summary.p99:.2f} ms > "
+                f"{bounds.p99_ms:g} ms (worst {lags[worst] * 1000:.1f} ms at t={sent_rows[worst][0]:.2f}s)"
+            )
         if rate > 0 and achieved / rate < bounds.min_rate_ratio:
-            reasons.append(f"client fell behind its schedule: achieved {achieved:.1f} req/s of {rate:.1f} "
-                           f"scheduled ({achieved / rate:.1%} < {bounds.min_rate_ratio:.0%})")
+            reasons.append(
+                f"client fell behind its schedule: achieved {achieved:.1f} req/s of {rate:.1f} "
+                f"scheduled ({achieved / rate:.1%} < {bounds.min_rate_ratio:.0%})"
+            )
     late = max((r.get("late_start_s") or 0.0 for r in results), default=0.0)
     if late * 1000 > bounds.p99_ms:
-        reasons.append(f"a sender received its start {late * 1000:.0f} ms after the shared start time "
-                       "(the calling process stalled before the run began)")
+        reasons.append(
+            f"a sender received its start {late * 1000:.0f} ms after the shared start time "
+            "(the calling process stalled before the run began)"
+        )
     if client_errors > bounds.max_client_errors:
         reasons.append(f"client could not send {client_errors} requests (open files / local ports exhausted)")
     cpu = [r["cpu_util"] for r in results if r.get("cpu_util") is not None]
@@ -832,11 +933,22 @@ def _outcome(results: list[dict], n: int, duration_s: float, rate: float, sender
     if cpu and max(cpu) > 0.9 and reasons:
         notes.append(f"client CPU saturated ({max(cpu):.0%} of a core per sender); use more senders")
     return RunOutcome(
-        records=records, validity="invalid" if reasons else "valid", reason="; ".join(reasons + notes) or None,
-        target_rate=rate, achieved_rate=achieved, duration_s=duration_s, send_lag_ms=lag_summary,
-        send_lag_max_ms=float(lags.max() * 1000) if lags.size else None, senders=senders,
-        connections_opened=sum(r["connections_opened"] for r in results), client_errors=client_errors,
-        client_cpu_util=max(cpu) if cpu else None, started_at=wall_start, aborted=aborted, notes=notes)
+        records=records,
+        validity="invalid" if reasons else "valid",
+        reason="; ".join(reasons + notes) or None,
+        target_rate=rate,
+        achieved_rate=achieved,
+        duration_s=duration_s,
+        send_lag_ms=lag_summary,
+        send_lag_max_ms=float(lags.max() * 1000) if lags.size else None,
+        senders=senders,
+        connections_opened=sum(r["connections_opened"] for r in results),
+        client_errors=client_errors,
+        client_cpu_util=max(cpu) if cpu else None,
+        started_at=wall_start,
+        aborted=aborted,
+        notes=notes,
+    )
 
 
 if __name__ == "__main__":

@@ -68,7 +68,6 @@ class ServiceModel:
         same curve on a rate axis stretched by 1 + effect, up to the client's fixed costs."""
         return replace(self, speed=self.speed * (1.0 + effect))
 
-
     def started(self, seed: int) -> "ServiceModel":
         """This engine as one start of it finds its host: ``run_jitter_cv`` drawn once into ``speed``."""
         if not self.run_jitter_cv:
@@ -142,8 +141,9 @@ class BatchScheduler:
         return duration, out
 
 
-def simulate(model: ServiceModel, arrivals_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
-             seed: int = 0) -> list[list[float]]:
+def simulate(
+    model: ServiceModel, arrivals_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray, seed: int = 0
+) -> list[list[float]]:
     """Virtual time: the token times (seconds from arrival) of each request, in arrival order."""
     sched = BatchScheduler(model, seed=seed)
     times: list[list[float]] = [[] for _ in range(len(arrivals_s))]
@@ -163,8 +163,17 @@ def simulate(model: ServiceModel, arrivals_s: np.ndarray, prompt_tokens: np.ndar
     return times
 
 
-def virtual_step(model: ServiceModel, rate: float, duration_s: float, prompts: np.ndarray, outputs: np.ndarray,
-                 sla, *, seed: int, run_seed: int):
+def virtual_step(
+    model: ServiceModel,
+    rate: float,
+    duration_s: float,
+    prompts: np.ndarray,
+    outputs: np.ndarray,
+    sla,
+    *,
+    seed: int,
+    run_seed: int,
+):
     """One open-loop step in virtual time: Poisson arrivals at ``rate`` (the schedule and the requests
     drawn from ``seed``, as a sweep step draws them), served by the model, judged like a real step."""
     from loadgen import arrivals
@@ -176,16 +185,39 @@ def virtual_step(model: ServiceModel, rate: float, duration_s: float, prompts: n
     start = int(np.random.default_rng(seed).integers(0, len(prompts)))
     idx = (start + np.arange(len(schedule))) % len(prompts)
     times = simulate(model, schedule, prompts[idx], outputs[idx], seed=run_seed)
-    records = [RequestRecord(request_id=str(i), scheduled_s=float(t), sent_s=float(t), ttft_s=tt[0],
-                             itl_s=np.diff(tt).tolist(), e2e_s=tt[-1], output_tokens=len(tt), status=200)
-               for i, (t, tt) in enumerate(zip(schedule, times))]
-    outcome = RunOutcome(records=records, validity="valid", reason=None, target_rate=rate, achieved_rate=rate,
-                         duration_s=duration_s, send_lag_ms=LatencySummary(), send_lag_max_ms=0.0, senders=1,
-                         connections_opened=0, client_errors=0, client_cpu_util=None, started_at=0.0)
+    records = [
+        RequestRecord(
+            request_id=str(i),
+            scheduled_s=float(t),
+            sent_s=float(t),
+            ttft_s=tt[0],
+            itl_s=np.diff(tt).tolist(),
+            e2e_s=tt[-1],
+            output_tokens=len(tt),
+            status=200,
+        )
+        for i, (t, tt) in enumerate(zip(schedule, times))
+    ]
+    outcome = RunOutcome(
+        records=records,
+        validity="valid",
+        reason=None,
+        target_rate=rate,
+        achieved_rate=rate,
+        duration_s=duration_s,
+        send_lag_ms=LatencySummary(),
+        send_lag_max_ms=0.0,
+        senders=1,
+        connections_opened=0,
+        client_errors=0,
+        client_cpu_util=None,
+        started_at=0.0,
+    )
     return summarize(outcome, sla, target_rate=rate)
 
 
 # --- the HTTP server (its own process) -----------------------------------------------------------
+
 
 def _tokens_of(body: dict) -> int:
     """Prompt tokens, as a tokenizer would roughly count them: about four characters a token."""
@@ -222,14 +254,33 @@ class _Server:
                 emitted = [(job, done) for job, done in emitted if job.key not in gone]
             for job, done in emitted:
                 writer, prompt, fut = self.streams[job.key]
-                data = _sse({"id": f"sim-{job.key}", "object": "chat.completion.chunk", "model": SIM_MODEL,
-                             "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]})
+                data = _sse(
+                    {
+                        "id": f"sim-{job.key}",
+                        "object": "chat.completion.chunk",
+                        "model": SIM_MODEL,
+                        "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}],
+                    }
+                )
                 if done:
                     del self.streams[job.key]
-                    usage = {"prompt_tokens": prompt, "completion_tokens": job.output_tokens,
-                             "total_tokens": prompt + job.output_tokens}
-                    data += _sse({"id": f"sim-{job.key}", "object": "chat.completion.chunk", "model": SIM_MODEL,
-                                  "choices": [], "usage": usage}) + b"data: [DONE]\n\n"
+                    usage = {
+                        "prompt_tokens": prompt,
+                        "completion_tokens": job.output_tokens,
+                        "total_tokens": prompt + job.output_tokens,
+                    }
+                    data += (
+                        _sse(
+                            {
+                                "id": f"sim-{job.key}",
+                                "object": "chat.completion.chunk",
+                                "model": SIM_MODEL,
+                                "choices": [],
+                                "usage": usage,
+                            }
+                        )
+                        + b"data: [DONE]\n\n"
+                    )
                 if not writer.is_closing():
                     writer.write(_chunk(data) + (b"0\r\n\r\n" if done else b""))
                 if done:
@@ -241,19 +292,28 @@ class _Server:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 path = lines[0].split(" ")[1]
-                length = next((int(line.split(":", 1)[1]) for line in lines[1:]
-                               if line.lower().startswith("content-length:")), 0)
+                length = next(
+                    (int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:")), 0
+                )
                 body = await reader.readexactly(length) if length else b""
                 if path.endswith("/completions"):
                     await self.generate(json.loads(body or b"{}"), writer)
                 else:
-                    metrics = (f"# simulated engine\nsim:num_requests_running {len(self.sched.running)}\n"
-                               f"sim:num_requests_waiting {len(self.sched.waiting)}\n").encode()
-                    text = {"/health": b"ok", "/metrics": metrics,
-                            "/v1/models": json.dumps({"object": "list", "data": [{"id": SIM_MODEL}]}).encode()
-                            }.get(path, b"ok")
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
-                                 + str(len(text)).encode() + b"\r\n\r\n" + text)
+                    metrics = (
+                        f"# simulated engine\nsim:num_requests_running {len(self.sched.running)}\n"
+                        f"sim:num_requests_waiting {len(self.sched.waiting)}\n"
+                    ).encode()
+                    text = {
+                        "/health": b"ok",
+                        "/metrics": metrics,
+                        "/v1/models": json.dumps({"object": "list", "data": [{"id": SIM_MODEL}]}).encode(),
+                    }.get(path, b"ok")
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                        + str(len(text)).encode()
+                        + b"\r\n\r\n"
+                        + text
+                    )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -266,12 +326,19 @@ class _Server:
             await asyncio.Event().wait()  # never answers; the client's deadline ends it
         if model.error_every and self.requests % model.error_every == 0:
             text = json.dumps({"error": {"message": "simulated internal error", "code": 500}}).encode()
-            writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: "
-                         + str(len(text)).encode() + b"\r\n\r\n" + text)
+            writer.write(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(text)).encode()
+                + b"\r\n\r\n"
+                + text
+            )
             return
         if model.malformed_every and self.requests % model.malformed_every == 0:
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                         + _chunk(b'data: {"choices": [{"delta": {"content": " tok"\n\n') + b"0\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + _chunk(b'data: {"choices": [{"delta": {"content": " tok"\n\n')
+                + b"0\r\n\r\n"
+            )
             return
         prompt = _tokens_of(body)
         wanted = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
@@ -334,8 +401,12 @@ class SimEngine:
 
         with urllib.request.urlopen(f"{self.base_url.removesuffix('/v1')}/metrics", timeout=5) as reply:
             text = reply.read().decode()
-        return snapshot_from_text(text, time.time(), {"requests_running": "sim:num_requests_running",
-                                                      "requests_waiting": "sim:num_requests_waiting"}, "sim:")
+        return snapshot_from_text(
+            text,
+            time.time(),
+            {"requests_running": "sim:num_requests_running", "requests_waiting": "sim:num_requests_waiting"},
+            "sim:",
+        )
 
     def reset_prefix_cache(self) -> None:
         """No prefix cache to reset."""
@@ -367,13 +438,26 @@ def start(model: ServiceModel, *, seed: int = 0, timeout_s: float = 10.0, cpu: i
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    argv = [sys.executable, "-m", "loadgen.simengine", "--port", str(port), "--model-json",
-            json.dumps(asdict(model)), "--seed", str(seed)]
+    argv = [
+        sys.executable,
+        "-m",
+        "loadgen.simengine",
+        "--port",
+        str(port),
+        "--model-json",
+        json.dumps(asdict(model)),
+        "--seed",
+        str(seed),
+    ]
     if cpu is not None:
         argv = ["taskset", "-c", str(cpu), *argv]
     began = time.monotonic()
-    process = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL,  # noqa: S603
-                               cwd=str(Path(__file__).resolve().parents[1]))
+    process = subprocess.Popen(
+        argv,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,  # noqa: S603
+        cwd=str(Path(__file__).resolve().parents[1]),
+    )
     engine = SimEngine(f"http://127.0.0.1:{port}", port, process.pid, process, model)
     while time.monotonic() - began < timeout_s:
         if process.poll() is not None:

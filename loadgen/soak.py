@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, Field
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from loadgen import arrivals
 from loadgen.results import RequestRecord, StepResult
 from loadgen.watch import Engine
@@ -42,8 +42,11 @@ from loadgen.watch import Engine
 # "unmeasured": the client could not keep the hold's schedule twice (a busy host, not the engine): the
 # soak says nothing about the engine, and the harness makes the verdict invalid for that reason.
 Outcome = Literal["stable", "unstable", "unmeasured"]
-OOM_PATTERN = re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory|"
-                         r"MemoryError|oom-kill|Killed process", re.IGNORECASE)
+OOM_PATTERN = re.compile(
+    r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory|"
+    r"MemoryError|oom-kill|Killed process",
+    re.IGNORECASE,
+)
 GROWTH_P = 0.01  # significance of "TTFT keeps climbing"
 BACKS_OFF = ("queue growth", "sla")  # what a lower rate may cure; a death, an OOM or errors it may not
 
@@ -78,11 +81,17 @@ class SoakResult(BaseModel):
         return self.rate if self.outcome == "stable" else None
 
     def summary(self) -> str:
-        backed = (f" (x{self.rate / self.measured_rate:.2g} of the measured {self.measured_rate:.3g} after "
-                  f"{len(self.backed_off)} back-off(s))" if self.backed_off and self.measured_rate else "")
-        head = (f"soak {self.outcome}: {self.rate:.3g} req/s{backed} held {self.held_s:.0f} s"
-                + (f", overload x{self.overload_rate / self.rate:.2g} {self.overload}" if self.overload_rate and self.overload
-                   else ""))
+        backed = (
+            f" (x{self.rate / self.measured_rate:.2g} of the measured {self.measured_rate:.3g} after "
+            f"{len(self.backed_off)} back-off(s))"
+            if self.backed_off and self.measured_rate
+            else ""
+        )
+        head = f"soak {self.outcome}: {self.rate:.3g} req/s{backed} held {self.held_s:.0f} s" + (
+            f", overload x{self.overload_rate / self.rate:.2g} {self.overload}"
+            if self.overload_rate and self.overload
+            else ""
+        )
         return head + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
 
     def metadata(self) -> dict:
@@ -122,7 +131,9 @@ def rank_sum_p(x: np.ndarray, y: np.ndarray) -> float:
     return 0.5 * math.erfc(((u - n1 * n2 / 2.0) - 0.5) / sd / math.sqrt(2))
 
 
-def queue_growth(records: list[RequestRecord], end_s: float, limit_ms: float) -> tuple[float | None, float | None, float | None, bool]:
+def queue_growth(
+    records: list[RequestRecord], end_s: float, limit_ms: float
+) -> tuple[float | None, float | None, float | None, bool]:
     """(first-third median TTFT, last-third median, p, grows): TTFT by send time over one run. A request
     that never saw its first token ranks above every one that did (it waited past the drain); its
     median contribution is its lower bound, so a last-third median is then a lower bound too."""
@@ -161,7 +172,7 @@ def kept_tail(log: str, size: int = 4000) -> str:
         pass  # the last one: the error that ended it, not an earlier warning
     if found is None:
         return (log or "")[-size:]
-    return log[max(0, found.start() - size // 2): found.start() + size // 2]
+    return log[max(0, found.start() - size // 2) : found.start() + size // 2]
 
 
 def death_cause(log_tail: str) -> str:
@@ -169,8 +180,14 @@ def death_cause(log_tail: str) -> str:
     return "oom" if OOM_PATTERN.search(log_tail or "") else "engine died"
 
 
-def run_soak(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, rate: float, *,
-             progress: Callable[[str], None] | None = None) -> SoakResult:
+def run_soak(
+    engine: Engine,
+    pool: pl.DataFrame,
+    spec: EndpointSpec,
+    rate: float,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> SoakResult:
     """Soak ``engine`` at ``rate`` (its measured capacity) as ``spec.soak`` says; see the module doc.
 
     A hold that finds only a growing queue or a broken SLA is tried again at ``soak.backoff_factor``
@@ -180,15 +197,19 @@ def run_soak(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, rate: float
 
     cfg, say = spec.soak, progress or (lambda _m: None)
     started = time.monotonic()
-    soak = _Soak(engine, spec, runner_for(engine, pool, spec, rate * cfg.overload_factor),
-                 drain_cap(spec.sla, spec.sweep), say)
+    soak = _Soak(
+        engine, spec, runner_for(engine, pool, spec, rate * cfg.overload_factor), drain_cap(spec.sla, spec.sweep), say
+    )
     backed_off: list[str] = []
     for attempt in range(cfg.backoffs + 1):
-        held = rate * cfg.backoff_factor ** attempt
+        held = rate * cfg.backoff_factor**attempt
         result = soak.hold(held)
         result.measured_rate, result.backed_off = rate, list(backed_off)
-        if attempt == cfg.backoffs or result.diagnosis not in BACKS_OFF \
-                or (result.error_rate or 0.0) > spec.sla.max_error_rate:
+        if (
+            attempt == cfg.backoffs
+            or result.diagnosis not in BACKS_OFF
+            or (result.error_rate or 0.0) > spec.sla.max_error_rate
+        ):
             break
         backed_off.append(f"{held:.3g} req/s: " + "; ".join(result.reasons))
         say(f"  soak: {result.diagnosis} at {held:.3g} req/s; holding x{cfg.backoff_factor:g} of it")
@@ -211,11 +232,19 @@ class _Soak:
         from loadgen.sweep import step_seed
 
         sweep = self.spec.sweep
-        schedule = arrivals.schedule(sweep.arrival, rate, seconds, burstiness=sweep.burstiness,
-                                     seed=step_seed(sweep.seed + 7, rate))
+        schedule = arrivals.schedule(
+            sweep.arrival, rate, seconds, burstiness=sweep.burstiness, seed=step_seed(sweep.seed + 7, rate)
+        )
         keep: dict = {}
-        step = self.runner.run(schedule, seconds, rate, f"soak-{phase}", keep=keep,
-                               offset=self.runner.take(len(schedule), 0), drain_s=self.drain)
+        step = self.runner.run(
+            schedule,
+            seconds,
+            rate,
+            f"soak-{phase}",
+            keep=keep,
+            offset=self.runner.take(len(schedule), 0),
+            drain_s=self.drain,
+        )
         self.seen["step"] = step  # what was sent before a death, for the record
         self.engine.check_alive()
         return step, keep.get("records", [])
@@ -230,7 +259,11 @@ class _Soak:
         result.reasons.append(f"engine died during the {phase} ({cause})")
         if phase == "hold" and "step" in self.seen:
             step = self.seen["step"]
-            result.requests, result.error_rate, result.error_examples = step.requests, step.error_rate, list(step.error_examples)
+            result.requests, result.error_rate, result.error_examples = (
+                step.requests,
+                step.error_rate,
+                list(step.error_examples),
+            )
         if phase != "hold":
             result.overload = "crashed"
         return result
@@ -268,19 +301,25 @@ class _Soak:
         if step.error_rate > sla.max_error_rate:
             result.outcome, result.diagnosis = "unstable", "errors"
             example = f" (e.g. {step.error_examples[0][:160]})" if step.error_examples else ""
-            result.reasons.append(f"error rate {step.error_rate:.1%} at {rate:.3g} req/s > {sla.max_error_rate:.1%}{example}")
+            result.reasons.append(
+                f"error rate {step.error_rate:.1%} at {rate:.3g} req/s > {sla.max_error_rate:.1%}{example}"
+            )
         for name, (fraction, allowance) in over_fractions(step).items():
             result.over_fraction[name] = fraction
             if allowance > 0 and fraction > cfg.sla_tolerance * allowance:
                 result.outcome, result.diagnosis = "unstable", result.diagnosis or "sla"
-                result.reasons.append(f"{name} over its limit for {fraction:.0%} of values at {rate:.3g} req/s "
-                                      f"(allowance {allowance:.0%}, tolerance x{cfg.sla_tolerance:g})")
+                result.reasons.append(
+                    f"{name} over its limit for {fraction:.0%} of values at {rate:.3g} req/s "
+                    f"(allowance {allowance:.0%}, tolerance x{cfg.sla_tolerance:g})"
+                )
         first, last, p, grows = queue_growth(records, cfg.hold_s + self.drain, self.limit_ms)
         result.ttft_first_ms, result.ttft_last_ms, result.growth_p = first, last, p
         if grows:
             result.outcome, result.diagnosis = "unstable", "queue growth"
-            result.reasons.append(f"TTFT keeps climbing: median {first:.0f} ms in the first third of the hold, "
-                                  f"{last:.0f} ms in the last (p={p:.1g}): a leak or a queue that grows")
+            result.reasons.append(
+                f"TTFT keeps climbing: median {first:.0f} ms in the first third of the hold, "
+                f"{last:.0f} ms in the last (p={p:.1g}): a leak or a queue that grows"
+            )
         return result
 
     def overload(self, result: SoakResult) -> None:
@@ -289,8 +328,10 @@ class _Soak:
 
         cfg, sla, rate = self.spec.soak, self.spec.sla, result.rate
         result.overload_rate, result.overload_s = rate * cfg.overload_factor, cfg.overload_s
-        self.say(f"  soak: overload {result.overload_rate:.3g} req/s for {cfg.overload_s:g} s, then "
-                 f"{rate / 2:.3g} req/s for {cfg.recovery_s:g} s")
+        self.say(
+            f"  soak: overload {result.overload_rate:.3g} req/s for {cfg.overload_s:g} s, then "
+            f"{rate / 2:.3g} req/s for {cfg.recovery_s:g} s"
+        )
         try:
             over_step, _ = self.run("overload", result.overload_rate, cfg.overload_s)
             recovery, rec_records = self.run("recovery", rate / 2, max(cfg.recovery_s, 1.0))
@@ -301,14 +342,18 @@ class _Soak:
         late = ttft[sent >= np.median(sent)] if sent.size else ttft
         result.recovery_ttft_ms = float(np.median(late)) if late.size else None
         calm = (result.ttft_first_ms if result.ttft_first_ms is not None else 0.0) + 0.5 * self.limit_ms
-        if result.recovery_ttft_ms is None or result.recovery_ttft_ms > calm \
-                or recovery.error_rate > sla.max_error_rate:
+        if (
+            result.recovery_ttft_ms is None
+            or result.recovery_ttft_ms > calm
+            or recovery.error_rate > sla.max_error_rate
+        ):
             result.overload, result.outcome = "did not recover", "unstable"
             result.diagnosis = result.diagnosis or "no recovery"
-            result.reasons.append(f"did not recover after x{cfg.overload_factor:g} overload: median TTFT "
-                                  + (f"{result.recovery_ttft_ms:.0f} ms" if result.recovery_ttft_ms is not None
-                                     else "unmeasured")
-                                  + f" at half the held rate (calm: {calm:.0f} ms)")
+            result.reasons.append(
+                f"did not recover after x{cfg.overload_factor:g} overload: median TTFT "
+                + (f"{result.recovery_ttft_ms:.0f} ms" if result.recovery_ttft_ms is not None else "unmeasured")
+                + f" at half the held rate (calm: {calm:.0f} ms)"
+            )
         elif over_step.error_rate > sla.max_error_rate:
             result.overload = "shed load with errors"
         else:

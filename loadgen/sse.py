@@ -46,8 +46,10 @@ def prepare_body(body: str | bytes | dict, model: str | None, *, continuous_usag
 def http_request(host: str, port: int, path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
     """One pre-encoded HTTP/1.1 keep-alive POST."""
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Accept: text/event-stream\r\n{extra}Content-Length: {len(body)}\r\n\r\n")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
+    )
     return head.encode("latin-1") + body
 
 
@@ -64,7 +66,12 @@ def _has_content(obj: dict) -> bool:
     for choice in obj.get("choices") or ():
         delta = choice.get("delta")
         if delta is not None:
-            if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
+            if (
+                delta.get("content")
+                or delta.get("reasoning_content")
+                or delta.get("reasoning")
+                or delta.get("tool_calls")
+            ):
                 return True
         elif choice.get("text"):
             return True

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoresearch.config import SLASpec
+from specs.config import SLASpec
 from loadgen.capacity import sla_samples
 from loadgen.results import LatencySummary, RequestRecord, StepResult
 from loadgen.runner import RunOutcome
@@ -28,8 +28,9 @@ def summary_ms(values_s) -> LatencySummary:
     if values.size == 0:
         return LatencySummary()
     p = np.percentile(values, [50, 90, 95, 99]) * 1000.0
-    return LatencySummary(p50=float(p[0]), p90=float(p[1]), p95=float(p[2]), p99=float(p[3]),
-                          mean=float(values.mean() * 1000.0))
+    return LatencySummary(
+        p50=float(p[0]), p90=float(p[1]), p95=float(p[2]), p99=float(p[3]), mean=float(values.mean() * 1000.0)
+    )
 
 
 def percentile_ms(values_s, q: float) -> float | None:
@@ -46,8 +47,14 @@ def latency_arrays(records: list[RequestRecord]) -> dict[str, np.ndarray]:
         "ttft": np.array([r.ttft_s for r in ok + cut if r.ttft_s is not None], dtype=np.float64),
         "itl": np.array([g for r in ok + cut for g in r.itl_s], dtype=np.float64),
         "e2e": np.array([r.e2e_s for r in ok if r.e2e_s is not None], dtype=np.float64),
-        "tpot": np.array([(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
-                          if r.e2e_s is not None and r.ttft_s is not None and r.output_tokens > 1], dtype=np.float64),
+        "tpot": np.array(
+            [
+                (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+                for r in ok
+                if r.e2e_s is not None and r.ttft_s is not None and r.output_tokens > 1
+            ],
+            dtype=np.float64,
+        ),
     }
 
 
@@ -65,8 +72,13 @@ def judged_percentile_ms(values_s, unresolved: int, q: float) -> float | None:
     return float((values[lo] + (h - lo) * (values[hi] - values[lo])) * 1000.0)
 
 
-def sla_judgement(arrays: dict[str, np.ndarray], error_rate: float, sla: SLASpec, requests: int,
-                  unresolved: dict[str, int] | None = None) -> tuple[list[str], dict[str, float | None]]:
+def sla_judgement(
+    arrays: dict[str, np.ndarray],
+    error_rate: float,
+    sla: SLASpec,
+    requests: int,
+    unresolved: dict[str, int] | None = None,
+) -> tuple[list[str], dict[str, float | None]]:
     """(violations, ratios): human-readable reasons why these latencies break ``sla`` (empty =
     within SLA), and judged value / limit per target ("ttft", "itl", "e2e", "errors"; None =
     unresolved or no value at all, i.e. worse than any limit). ``unresolved`` counts, per target,
@@ -74,8 +86,11 @@ def sla_judgement(arrays: dict[str, np.ndarray], error_rate: float, sla: SLASpec
     unresolved = unresolved or {}
     out: list[str] = []
     ratios: dict[str, float | None] = {}
-    checks = [("ttft", sla.ttft_ms, sla.ttft_percentile), ("itl", sla.itl_ms, sla.itl_percentile),
-              ("e2e", sla.e2e_ms, sla.e2e_percentile)]
+    checks = [
+        ("ttft", sla.ttft_ms, sla.ttft_percentile),
+        ("itl", sla.itl_ms, sla.itl_percentile),
+        ("e2e", sla.e2e_ms, sla.e2e_percentile),
+    ]
     for name, limit, q in checks:
         if limit is None:
             continue
@@ -102,8 +117,13 @@ def sla_judgement(arrays: dict[str, np.ndarray], error_rate: float, sla: SLASpec
     return out, ratios
 
 
-def sla_violations(arrays: dict[str, np.ndarray], error_rate: float, sla: SLASpec, requests: int,
-                   unresolved: dict[str, int] | None = None) -> list[str]:
+def sla_violations(
+    arrays: dict[str, np.ndarray],
+    error_rate: float,
+    sla: SLASpec,
+    requests: int,
+    unresolved: dict[str, int] | None = None,
+) -> list[str]:
     """Human-readable reasons why these latencies break ``sla`` (empty = within SLA)."""
     return sla_judgement(arrays, error_rate, sla, requests, unresolved)[0]
 
@@ -121,9 +141,11 @@ def step_sla_ratios(step: StepResult, sla: SLASpec | None) -> dict[str, float | 
         return summary.p99
 
     out: dict[str, float | None] = {}
-    for name, summary, limit, q in (("ttft", step.ttft_ms, sla.ttft_ms, sla.ttft_percentile),
-                                    ("itl", step.itl_ms, sla.itl_ms, sla.itl_percentile),
-                                    ("e2e", step.e2e_ms, sla.e2e_ms, sla.e2e_percentile)):
+    for name, summary, limit, q in (
+        ("ttft", step.ttft_ms, sla.ttft_ms, sla.ttft_percentile),
+        ("itl", step.itl_ms, sla.itl_ms, sla.itl_percentile),
+        ("e2e", step.e2e_ms, sla.e2e_ms, sla.e2e_percentile),
+    ):
         value = stored(summary, q)
         if limit is not None and value is not None:
             out[name] = value / limit
@@ -153,8 +175,14 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
     cut_early = sum(1 for r in cut if r.ttft_s is None)
     # A cut request's open gap (last token to the cut) is a lower bound of its next gap: past the ITL
     # limit it is a known violation, judged worst-case; below it, unknown and left out.
-    stalled = sum(1 for r in cut if sla.itl_ms and r.ttft_s is not None and r.e2e_s is not None
-                  and (r.e2e_s - r.ttft_s - sum(r.itl_s)) * 1000 > sla.itl_ms)
+    stalled = sum(
+        1
+        for r in cut
+        if sla.itl_ms
+        and r.ttft_s is not None
+        and r.e2e_s is not None
+        and (r.e2e_s - r.ttft_s - sum(r.itl_s)) * 1000 > sla.itl_ms
+    )
     errors = requests - len(ok) - len(cut)
     error_rate = errors / requests if requests else 0.0
     sent = [r for r in records if r.sent_s is not None]
@@ -163,8 +191,9 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
     prompt = sum(r.prompt_tokens or 0 for r in ok)
     cached = sum(r.cached_tokens or 0 for r in ok)
     has_cached = any(r.cached_tokens is not None for r in ok)
-    violations, ratios = sla_judgement(arrays, error_rate, sla, requests, {"ttft": cut_early, "itl": stalled,
-                                                                                    "e2e": len(cut)})
+    violations, ratios = sla_judgement(
+        arrays, error_rate, sla, requests, {"ttft": cut_early, "itl": stalled, "e2e": len(cut)}
+    )
     lags = np.array([r.send_lag_s for r in sent], dtype=np.float64)
     return StepResult(
         target_rate=float(target_rate if target_rate is not None else outcome.target_rate),

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import polars as pl
 from pydantic import BaseModel, Field
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 
 
 class SteadyWarmup(BaseModel):
@@ -31,7 +31,9 @@ class SteadyWarmup(BaseModel):
     def describe(self) -> str:
         itl = ", ".join("-" if v is None else f"{v:.0f}" for v in self.itl_p50_ms)
         state = "steady" if self.steady else "still falling at the last burst"
-        return f"{len(self.itl_p50_ms)} burst(s) of {self.burst_s:g} s at {self.rate:g} req/s, ITL p50 {itl} ms: {state}"
+        return (
+            f"{len(self.itl_p50_ms)} burst(s) of {self.burst_s:g} s at {self.rate:g} req/s, ITL p50 {itl} ms: {state}"
+        )
 
 
 def is_steady(values: list[float | None], tolerance: float, settle: int) -> bool:
@@ -46,9 +48,18 @@ def is_steady(values: list[float | None], tolerance: float, settle: int) -> bool
     return True
 
 
-def warm_until_steady(engine, pool: pl.DataFrame, spec: EndpointSpec, rate: float, *, burst_s: float = 10.0,
-                      max_bursts: int = 8, tolerance: float = 0.05, settle: int = 2,
-                      progress: Callable[[str], None] | None = None) -> SteadyWarmup:
+def warm_until_steady(
+    engine,
+    pool: pl.DataFrame,
+    spec: EndpointSpec,
+    rate: float,
+    *,
+    burst_s: float = 10.0,
+    max_bursts: int = 8,
+    tolerance: float = 0.05,
+    settle: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> SteadyWarmup:
     """Bursts of ``burst_s`` at ``rate`` through the product's own sweep step until latency is steady
     (see :func:`is_steady`) or ``max_bursts`` have run. The bursts are not measurements: they only
     bring the engine to the state it serves production in."""
@@ -59,13 +70,23 @@ def warm_until_steady(engine, pool: pl.DataFrame, spec: EndpointSpec, rate: floa
     began = time.monotonic()
     result = SteadyWarmup(rate=rate, burst_s=burst_s)
     for i in range(max_bursts):
-        sweep = run_sweep(engine, pool, spec, rates=[rate], max_steps=1, step_duration_s=burst_s,
-                          repeats_label=f"warm-up {i + 1}", check_client=False)
+        sweep = run_sweep(
+            engine,
+            pool,
+            spec,
+            rates=[rate],
+            max_steps=1,
+            step_duration_s=burst_s,
+            repeats_label=f"warm-up {i + 1}",
+            check_client=False,
+        )
         step = sweep.steps[0] if sweep.steps else None
         result.itl_p50_ms.append(step.itl_ms.p50 if step is not None else None)
         result.ttft_p50_ms.append(step.ttft_ms.p50 if step is not None else None)
         if progress:
-            progress(f"  warm-up burst {i + 1}: ITL p50 {result.itl_p50_ms[-1]} ms, TTFT p50 {result.ttft_p50_ms[-1]} ms")
+            progress(
+                f"  warm-up burst {i + 1}: ITL p50 {result.itl_p50_ms[-1]} ms, TTFT p50 {result.ttft_p50_ms[-1]} ms"
+            )
         if is_steady(result.itl_p50_ms, tolerance, settle) and is_steady(result.ttft_p50_ms, 2 * tolerance, settle):
             result.steady = True
             break

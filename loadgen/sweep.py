@@ -48,8 +48,8 @@ from typing import Callable
 import numpy as np
 import polars as pl
 
-from autoresearch.config import SweepSpec, EndpointSpec, SLASpec
-from autoresearch.engine_args import parse_args
+from specs.config import SweepSpec, EndpointSpec, SLASpec
+from specs.engine_args import parse_args
 from loadgen import arrivals
 from loadgen.capacity import estimate as estimate_capacity
 from loadgen.results import RequestRecord, StepResult, SweepResult
@@ -77,12 +77,16 @@ ProgressFn = Callable[[SweepProgress], None]
 def pool_requests(pool: pl.DataFrame) -> tuple[list[str], list[str]]:
     """(bodies, request_ids) of a replay pool, in arrival order."""
     if "body" not in pool.columns:
-        raise ValueError(f"replay pool has no 'body' column (columns: {pool.columns}); see replay/schema.py")
+        raise ValueError(f"replay pool has no 'body' column (columns: {pool.columns}); see specs/pool_schema.py")
     if pool.height == 0:
         raise ValueError("replay pool is empty")
     if "arrival_offset_s" in pool.columns:
         pool = pool.sort("arrival_offset_s", maintain_order=True)
-    ids = pool["request_id"].cast(pl.Utf8).to_list() if "request_id" in pool.columns else [str(i) for i in range(pool.height)]
+    ids = (
+        pool["request_id"].cast(pl.Utf8).to_list()
+        if "request_id" in pool.columns
+        else [str(i) for i in range(pool.height)]
+    )
     return pool["body"].to_list(), ids
 
 
@@ -91,9 +95,14 @@ def prefix_representatives(pool: pl.DataFrame, groups: int) -> list[str]:
     group met first), in that order; [] when the pool records no prefix groups."""
     if groups <= 0 or "prefix_group" not in pool.columns:
         return []
-    ranked = (pool.with_row_index("_row").filter(pl.col("prefix_group").is_not_null())
-              .group_by("prefix_group").agg(pl.len().alias("n"), pl.col("_row").min(), pl.col("body").first())
-              .sort(["n", "_row"], descending=[True, False]).head(groups))
+    ranked = (
+        pool.with_row_index("_row")
+        .filter(pl.col("prefix_group").is_not_null())
+        .group_by("prefix_group")
+        .agg(pl.len().alias("n"), pl.col("_row").min(), pl.col("body").first())
+        .sort(["n", "_row"], descending=[True, False])
+        .head(groups)
+    )
     return ranked["body"].to_list()
 
 
@@ -102,8 +111,9 @@ def step_seed(seed: int, rate: float) -> int:
     return (seed * 1_000_003 + int(round(rate * 1000))) % (2**32)
 
 
-def knee_rate(steps: list[StepResult], latency_factor: float = 2.0, min_increase_ms: float = 50.0,
-              throughput_ratio: float = 0.9) -> float | None:
+def knee_rate(
+    steps: list[StepResult], latency_factor: float = 2.0, min_increase_ms: float = 50.0, throughput_ratio: float = 0.9
+) -> float | None:
     """The last tested rate before the curve bends: beyond it TTFT p95 exceeds ``latency_factor``
     times (and ``min_increase_ms`` more than) its value at the lowest rate, or completed
     throughput falls below ``throughput_ratio`` of the achieved send rate. None when no step
@@ -122,8 +132,9 @@ def knee_rate(steps: list[StepResult], latency_factor: float = 2.0, min_increase
         keeping_up = step.throughput_rps * (step.duration_s + drain_s) / max(step.duration_s, 1e-9)
         # Requests cut at the drain deadline after their first token were being served, not queued.
         keeping_up += (step.cut_requests - step.cut_before_first_token) / max(step.duration_s, 1e-9)
-        return (ttft is None or ttft > limit or step.error_rate > 0.05
-                or keeping_up < throughput_ratio * step.achieved_rate)
+        return (
+            ttft is None or ttft > limit or step.error_rate > 0.05 or keeping_up < throughput_ratio * step.achieved_rate
+        )
 
     if bent(curve[0]):
         return None
@@ -211,7 +222,9 @@ def _nice(rate: float) -> float:
     return float(round(rate, digits))
 
 
-def _next_auto_rate(history: list[tuple[float, bool]], factor: float, resolution: float, min_rate: float) -> float | None:
+def _next_auto_rate(
+    history: list[tuple[float, bool]], factor: float, resolution: float, min_rate: float
+) -> float | None:
     passes = [r for r, ok in history if ok]
     lo = max(passes, default=None)
     fails = [r for r, ok in history if not ok and (lo is None or r > lo)]
@@ -305,13 +318,20 @@ def _cut_at_deadline(outcome: RunOutcome, bounds: LagBounds, drain_s: float) -> 
     if lag.p99 is not None and lag.p99 > bounds.p99_ms:
         reasons.append(f"client fell behind its schedule: p99 send lag {lag.p99:.2f} ms > {bounds.p99_ms:g} ms")
     if outcome.target_rate > 0 and outcome.achieved_rate / outcome.target_rate < bounds.min_rate_ratio:
-        reasons.append(f"client fell behind its schedule: achieved {outcome.achieved_rate:.1f} req/s of "
-                       f"{outcome.target_rate:.1f} scheduled ({outcome.achieved_rate / outcome.target_rate:.1%} "
-                       f"< {bounds.min_rate_ratio:.0%})")
+        reasons.append(
+            f"client fell behind its schedule: achieved {outcome.achieved_rate:.1f} req/s of "
+            f"{outcome.target_rate:.1f} scheduled ({outcome.achieved_rate / outcome.target_rate:.1%} "
+            f"< {bounds.min_rate_ratio:.0%})"
+        )
     if outcome.client_errors > bounds.max_client_errors:
         reasons.append(f"client could not send {outcome.client_errors} requests (open files / local ports exhausted)")
-    return dataclasses.replace(outcome, records=records, validity="invalid" if reasons else "valid",
-                               reason="; ".join(reasons + outcome.notes) if reasons else None, aborted=None)
+    return dataclasses.replace(
+        outcome,
+        records=records,
+        validity="invalid" if reasons else "valid",
+        reason="; ".join(reasons + outcome.notes) if reasons else None,
+        aborted=None,
+    )
 
 
 def _clip_output(body: str | bytes | dict, max_tokens: int) -> str | bytes | dict:
@@ -347,9 +367,20 @@ def _records_frame(records: list[RequestRecord]) -> pl.DataFrame:
 class _StepRunner:
     """Shared by sweeps and replays: warm-up, cache reset, one watched open-loop run."""
 
-    def __init__(self, engine: Engine, spec: EndpointSpec, bodies: list[str], ids: list[str], *, senders: int,
-                 lag_bounds: LagBounds, timeout_s: float, records_dir: Path | None, reset_cache: bool = True,
-                 prefix_bodies: list[str] | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        spec: EndpointSpec,
+        bodies: list[str],
+        ids: list[str],
+        *,
+        senders: int,
+        lag_bounds: LagBounds,
+        timeout_s: float,
+        records_dir: Path | None,
+        reset_cache: bool = True,
+        prefix_bodies: list[str] | None = None,
+    ):
         self.engine, self.spec, self.bodies, self.ids = engine, spec, bodies, ids
         self.prefix_bodies = prefix_bodies or []
         # the engine keeps what it cached across steps (no reset route, or the reset failed): a step
@@ -373,9 +404,16 @@ class _StepRunner:
         if max_tokens is not None:
             bodies = [_clip_output(b, max_tokens) for b in bodies]
         stop = _deadline_check(None, timeout_s, "warm-up deadline") if timeout_s is not None else None
-        outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, np.zeros(count),
-                                omit_fields=self.omit_fields, timeout_s=self.timeout_s,
-                                lag_bounds=LagBounds(1e9, 0.0, 10**9), stop_check=stop)
+        outcome = run_open_loop(
+            self.engine.base_url,
+            self.engine.served_model,
+            bodies,
+            np.zeros(count),
+            omit_fields=self.omit_fields,
+            timeout_s=self.timeout_s,
+            lag_bounds=LagBounds(1e9, 0.0, 10**9),
+            stop_check=stop,
+        )
         return [r.e2e_s for r in outcome.records if r.ok and r.e2e_s is not None]
 
     def reset(self) -> None:
@@ -387,8 +425,10 @@ class _StepRunner:
         except Exception as exc:  # noqa: BLE001 - external servers cannot be reset; say so once
             self.cache_kept = True
             if not self._reset_warned:
-                self.notes.append(f"prefix cache not reset before steps: {str(exc).splitlines()[0]}; every step "
-                                  "takes requests this engine has not served yet")
+                self.notes.append(
+                    f"prefix cache not reset before steps: {str(exc).splitlines()[0]}; every step "
+                    "takes requests this engine has not served yet"
+                )
                 self._reset_warned = True
             return
         self.warm_prefixes()
@@ -411,16 +451,30 @@ class _StepRunner:
         if not self.prefix_bodies or not _prefix_cache_on(self.engine):
             return 0
         bodies = [_clip_output(b, 1) for b in self.prefix_bodies]
-        outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, np.zeros(len(bodies)),
-                                omit_fields=self.omit_fields, timeout_s=self.timeout_s,
-                                lag_bounds=LagBounds(1e9, 0.0, 10**9))
+        outcome = run_open_loop(
+            self.engine.base_url,
+            self.engine.served_model,
+            bodies,
+            np.zeros(len(bodies)),
+            omit_fields=self.omit_fields,
+            timeout_s=self.timeout_s,
+            lag_bounds=LagBounds(1e9, 0.0, 10**9),
+        )
         done = sum(1 for r in outcome.records if r.ok)
         if done < len(bodies) and not any("prefix warm-up" in n for n in self.notes):
             self.notes.append(f"prefix warm-up: {len(bodies) - done} of {len(bodies)} requests failed")
         return done
 
-    def run(self, schedule: np.ndarray, duration_s: float, target_rate: float, label: str,
-            keep: dict | None = None, offset: int = 0, drain_s: float | None = None) -> StepResult:
+    def run(
+        self,
+        schedule: np.ndarray,
+        duration_s: float,
+        target_rate: float,
+        label: str,
+        keep: dict | None = None,
+        offset: int = 0,
+        drain_s: float | None = None,
+    ) -> StepResult:
         """One open-loop run; requests are taken from the pool in order starting at ``offset``
         (steps start at different, seeded places so they do not all replay the pool's beginning).
         With ``drain_s``, requests still in flight that long after the schedule ends are cut."""
@@ -432,18 +486,37 @@ class _StepRunner:
                 # Polled every 0.1 s from about 0.2 s before the schedule starts; the margin keeps
                 # every request's drain at least drain_s.
                 stop = _deadline_check(watch.stop_check, duration_s + drain_s + 0.5, DRAIN_CUT)
-            outcome = run_open_loop(self.engine.base_url, self.engine.served_model, bodies, schedule,
-                                    omit_fields=self.omit_fields, timeout_s=self.timeout_s, senders=self.senders,
-                                    lag_bounds=self.lag_bounds,
-                                    duration_s=duration_s, request_ids=ids, stop_check=stop,
-                                    isolate=True, nice=-10)
+            outcome = run_open_loop(
+                self.engine.base_url,
+                self.engine.served_model,
+                bodies,
+                schedule,
+                omit_fields=self.omit_fields,
+                timeout_s=self.timeout_s,
+                senders=self.senders,
+                lag_bounds=self.lag_bounds,
+                duration_s=duration_s,
+                request_ids=ids,
+                stop_check=stop,
+                isolate=True,
+                nice=-10,
+            )
         if outcome.aborted == DRAIN_CUT:
             outcome = _cut_at_deadline(outcome, self.lag_bounds, drain_s or 0.0)
         return self._step(outcome, watch, target_rate, label, keep)
 
-    def run_closed(self, users: list[UserScript], label: str, *, stop_sending_s: float | None = None,
-                   keep: dict | None = None, drain_s: float | None = None, deadline_s: float | None = None,
-                   user_count: int | None = None, min_requests: int = 0) -> StepResult:
+    def run_closed(
+        self,
+        users: list[UserScript],
+        label: str,
+        *,
+        stop_sending_s: float | None = None,
+        keep: dict | None = None,
+        drain_s: float | None = None,
+        deadline_s: float | None = None,
+        user_count: int | None = None,
+        min_requests: int = 0,
+    ) -> StepResult:
         """One closed-loop run (session replay or concurrency step), watched like an open-loop step.
         Requests still in flight ``drain_s`` after ``stop_sending_s`` (or after ``deadline_s``) are cut."""
         with EngineWatch(self.engine) as watch:
@@ -452,18 +525,29 @@ class _StepRunner:
                 # sending may go on up to 4x stop_sending_s for min_requests (see run_closed_loop)
                 limit = (4 * stop_sending_s if stop_sending_s is not None else deadline_s) + drain_s + 0.5
                 stop = _deadline_check(watch.stop_check, limit, DRAIN_CUT)
-            outcome = run_closed_loop(self.engine.base_url, self.engine.served_model, self.bodies, users,
-                                      stop_sending_s=stop_sending_s, omit_fields=self.omit_fields,
-                                      timeout_s=self.timeout_s, lag_bounds=self.lag_bounds, request_ids=self.ids,
-                                      stop_check=stop, min_requests=min_requests)
+            outcome = run_closed_loop(
+                self.engine.base_url,
+                self.engine.served_model,
+                self.bodies,
+                users,
+                stop_sending_s=stop_sending_s,
+                omit_fields=self.omit_fields,
+                timeout_s=self.timeout_s,
+                lag_bounds=self.lag_bounds,
+                request_ids=self.ids,
+                stop_check=stop,
+                min_requests=min_requests,
+            )
         if outcome.aborted == DRAIN_CUT:
-            outcome = _cut_at_deadline(outcome, LagBounds(self.lag_bounds.p99_ms, 0.0, self.lag_bounds.max_client_errors),
-                                       drain_s or 0.0)
+            outcome = _cut_at_deadline(
+                outcome, LagBounds(self.lag_bounds.p99_ms, 0.0, self.lag_bounds.max_client_errors), drain_s or 0.0
+            )
         step = self._step(outcome, watch, outcome.achieved_rate, label, keep)
         return step.model_copy(update={"users": user_count}) if user_count is not None else step
 
-    def _step(self, outcome: RunOutcome, watch: EngineWatch, target_rate: float, label: str,
-              keep: dict | None) -> StepResult:
+    def _step(
+        self, outcome: RunOutcome, watch: EngineWatch, target_rate: float, label: str, keep: dict | None
+    ) -> StepResult:
         crash = watch.final_check()
         if keep is not None:
             keep["records"] = outcome.records
@@ -475,15 +559,24 @@ class _StepRunner:
                 errors.append(r.error[:300])
             if len(errors) >= 5:
                 break
-        update = {"engine_metrics": metrics, "metrics_samples": timeline, "send_lag_max_ms": outcome.send_lag_max_ms,
-                  "client_cpu_util": outcome.client_cpu_util, "senders": outcome.senders,
-                  "connections_opened": outcome.connections_opened, "error_examples": errors,
-                  "started_at": outcome.started_at, "device_metrics": watch.device_summary()}
+        update = {
+            "engine_metrics": metrics,
+            "metrics_samples": timeline,
+            "send_lag_max_ms": outcome.send_lag_max_ms,
+            "client_cpu_util": outcome.client_cpu_util,
+            "senders": outcome.senders,
+            "connections_opened": outcome.connections_opened,
+            "error_examples": errors,
+            "started_at": outcome.started_at,
+            "device_metrics": watch.device_summary(),
+        }
         if watch.device_note and watch.device_note not in self.notes:
             self.notes.append(watch.device_note)
         if not crash and step.requests and step.cut_before_first_token == step.requests:
-            crash = (f"the engine answered none of the {step.requests} requests by the step's deadline (not one "
-                     "first token): it accepts connections but does not serve")
+            crash = (
+                f"the engine answered none of the {step.requests} requests by the step's deadline (not one "
+                "first token): it accepts connections but does not serve"
+            )
         if crash:
             reason = crash if not step.invalid_reason else f"{crash}; {step.invalid_reason}"
             update.update(validity="invalid", invalid_reason=reason, within_sla=False)
@@ -493,8 +586,9 @@ class _StepRunner:
             if failed:  # a step whose evidence cannot be kept is not a measurement (a full disk, a read-only mount)
                 reason = f"request records could not be written to {path.parent}: {failed}"
                 previous = update.get("invalid_reason") or step.invalid_reason
-                update.update(validity="invalid", within_sla=False,
-                              invalid_reason=f"{previous}; {reason}" if previous else reason)
+                update.update(
+                    validity="invalid", within_sla=False, invalid_reason=f"{previous}; {reason}" if previous else reason
+                )
             else:
                 update["records_path"] = str(path)
         return step.model_copy(update=update)
@@ -523,18 +617,40 @@ def runner_for(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, max_rate:
     bodies, ids = pool_requests(pool)
     sla, cfg = spec.sla, spec.sweep
     timeout = max(60.0, 3 * cfg.step_duration_s, 3 * (sla.e2e_ms or 0) / 1000)
-    return _StepRunner(engine, spec, bodies, ids, senders=senders_for(max_rate, client_limit()),
-                       lag_bounds=sweep_lag_bounds(sla, cfg), timeout_s=timeout, records_dir=None,
-                       prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups))
+    return _StepRunner(
+        engine,
+        spec,
+        bodies,
+        ids,
+        senders=senders_for(max_rate, client_limit()),
+        lag_bounds=sweep_lag_bounds(sla, cfg),
+        timeout_s=timeout,
+        records_dir=None,
+        prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups),
+    )
 
 
-def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: list[float] | None = None,
-              progress: ProgressFn | None = None, repeats_label: str | None = None,
-              step_duration_s: float | None = None, max_steps: int | None = None, senders: int | None = None,
-              lag_bounds: LagBounds | None = None, timeout_s: float | None = None, resolution: float = 0.15,
-              records_dir: Path | None = None, check_client: bool = True, idle_timeout_s: float = 60.0,
-              min_requests: int | None = None, client_retries: int = 1,
-              engine_startup_s: float | None = None) -> SweepResult:
+def run_sweep(
+    engine: Engine,
+    pool: pl.DataFrame,
+    spec: EndpointSpec,
+    *,
+    rates: list[float] | None = None,
+    progress: ProgressFn | None = None,
+    repeats_label: str | None = None,
+    step_duration_s: float | None = None,
+    max_steps: int | None = None,
+    senders: int | None = None,
+    lag_bounds: LagBounds | None = None,
+    timeout_s: float | None = None,
+    resolution: float = 0.15,
+    records_dir: Path | None = None,
+    check_client: bool = True,
+    idle_timeout_s: float = 60.0,
+    min_requests: int | None = None,
+    client_retries: int = 1,
+    engine_startup_s: float | None = None,
+) -> SweepResult:
     """Sweep ``engine`` with requests from ``pool`` (cycled) at a ladder of rates; see the module doc.
 
     ``rates`` overrides the endpoint's ladder (``spec.sweep.rates``; None there = automatic).
@@ -566,14 +682,27 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
     if senders is None:
         senders = senders_for(max(ladder) if ladder else 0.0, cal)
     if check_client and cal is not None and ladder and max(ladder) > cal.max_rate * senders:
-        raise ValueError(f"sweep asks for {max(ladder):g} req/s but this machine's client was calibrated to sustain "
-                         f"{cal.max_rate:g} req/s per sender ({senders} sender(s)); lower the rates or add senders")
+        raise ValueError(
+            f"sweep asks for {max(ladder):g} req/s but this machine's client was calibrated to sustain "
+            f"{cal.max_rate:g} req/s per sender ({senders} sender(s)); lower the rates or add senders"
+        )
     if cal is None:
-        notes.append("client not calibrated on this machine (run `autoresearch loadgen calibrate`); "
-                     "send lag is still checked on every step")
+        notes.append(
+            "client not calibrated on this machine (run `autoresearch loadgen calibrate`); "
+            "send lag is still checked on every step"
+        )
 
-    runner = _StepRunner(engine, spec, bodies, ids, senders=senders, lag_bounds=bounds, timeout_s=timeout,
-                         records_dir=records_dir, prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups))
+    runner = _StepRunner(
+        engine,
+        spec,
+        bodies,
+        ids,
+        senders=senders,
+        lag_bounds=bounds,
+        timeout_s=timeout,
+        records_dir=records_dir,
+        prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups),
+    )
     steps: list[StepResult] = []
     validity, reason = "valid", None
     engine_args = list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args)
@@ -582,9 +711,16 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
 
     def emit(phase: str, rate: float | None, message: str, step: StepResult | None = None) -> None:
         if progress:
-            progress(SweepProgress(phase, len(steps), steps_cap if ladder is None
-                                   else min(steps_cap, len(ladder) + cfg.refine_steps),
-                                   rate, message, step))
+            progress(
+                SweepProgress(
+                    phase,
+                    len(steps),
+                    steps_cap if ladder is None else min(steps_cap, len(ladder) + cfg.refine_steps),
+                    rate,
+                    message,
+                    step,
+                )
+            )
 
     if warm_engine(engine, bodies, ids, spec, ladder, timeout, notes):
         emit("warmup", None, f"engine warm-up done ({cfg.engine_warmup_s:g}s, not counted)")
@@ -594,8 +730,9 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
         probe = max(cfg.warmup_requests, 4)
         lat = runner.warmup(probe)
         if not lat:
-            raise RuntimeError(f"probe requests to {engine.base_url} all failed; is the engine serving "
-                               f"{engine.served_model!r}?")
+            raise RuntimeError(
+                f"probe requests to {engine.base_url} all failed; is the engine serving {engine.served_model!r}?"
+            )
         # `probe` requests sent together finished in max(lat): half that throughput is a safe first rate.
         next_rate = _nice(max(0.2, 0.5 * len(lat) / float(np.max(lat))))
     else:
@@ -608,31 +745,50 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
     while next_rate is not None and len(steps) < steps_cap:
         rate = next_rate
         if check_client and cal is not None and rate > cal.max_rate * senders:
-            notes.append(f"stopped before {rate:g} req/s: beyond the calibrated client limit "
-                         f"({cal.max_rate:g} req/s x {senders} sender(s))")
+            notes.append(
+                f"stopped before {rate:g} req/s: beyond the calibrated client limit "
+                f"({cal.max_rate:g} req/s x {senders} sender(s))"
+            )
             break
         emit("warmup", rate, f"step {len(steps) + 1}: warm-up and prefix-cache reset")
         step_began = time.monotonic()
         warmup_wall = _warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{rate:g} req/s")
         emit("step", rate, f"step {len(steps) + 1}: {rate:g} req/s for {duration:g}s")
         step_s = max(duration, min(min_requests / rate, 4 * duration))
-        schedule = arrivals.schedule(cfg.arrival, rate, step_s, burstiness=cfg.burstiness,
-                                     seed=step_seed(cfg.seed, rate))
+        schedule = arrivals.schedule(
+            cfg.arrival, rate, step_s, burstiness=cfg.burstiness, seed=step_seed(cfg.seed, rate)
+        )
         label = f"{repeats_label or 'sweep'}-{len(steps):02d}-{rate:g}"
         seeded = int(np.random.default_rng(step_seed(cfg.seed, rate)).integers(len(bodies)))  # same in every repeat
         offset = runner.take(len(schedule), seeded)
 
         def rerun(attempt: int) -> StepResult:
             emit("step", rate, f"step {len(steps) + 1}: client fell behind, repeating {rate:g} req/s")
-            return runner.run(schedule, step_s, rate, f"{label}-retry{attempt}", offset=runner.take(len(schedule), offset),
-                              drain_s=drain)
+            return runner.run(
+                schedule,
+                step_s,
+                rate,
+                f"{label}-retry{attempt}",
+                offset=runner.take(len(schedule), offset),
+                drain_s=drain,
+            )
 
-        step = _repeat_if_client_bound(runner.run(schedule, step_s, rate, label, offset=offset, drain_s=drain),
-                                       client_retries, rerun, runner, engine, idle_timeout_s, notes, f"{rate:g} req/s")
+        step = _repeat_if_client_bound(
+            runner.run(schedule, step_s, rate, label, offset=offset, drain_s=drain),
+            client_retries,
+            rerun,
+            runner,
+            engine,
+            idle_timeout_s,
+            notes,
+            f"{rate:g} req/s",
+        )
         step = step.model_copy(update={"wall_s": time.monotonic() - step_began, "warmup_wall_s": warmup_wall})
         if step.cut_requests:
-            notes.append(f"{rate:g} req/s: {step.cut_requests} of {step.requests} requests cut {drain:g}s after "
-                         f"the schedule ({step.cut_before_first_token} before their first token)")
+            notes.append(
+                f"{rate:g} req/s: {step.cut_requests} of {step.requests} requests cut {drain:g}s after "
+                f"the schedule ({step.cut_before_first_token} before their first token)"
+            )
         steps.append(step)
         emit("step_done", rate, _step_line(step), step)
         if step.validity != "valid":
@@ -661,8 +817,11 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
             next_rate, used = ladder[used], used + 1
     if not steps and validity == "valid":  # nothing measured is not a capacity of 0
         validity = "invalid"
-        reason = ("no step was run: " + (notes[-1] if notes else "the first rate was refused")
-                  + "; nothing about the engine was measured")
+        reason = (
+            "no step was run: "
+            + (notes[-1] if notes else "the first rate was refused")
+            + "; nothing about the engine was measured"
+        )
     tested, bounded = capacity(steps)
     cap, method = interpolated_capacity(steps, sla)
     below = None
@@ -672,20 +831,42 @@ def run_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, rates: 
         below = min(tried)
         at_floor = below <= floor * (1 + 1e-9)
         method = "below_floor" if at_floor else "none_held"
-        notes.append(f"no tested rate held the SLA: capacity is below {below:g} req/s"
-                     + (f" (the floor, sweep.min_rate {floor:g} req/s)" if at_floor
-                        else f" (stopped at max_steps before the floor {floor:g} req/s)"))
+        notes.append(
+            f"no tested rate held the SLA: capacity is below {below:g} req/s"
+            + (
+                f" (the floor, sweep.min_rate {floor:g} req/s)"
+                if at_floor
+                else f" (stopped at max_steps before the floor {floor:g} req/s)"
+            )
+        )
     divisor = spec.hardware.capacity_divisor
     result = SweepResult(
-        endpoint=spec.name, engine_args=engine_args, launch_config_hash=_config_hash(engine, spec),
-        started_at=started, steps=steps, knee_rate=knee_rate(steps), capacity_rps=cap,
-        capacity_per_gpu=cap / divisor, validity=validity, invalid_reason=reason,
-        client_max_rate=cal.max_rate * senders if cal else None, label=repeats_label,
-        sla=sla.model_dump(), arrival=cfg.arrival, step_duration_s=duration, gpu_divisor=divisor,
-        capacity_bounded=bounded, notes=notes + runner.notes, capacity_tested_rps=tested, capacity_method=method,
-        capacity_below_rps=below, min_rate=floor, drain_s=drain,
+        endpoint=spec.name,
+        engine_args=engine_args,
+        launch_config_hash=_config_hash(engine, spec),
+        started_at=started,
+        steps=steps,
+        knee_rate=knee_rate(steps),
+        capacity_rps=cap,
+        capacity_per_gpu=cap / divisor,
+        validity=validity,
+        invalid_reason=reason,
+        client_max_rate=cal.max_rate * senders if cal else None,
+        label=repeats_label,
+        sla=sla.model_dump(),
+        arrival=cfg.arrival,
+        step_duration_s=duration,
+        gpu_divisor=divisor,
+        capacity_bounded=bounded,
+        notes=notes + runner.notes,
+        capacity_tested_rps=tested,
+        capacity_method=method,
+        capacity_below_rps=below,
+        min_rate=floor,
+        drain_s=drain,
         engine_startup_s=engine_startup_s if engine_startup_s is not None else getattr(engine, "startup_s", None),
-        wall_s=time.monotonic() - started_mono)
+        wall_s=time.monotonic() - started_mono,
+    )
     fit = estimate_capacity(steps)
     if fit is not None and not fit.censored and validity == "valid":
         result.capacity_fit_rps, result.capacity_fit_low, result.capacity_fit_high = fit.capacity, fit.low, fit.high
@@ -704,12 +885,21 @@ def _config_hash(engine: Engine, spec: EndpointSpec) -> str:
 def _step_line(step: StepResult) -> str:
     mark = "ok" if step.within_sla else ("INVALID" if step.validity != "valid" else "SLA broken")
     ttft = f"{step.ttft_ms.p95:.0f}" if step.ttft_ms.p95 is not None else "-"
-    return (f"{step.target_rate:g} req/s: ttft p95 {ttft} ms, {step.throughput_rps:.1f} ok/s, "
-            f"errors {step.error_rate:.1%} -> {mark}")
+    return (
+        f"{step.target_rate:g} req/s: ttft p95 {ttft} ms, {step.throughput_rps:.1f} ok/s, "
+        f"errors {step.error_rate:.1%} -> {mark}"
+    )
 
 
-def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: EndpointSpec, ladder: list[float] | None,
-                timeout_s: float, notes: list[str]) -> bool:
+def warm_engine(
+    engine: Engine,
+    bodies: list[str],
+    ids: list[str],
+    spec: EndpointSpec,
+    ladder: list[float] | None,
+    timeout_s: float,
+    notes: list[str],
+) -> bool:
     """Once per engine: an uncounted open-loop run of ``sweep.engine_warmup_s`` seconds at
     ``sweep.engine_warmup_rps`` (default half the ladder's top rate, 1 req/s without a ladder), with
     the pool's own replies (the batch grows to the sizes a step meets: clipped replies left the H200's
@@ -719,14 +909,25 @@ def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: Endpoin
     if cfg.engine_warmup_s <= 0 or getattr(engine, "warmed_up", False):
         return False
     rate = cfg.engine_warmup_rps or (max(ladder) / 2 if ladder else 1.0)
-    runner = _StepRunner(engine, spec, bodies, ids, senders=1, lag_bounds=LagBounds(1e9, 0.0, 10**9),
-                         timeout_s=timeout_s, records_dir=None, reset_cache=False)
+    runner = _StepRunner(
+        engine,
+        spec,
+        bodies,
+        ids,
+        senders=1,
+        lag_bounds=LagBounds(1e9, 0.0, 10**9),
+        timeout_s=timeout_s,
+        records_dir=None,
+        reset_cache=False,
+    )
     schedule = arrivals.schedule("constant", rate, cfg.engine_warmup_s, seed=cfg.seed)
     try:
         start = _advance_cursor(engine, len(schedule)) or 0  # an engine that keeps its cache starts past these
         step = runner.run(schedule, cfg.engine_warmup_s, rate, "engine-warmup", offset=start, drain_s=5.0)
-        notes.append(f"engine warm-up (not counted): {step.requests} requests at {rate:g} req/s over "
-                     f"{cfg.engine_warmup_s:g}s, {step.cut_requests} cut 5 s after")
+        notes.append(
+            f"engine warm-up (not counted): {step.requests} requests at {rate:g} req/s over "
+            f"{cfg.engine_warmup_s:g}s, {step.cut_requests} cut 5 s after"
+        )
     except Exception as exc:  # noqa: BLE001 - the first step's watcher classifies a dead engine
         notes.append(f"engine warm-up failed: {exc}")
     try:
@@ -736,8 +937,16 @@ def warm_engine(engine: Engine, bodies: list[str], ids: list[str], spec: Endpoin
     return True
 
 
-def _repeat_if_client_bound(step: StepResult, retries: int, rerun: Callable[[int], StepResult], runner, engine,
-                            idle_timeout_s: float, notes: list[str], what: str) -> StepResult:
+def _repeat_if_client_bound(
+    step: StepResult,
+    retries: int,
+    rerun: Callable[[int], StepResult],
+    runner,
+    engine,
+    idle_timeout_s: float,
+    notes: list[str],
+    what: str,
+) -> StepResult:
     """A step the client fell behind on (a busy host, not the engine) is run again, up to ``retries``
     times, after an idle wait and a cache reset; each repeat is noted. ``rerun(n)`` runs repeat n."""
     for attempt in range(1, retries + 1):
@@ -820,12 +1029,22 @@ def user_capacity(steps: list[StepResult]) -> tuple[int | None, bool]:
     return (max(held) if held else None), first_fail != math.inf
 
 
-def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, users: list[int] | None = None,
-                   think_time_s: float | None = None, step_duration_s: float | None = None,
-                   lag_bounds: LagBounds | None = None, timeout_s: float | None = None,
-                   records_dir: Path | None = None, progress: ProgressFn | None = None,
-                   idle_timeout_s: float = 60.0, repeats_label: str | None = None,
-                   client_retries: int = 1) -> SweepResult:
+def run_user_sweep(
+    engine: Engine,
+    pool: pl.DataFrame,
+    spec: EndpointSpec,
+    *,
+    users: list[int] | None = None,
+    think_time_s: float | None = None,
+    step_duration_s: float | None = None,
+    lag_bounds: LagBounds | None = None,
+    timeout_s: float | None = None,
+    records_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+    idle_timeout_s: float = 60.0,
+    repeats_label: str | None = None,
+    client_retries: int = 1,
+) -> SweepResult:
     """Concurrency mode: hold each number of closed-loop users for a step; report the load curve
     against users and the highest count within the SLA (``capacity_users``).
 
@@ -848,8 +1067,17 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
     timeout = timeout_s or max(60.0, 3 * duration, 3 * (sla.e2e_ms or 0) / 1000)
     bounds = lag_bounds or sweep_lag_bounds(sla, cfg)
     drain = drain_cap(sla, cfg)
-    runner = _StepRunner(engine, spec, bodies, ids, senders=1, lag_bounds=bounds, timeout_s=timeout,
-                         records_dir=records_dir, prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups))
+    runner = _StepRunner(
+        engine,
+        spec,
+        bodies,
+        ids,
+        senders=1,
+        lag_bounds=bounds,
+        timeout_s=timeout,
+        records_dir=records_dir,
+        prefix_bodies=prefix_representatives(pool, cfg.warm_prefix_groups),
+    )
     steps: list[StepResult] = []
     notes: list[str] = []
     validity, reason = "valid", None
@@ -871,15 +1099,22 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
         label = f"{repeats_label or 'users'}-{count}"
 
         def run_users(name: str) -> StepResult:
-            return runner.run_closed(user_scripts(ordered, count, think), name, stop_sending_s=duration,
-                                     drain_s=drain, user_count=count, min_requests=cfg.min_requests)
+            return runner.run_closed(
+                user_scripts(ordered, count, think),
+                name,
+                stop_sending_s=duration,
+                drain_s=drain,
+                user_count=count,
+                min_requests=cfg.min_requests,
+            )
 
         def rerun(attempt: int) -> StepResult:
             emit("step", f"{count} users: client fell behind, repeating", count=count)
             return run_users(f"{label}-retry{attempt}")
 
-        step = _repeat_if_client_bound(run_users(label), client_retries, rerun, runner, engine, idle_timeout_s,
-                                       notes, f"{count} users")
+        step = _repeat_if_client_bound(
+            run_users(label), client_retries, rerun, runner, engine, idle_timeout_s, notes, f"{count} users"
+        )
         step = step.model_copy(update={"wall_s": time.monotonic() - began, "warmup_wall_s": warmup_wall})
         steps.append(step)
         emit("step_done", _users_line(step), step, count)
@@ -894,38 +1129,63 @@ def run_user_sweep(engine: Engine, pool: pl.DataFrame, spec: EndpointSpec, *, us
     if held is None and steps and validity == "valid":
         notes.append(f"no tested user count held the SLA (lowest {min(counts)})")
     result = SweepResult(
-        endpoint=spec.name, engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
-        launch_config_hash=_config_hash(engine, spec), started_at=started, steps=steps, validity=validity,
-        invalid_reason=reason, label=repeats_label, sla=sla.model_dump(), arrival="closed_loop",
-        step_duration_s=duration, gpu_divisor=spec.hardware.capacity_divisor, capacity_bounded=bounded,
-        notes=notes + runner.notes, drain_s=drain, wall_s=time.monotonic() - started_mono, mode="users",
-        capacity_users=held, think_time_s=think)
-    emit("done", f"highest users within the SLA: {held if held is not None else 'none'}"
-                 + ("" if bounded else " (no tested count broke it: a lower bound)"))
+        endpoint=spec.name,
+        engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
+        launch_config_hash=_config_hash(engine, spec),
+        started_at=started,
+        steps=steps,
+        validity=validity,
+        invalid_reason=reason,
+        label=repeats_label,
+        sla=sla.model_dump(),
+        arrival="closed_loop",
+        step_duration_s=duration,
+        gpu_divisor=spec.hardware.capacity_divisor,
+        capacity_bounded=bounded,
+        notes=notes + runner.notes,
+        drain_s=drain,
+        wall_s=time.monotonic() - started_mono,
+        mode="users",
+        capacity_users=held,
+        think_time_s=think,
+    )
+    emit(
+        "done",
+        f"highest users within the SLA: {held if held is not None else 'none'}"
+        + ("" if bounded else " (no tested count broke it: a lower bound)"),
+    )
     return result
 
 
 def _users_line(step: StepResult) -> str:
     mark = "ok" if step.within_sla else ("INVALID" if step.validity != "valid" else "SLA broken")
     ttft = f"{step.ttft_ms.p95:.0f}" if step.ttft_ms.p95 is not None else "-"
-    return (f"{step.users} users: {step.achieved_rate:.2f} req/s sent, ttft p95 {ttft} ms, "
-            f"{step.throughput_rps:.1f} ok/s, errors {step.error_rate:.1%} -> {mark}")
+    return (
+        f"{step.users} users: {step.achieved_rate:.2f} req/s sent, ttft p95 {ttft} ms, "
+        f"{step.throughput_rps:.1f} ok/s, errors {step.error_rate:.1%} -> {mark}"
+    )
 
 
 def render_users(result: SweepResult) -> str:
     """The concurrency sweep as text: the load curve against users and the highest count held."""
-    lines = [f"{result.endpoint}: concurrency sweep (closed loop, think "
-             f"{'pool' if result.think_time_s is None else f'{result.think_time_s:g}s'}, "
-             f"{result.step_duration_s:g}s per step)",
-             f"{'users':>6} {'req/s':>7} {'ttft p95':>9} {'itl p95':>8} {'e2e p95':>8} {'tok/s':>7} {'err':>6}  sla"]
+    lines = [
+        f"{result.endpoint}: concurrency sweep (closed loop, think "
+        f"{'pool' if result.think_time_s is None else f'{result.think_time_s:g}s'}, "
+        f"{result.step_duration_s:g}s per step)",
+        f"{'users':>6} {'req/s':>7} {'ttft p95':>9} {'itl p95':>8} {'e2e p95':>8} {'tok/s':>7} {'err':>6}  sla",
+    ]
     fmt = lambda v: "-" if v is None else f"{v:.0f}"
     for s in result.steps:
-        lines.append(f"{s.users:>6} {s.achieved_rate:>7.2f} {fmt(s.ttft_ms.p95):>9} {fmt(s.itl_ms.p95):>8} "
-                     f"{fmt(s.e2e_ms.p95):>8} {s.output_tokens_per_s:>7.1f} {s.error_rate:>6.1%}  "
-                     + ("ok" if s.within_sla else "INVALID" if s.validity != "valid" else "; ".join(s.sla_violations)))
+        lines.append(
+            f"{s.users:>6} {s.achieved_rate:>7.2f} {fmt(s.ttft_ms.p95):>9} {fmt(s.itl_ms.p95):>8} "
+            f"{fmt(s.e2e_ms.p95):>8} {s.output_tokens_per_s:>7.1f} {s.error_rate:>6.1%}  "
+            + ("ok" if s.within_sla else "INVALID" if s.validity != "valid" else "; ".join(s.sla_violations))
+        )
     held = result.capacity_users
-    lines.append(f"highest users within the SLA: {held if held is not None else 'none'}"
-                 + ("" if result.capacity_bounded else " (no tested count broke it: a lower bound)")
-                 + ("" if result.valid else f"  [INVALID: {result.invalid_reason}]"))
+    lines.append(
+        f"highest users within the SLA: {held if held is not None else 'none'}"
+        + ("" if result.capacity_bounded else " (no tested count broke it: a lower bound)")
+        + ("" if result.valid else f"  [INVALID: {result.invalid_reason}]")
+    )
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)

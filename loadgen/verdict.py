@@ -67,8 +67,10 @@ class VerdictStats(BaseModel):
         if self.effect is None:
             return f"{self.verdict}: {self.reason or 'no effect estimate'}"
         mde = f"; smallest effect it could see {self.mde:.1%}" if self.mde is not None else ""
-        return (f"{self.verdict}: {self.effect:+.1%} ({self.confidence:.0%} interval {self.low:+.1%} to "
-                f"{self.high:+.1%}; {self.rounds} round(s){mde})")
+        return (
+            f"{self.verdict}: {self.effect:+.1%} ({self.confidence:.0%} interval {self.low:+.1%} to "
+            f"{self.high:+.1%}; {self.rounds} round(s){mde})"
+        )
 
 
 def spent_alpha(alpha: float, looks: int, final: bool) -> float:
@@ -105,9 +107,19 @@ def between_variance(diffs: list[float], prior_var: float = 0.0, prior_df: int =
     return (prior_df * prior_var + own) / df, df
 
 
-def judge_rounds(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]], *, alpha: float = ALPHA,
-                 max_rounds: int = 4, equivalence: float = 0.02, final: bool = False, seed: int = 0,
-                 prior_var: float = 0.0, prior_df: int = 0, looks: int | None = None) -> VerdictStats:
+def judge_rounds(
+    a_rounds: list[list[StepResult]],
+    b_rounds: list[list[StepResult]],
+    *,
+    alpha: float = ALPHA,
+    max_rounds: int = 4,
+    equivalence: float = 0.02,
+    final: bool = False,
+    seed: int = 0,
+    prior_var: float = 0.0,
+    prior_df: int = 0,
+    looks: int | None = None,
+) -> VerdictStats:
     """The verdict on the sweeps measured so far (each round: the steps of one sweep); sweep i of A
     and of B share their schedules (same seed per rate), so they pair. A and B may have different
     numbers of sweeps (a baseline measured K times, a candidate once so far).
@@ -121,11 +133,22 @@ def judge_rounds(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResul
     est_a = estimate([s for r in a_rounds for s in r], seed=seed)
     est_b = estimate([s for r in b_rounds for s in r], seed=seed)  # same seed: paired resampling
     if est_a is None or est_b is None:
-        return VerdictStats(verdict="invalid", rounds=k, stopped="invalid",
-                            reason="no capacity estimate (steps without per-request SLA samples, or none valid)")
-    common = dict(rounds=k, baseline=est_a.describe(), candidate=est_b.describe(), baseline_rps=est_a.capacity,
-                  candidate_rps=est_b.capacity, rates=sorted(set(est_a.rates) | set(est_b.rates)),
-                  baseline_censored=est_a.censored, candidate_censored=est_b.censored)
+        return VerdictStats(
+            verdict="invalid",
+            rounds=k,
+            stopped="invalid",
+            reason="no capacity estimate (steps without per-request SLA samples, or none valid)",
+        )
+    common = dict(
+        rounds=k,
+        baseline=est_a.describe(),
+        candidate=est_b.describe(),
+        baseline_rps=est_a.capacity,
+        candidate_rps=est_b.capacity,
+        rates=sorted(set(est_a.rates) | set(est_b.rates)),
+        baseline_censored=est_a.censored,
+        candidate_censored=est_b.censored,
+    )
     if est_a.censored or est_b.censored:
         return _censored(est_a, est_b, final, common)
     if not (math.isfinite(est_a.log_se) and math.isfinite(est_b.log_se)):  # many bootstrap draws unresolved
@@ -167,26 +190,54 @@ def judge_rounds(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResul
         verdict, stopped = "same", "equivalent"
     else:
         verdict, stopped = ("same", "max_rounds") if final or kb >= max_rounds else ("undecided", "")
-    return VerdictStats(verdict=verdict, effect=math.expm1(d), low=math.expm1(lo), high=math.expm1(hi),
-                        mde=math.expm1((_crit(alpha, looks, use_df, True) + POWER_Z) * se), stopped=stopped, se_bootstrap=se_boot,
-                        se_between=se_between, confidence=1 - alpha, **common)
+    return VerdictStats(
+        verdict=verdict,
+        effect=math.expm1(d),
+        low=math.expm1(lo),
+        high=math.expm1(hi),
+        mde=math.expm1((_crit(alpha, looks, use_df, True) + POWER_Z) * se),
+        stopped=stopped,
+        se_bootstrap=se_boot,
+        se_between=se_between,
+        confidence=1 - alpha,
+        **common,
+    )
 
 
 def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dict) -> VerdictStats:
     """A side whose crossing lies outside the tested rates: decided only when the other side's
     interval clears the tested range; else the driver widens the rates and measures again."""
     if b.censored == "above" and a.censored is None and a.high < max(b.rates):
-        return VerdictStats(verdict="better", stopped="decided", low=max(b.rates) / a.high - 1,
-                            reason="the candidate held the SLA beyond every tested rate", **common)
+        return VerdictStats(
+            verdict="better",
+            stopped="decided",
+            low=max(b.rates) / a.high - 1,
+            reason="the candidate held the SLA beyond every tested rate",
+            **common,
+        )
     if b.censored == "below" and a.censored is None and a.low > min(b.rates):
-        return VerdictStats(verdict="worse", stopped="decided", high=min(b.rates) / a.low - 1,
-                            reason="the candidate broke the SLA at every tested rate", **common)
+        return VerdictStats(
+            verdict="worse",
+            stopped="decided",
+            high=min(b.rates) / a.low - 1,
+            reason="the candidate broke the SLA at every tested rate",
+            **common,
+        )
     if a.censored == "below" and b.censored is None and b.low > min(a.rates):
-        return VerdictStats(verdict="better", stopped="decided", low=b.low * 1.25 / min(a.rates) - 1,
-                            reason="the baseline broke the SLA at every tested rate", **common)
+        return VerdictStats(
+            verdict="better",
+            stopped="decided",
+            low=b.low * 1.25 / min(a.rates) - 1,
+            reason="the baseline broke the SLA at every tested rate",
+            **common,
+        )
     if final:
-        return VerdictStats(verdict="same", stopped="max_rounds",
-                            reason="a capacity lies outside the tested rates in every round", **common)
+        return VerdictStats(
+            verdict="same",
+            stopped="max_rounds",
+            reason="a capacity lies outside the tested rates in every round",
+            **common,
+        )
     return VerdictStats(verdict="undecided", reason="widening the rates", **common)
 
 
@@ -199,11 +250,21 @@ def default_grid(capacity_guess: float) -> list[float]:
     return [float(f"{capacity_guess * f:.4g}") for f in (0.6, 0.8, 1.0, 1.2, 1.4)]
 
 
-def sequential_verdict(measure: MeasureFn, capacity_guess: float, *, alpha: float = ALPHA, max_rounds: int = 4,
-                       min_rounds: int = 1, equivalence: float = 0.02, seed: int = 0, prior_var: float = 0.0,
-                       prior_df: int = 0, progress: Callable[[str], None] | None = None,
-                       time_left: Callable[[], float] | None = None,
-                       measured: dict[str, list[list[StepResult]]] | None = None) -> tuple[VerdictStats, dict]:
+def sequential_verdict(
+    measure: MeasureFn,
+    capacity_guess: float,
+    *,
+    alpha: float = ALPHA,
+    max_rounds: int = 4,
+    min_rounds: int = 1,
+    equivalence: float = 0.02,
+    seed: int = 0,
+    prior_var: float = 0.0,
+    prior_df: int = 0,
+    progress: Callable[[str], None] | None = None,
+    time_left: Callable[[], float] | None = None,
+    measured: dict[str, list[list[StepResult]]] | None = None,
+) -> tuple[VerdictStats, dict]:
     """Measure A and B in interleaved rounds (A B, B A, ...) until the verdict is decided.
 
     ``measured``: rounds already measured (a verdict resumed after a call's time limit, on fresh
@@ -218,14 +279,24 @@ def sequential_verdict(measure: MeasureFn, capacity_guess: float, *, alpha: floa
     Returns the verdict and the steps measured per side ({"A": [[steps of round 1], ...], "B": ...}).
     A step that is invalid (crash, client behind) makes the verdict invalid with its reason."""
     rates = default_grid(capacity_guess)
-    rounds: dict[str, list[list[StepResult]]] = {"A": list((measured or {}).get("A", [])),
-                                                 "B": list((measured or {}).get("B", []))}
+    rounds: dict[str, list[list[StepResult]]] = {
+        "A": list((measured or {}).get("A", [])),
+        "B": list((measured or {}).get("B", [])),
+    }
     first = min(len(rounds["A"]), len(rounds["B"]))
     rounds = {side: steps[:first] for side, steps in rounds.items()}
     stats = VerdictStats(verdict="invalid", reason="no round measured")
     if first:
-        stats = judge_rounds(rounds["A"], rounds["B"], alpha=alpha, max_rounds=max_rounds, equivalence=equivalence,
-                             seed=seed + first - 1, prior_var=prior_var, prior_df=prior_df)
+        stats = judge_rounds(
+            rounds["A"],
+            rounds["B"],
+            alpha=alpha,
+            max_rounds=max_rounds,
+            equivalence=equivalence,
+            seed=seed + first - 1,
+            prior_var=prior_var,
+            prior_df=prior_df,
+        )
         if stats.verdict != "undecided":
             return stats, rounds
         for steps in rounds["A"] + rounds["B"]:  # the resumed rounds' rates, widenings included
@@ -233,26 +304,45 @@ def sequential_verdict(measure: MeasureFn, capacity_guess: float, *, alpha: floa
     round_s = 0.0
     for i in range(first, max_rounds):
         if i >= min_rounds and time_left is not None and time_left() < round_s:
-            stats = judge_rounds(rounds["A"], rounds["B"], alpha=alpha, max_rounds=max_rounds,
-                                 equivalence=equivalence, final=True, seed=seed + i, prior_var=prior_var,
-                                 prior_df=prior_df)
+            stats = judge_rounds(
+                rounds["A"],
+                rounds["B"],
+                alpha=alpha,
+                max_rounds=max_rounds,
+                equivalence=equivalence,
+                final=True,
+                seed=seed + i,
+                prior_var=prior_var,
+                prior_df=prior_df,
+            )
             if progress:
                 progress(f"out of time after {i} round(s): {stats.sentence()}")
             return stats.model_copy(update={"verdict": "same"} if stats.verdict == "undecided" else {}), rounds
         round_began = time.monotonic()
-        for side in (("A", "B") if i % 2 == 0 else ("B", "A")):
+        for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
             steps = measure(side, i, list(rates))
             bad = next((s for s in steps if s.validity != "valid"), None)
             if bad is not None:
-                reason = f"{'baseline' if side == 'A' else 'candidate'} round {i + 1} at {bad.target_rate:g} req/s: " \
-                         f"{bad.invalid_reason}"
+                reason = (
+                    f"{'baseline' if side == 'A' else 'candidate'} round {i + 1} at {bad.target_rate:g} req/s: "
+                    f"{bad.invalid_reason}"
+                )
                 return VerdictStats(verdict="invalid", rounds=i, stopped="invalid", reason=reason), rounds
             rounds[side].append(steps)
         round_s = time.monotonic() - round_began
         if i + 1 < min_rounds:
             continue
-        stats = judge_rounds(rounds["A"], rounds["B"], alpha=alpha, max_rounds=max_rounds, equivalence=equivalence,
-                             final=i + 1 == max_rounds, seed=seed + i, prior_var=prior_var, prior_df=prior_df)
+        stats = judge_rounds(
+            rounds["A"],
+            rounds["B"],
+            alpha=alpha,
+            max_rounds=max_rounds,
+            equivalence=equivalence,
+            final=i + 1 == max_rounds,
+            seed=seed + i,
+            prior_var=prior_var,
+            prior_df=prior_df,
+        )
         if progress:
             progress(f"round {i + 1}: {stats.sentence()}")
         if stats.verdict != "undecided":
@@ -277,8 +367,9 @@ def _widen(rates: list[float], stats: VerdictStats) -> list[float]:
 PRIOR_SD, PRIOR_DF = 0.03, 4
 
 
-def aa_prior(sweeps_steps: list[list[StepResult]], prior_sd: float = PRIOR_SD,
-             prior_df: int = PRIOR_DF) -> tuple[float, int]:
+def aa_prior(
+    sweeps_steps: list[list[StepResult]], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF
+) -> tuple[float, int]:
     """(variance of a paired difference, df) from disjoint A/A pairs of one configuration's repeats
     (they share schedules), pooled with the prior."""
     diffs = round_differences(sweeps_steps[0::2], sweeps_steps[1::2])
@@ -286,8 +377,9 @@ def aa_prior(sweeps_steps: list[list[StepResult]], prior_sd: float = PRIOR_SD,
     return (prior_df * prior_sd**2 + float(np.sum(np.square(diffs)))) / df if df else 0.0, df
 
 
-def floor_mde(est: CapacityEstimate | None, k: int, var: float, df: int, *, looks: int = 1,
-              alpha: float = ALPHA) -> float | None:
+def floor_mde(
+    est: CapacityEstimate | None, k: int, var: float, df: int, *, looks: int = 1, alpha: float = ALPHA
+) -> float | None:
     """Minimum detectable effect (80% power) of a candidate measured like this baseline: ``est`` is the
     baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many."""
     if est is None or est.censored or k == 0:

@@ -31,8 +31,15 @@ class Engine(Protocol):
 
 
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
-COUNTERS = ("preemptions_total", "prefix_cache_queries_total", "prefix_cache_hits_total", "prompt_tokens_total",
-            "generation_tokens_total", "spec_decode_draft_tokens_total", "spec_decode_accepted_tokens_total")
+COUNTERS = (
+    "preemptions_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "spec_decode_draft_tokens_total",
+    "spec_decode_accepted_tokens_total",
+)
 
 
 def _crash_types() -> tuple[type, ...]:
@@ -61,8 +68,9 @@ def _gpu_sampler(engine: Engine, interval_s: float) -> tuple[Any | None, str | N
 class EngineWatch:
     """Context manager: samples metrics and liveness until exit; ``crash`` holds the reason if it died."""
 
-    def __init__(self, engine: Engine, interval_s: float = 1.0, max_failed_scrapes: int = 3,
-                 gpu_interval_s: float = 0.25):
+    def __init__(
+        self, engine: Engine, interval_s: float = 1.0, max_failed_scrapes: int = 3, gpu_interval_s: float = 0.25
+    ):
         self.engine = engine
         self.gpu, self.device_note = _gpu_sampler(engine, gpu_interval_s)
         self.interval_s = interval_s
@@ -90,7 +98,9 @@ class EngineWatch:
             except Exception as exc:  # noqa: BLE001 - a scrape may fail under load; three in a row is a crash
                 failed += 1
                 if failed >= self.max_failed:
-                    self.crash = f"engine not answering: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    self.crash = (
+                        f"engine not answering: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    )
                     return
             self._stop.wait(self.interval_s)
 

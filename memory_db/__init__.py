@@ -32,13 +32,29 @@ from memory_db.store import MemoryStore
 
 
 def query(sql: str, path: str | Path | None = None, params: list | None = None) -> pl.DataFrame:
-    """Read-only SQL over the research memory (default file: autoresearch.paths.memory_db_path())."""
+    """Read-only SQL over the research memory (default file: specs.paths.memory_db_path())."""
     return MemoryStore(path).query(sql, params)
 
 
 __all__ = [
-    "CampaignRecord", "Conditions", "ConfirmationRecord", "ConfirmedImprovement", "DrafterRecord", "EndpointRecord",
-    "ExperimentRecord", "FindingRecord", "MemoryBusyError", "MemoryStore", "OpenQuestion", "PriorResult",
-    "RecipeResult", "RunRecord", "SecretInRecordError", "SkipRecord", "change_signature", "check_no_secrets",
-    "query", "stable_id",
+    "CampaignRecord",
+    "Conditions",
+    "ConfirmationRecord",
+    "ConfirmedImprovement",
+    "DrafterRecord",
+    "EndpointRecord",
+    "ExperimentRecord",
+    "FindingRecord",
+    "MemoryBusyError",
+    "MemoryStore",
+    "OpenQuestion",
+    "PriorResult",
+    "RecipeResult",
+    "RunRecord",
+    "SecretInRecordError",
+    "SkipRecord",
+    "change_signature",
+    "check_no_secrets",
+    "query",
+    "stable_id",
 ]

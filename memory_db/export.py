@@ -45,56 +45,148 @@ def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[
 def endpoint_markdown(con: duckdb.DuckDBPyConnection, endpoint: str) -> str:
     """The page of one endpoint: summary, confirmed changes, campaigns, experiments, skips, findings, questions."""
     out = [f"# Research memory: endpoint `{endpoint}`\n\n"]
-    info = _fetch(con, "SELECT model, model_revision, engine, engine_version, hardware, gpu_count, description "
-                       "FROM endpoints WHERE endpoint = ?", [endpoint])
+    info = _fetch(
+        con,
+        "SELECT model, model_revision, engine, engine_version, hardware, gpu_count, description "
+        "FROM endpoints WHERE endpoint = ?",
+        [endpoint],
+    )
     if info:
         model, revision, engine, version, hardware, gpus, description = info[0]
         if description:
             out.append(f"{description}\n\n")
-        out.append(f"- Model: `{model}` (revision `{revision}`)\n- Engine: {engine} {version}\n"
-                   f"- Hardware: {hardware}, {gpus} GPU(s)\n")
+        out.append(
+            f"- Model: `{model}` (revision `{revision}`)\n- Engine: {engine} {version}\n"
+            f"- Hardware: {hardware}, {gpus} GPU(s)\n"
+        )
 
     if not _fetch(con, "SELECT 1 FROM v_endpoint_summary WHERE endpoint = ?", [endpoint]):
         out.append("_No records for this endpoint yet._\n")
     out.append("\n## Summary\n\n")
-    summary = _fetch(con, "SELECT campaigns, experiments, better, same, worse, invalid, skipped, confirmed, "
-                          "confirmed_gain_product, findings, open_questions FROM v_endpoint_summary "
-                          "WHERE endpoint = ?", [endpoint])
-    out.append(_table(["campaigns", "experiments", "better", "same", "worse", "invalid", "skipped", "confirmed",
-                       "confirmed gain (x)", "findings", "open questions"], summary))
+    summary = _fetch(
+        con,
+        "SELECT campaigns, experiments, better, same, worse, invalid, skipped, confirmed, "
+        "confirmed_gain_product, findings, open_questions FROM v_endpoint_summary "
+        "WHERE endpoint = ?",
+        [endpoint],
+    )
+    out.append(
+        _table(
+            [
+                "campaigns",
+                "experiments",
+                "better",
+                "same",
+                "worse",
+                "invalid",
+                "skipped",
+                "confirmed",
+                "confirmed gain (x)",
+                "findings",
+                "open questions",
+            ],
+            summary,
+        )
+    )
 
     out.append("\n## Confirmed changes\n\n")
-    out.append(_table(["confirmed", "campaign", "technique", "change", "capacity ratio", "noise threshold",
-                       "lossless", "experiment"],
-                      _fetch(con, "SELECT c.confirmed_at, c.campaign_id, e.technique, e.change_signature, "
-                                  "e.capacity_ratio, e.noise_threshold, e.lossless, e.experiment_id "
-                                  "FROM confirmations c JOIN experiments e ON e.experiment_id = c.experiment_id "
-                                  "WHERE c.endpoint = ? ORDER BY c.confirmed_at, c.experiment_id", [endpoint])))
+    out.append(
+        _table(
+            [
+                "confirmed",
+                "campaign",
+                "technique",
+                "change",
+                "capacity ratio",
+                "noise threshold",
+                "lossless",
+                "experiment",
+            ],
+            _fetch(
+                con,
+                "SELECT c.confirmed_at, c.campaign_id, e.technique, e.change_signature, "
+                "e.capacity_ratio, e.noise_threshold, e.lossless, e.experiment_id "
+                "FROM confirmations c JOIN experiments e ON e.experiment_id = c.experiment_id "
+                "WHERE c.endpoint = ? ORDER BY c.confirmed_at, c.experiment_id",
+                [endpoint],
+            ),
+        )
+    )
 
     out.append("\n## Campaigns\n\n")
-    out.append(_table(["campaign", "run", "status", "started", "finished", "baseline capacity", "best capacity",
-                       "total gain (x)", "experiments", "confirmed", "skipped", "stop reason"],
-                      _fetch(con, "SELECT campaign, campaign_id, status, started_at, finished_at, baseline_capacity, "
-                                  "best_capacity, total_gain_ratio, experiments, confirmed, skipped, stop_reason "
-                                  "FROM v_campaign_history WHERE endpoint = ? "
-                                  "ORDER BY started_at, campaign_id", [endpoint])))
+    out.append(
+        _table(
+            [
+                "campaign",
+                "run",
+                "status",
+                "started",
+                "finished",
+                "baseline capacity",
+                "best capacity",
+                "total gain (x)",
+                "experiments",
+                "confirmed",
+                "skipped",
+                "stop reason",
+            ],
+            _fetch(
+                con,
+                "SELECT campaign, campaign_id, status, started_at, finished_at, baseline_capacity, "
+                "best_capacity, total_gain_ratio, experiments, confirmed, skipped, stop_reason "
+                "FROM v_campaign_history WHERE endpoint = ? "
+                "ORDER BY started_at, campaign_id",
+                [endpoint],
+            ),
+        )
+    )
 
     out.append("\n## Experiments\n\n")
-    out.append(_table(["created", "campaign", "bottleneck", "technique", "change", "verdict", "capacity ratio",
-                       "noise threshold", "lossless", "confirmed", "evidence (Dagster runs)"],
-                      _fetch(con, "SELECT created_at, campaign_id, bottleneck, technique, change_signature, verdict, "
-                                  "capacity_ratio, noise_threshold, lossless, confirmed, dagster_run_ids "
-                                  "FROM v_experiments WHERE endpoint = ? ORDER BY created_at, experiment_id",
-                             [endpoint])))
+    out.append(
+        _table(
+            [
+                "created",
+                "campaign",
+                "bottleneck",
+                "technique",
+                "change",
+                "verdict",
+                "capacity ratio",
+                "noise threshold",
+                "lossless",
+                "confirmed",
+                "evidence (Dagster runs)",
+            ],
+            _fetch(
+                con,
+                "SELECT created_at, campaign_id, bottleneck, technique, change_signature, verdict, "
+                "capacity_ratio, noise_threshold, lossless, confirmed, dagster_run_ids "
+                "FROM v_experiments WHERE endpoint = ? ORDER BY created_at, experiment_id",
+                [endpoint],
+            ),
+        )
+    )
 
     out.append("\n## Skipped candidates\n\n")
-    out.append(_table(["campaign", "technique", "change", "prior verdict", "reason"],
-                      _fetch(con, "SELECT campaign_id, technique, change_signature, prior_verdict, reason FROM skips "
-                                  "WHERE endpoint = ? ORDER BY created_at, skip_id", [endpoint])))
+    out.append(
+        _table(
+            ["campaign", "technique", "change", "prior verdict", "reason"],
+            _fetch(
+                con,
+                "SELECT campaign_id, technique, change_signature, prior_verdict, reason FROM skips "
+                "WHERE endpoint = ? ORDER BY created_at, skip_id",
+                [endpoint],
+            ),
+        )
+    )
 
     out.append("\n## Findings and lessons\n\n")
-    findings = _fetch(con, "SELECT kind, confidence, bottleneck, technique, text FROM findings WHERE endpoint = ? "
-                           "ORDER BY created_at, finding_id", [endpoint])
+    findings = _fetch(
+        con,
+        "SELECT kind, confidence, bottleneck, technique, text FROM findings WHERE endpoint = ? "
+        "ORDER BY created_at, finding_id",
+        [endpoint],
+    )
     if findings:
         for kind, confidence, bottleneck, technique, text in findings:
             about = bottleneck + (f" / {technique}" if technique else "")
@@ -103,8 +195,12 @@ def endpoint_markdown(con: duckdb.DuckDBPyConnection, endpoint: str) -> str:
         out.append("_none_\n")
 
     out.append("\n## Open questions\n\n")
-    questions = _fetch(con, "SELECT question, bottleneck, rationale FROM open_questions "
-                            "WHERE endpoint = ? AND status = 'open' ORDER BY created_at, question_id", [endpoint])
+    questions = _fetch(
+        con,
+        "SELECT question, bottleneck, rationale FROM open_questions "
+        "WHERE endpoint = ? AND status = 'open' ORDER BY created_at, question_id",
+        [endpoint],
+    )
     if questions:
         for question, bottleneck, rationale in questions:
             extra = f" ({bottleneck})" if bottleneck else ""

@@ -13,8 +13,14 @@ OutputFormat = Literal["table", "json", "csv"]
 
 def format_table(df: pl.DataFrame) -> str:
     """Every row and column, full cell text (analysts asked for it, so show it)."""
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=200, fmt_table_cell_list_len=20,
-                   tbl_width_chars=400, tbl_hide_dataframe_shape=False):
+    with pl.Config(
+        tbl_rows=-1,
+        tbl_cols=-1,
+        fmt_str_lengths=200,
+        fmt_table_cell_list_len=20,
+        tbl_width_chars=400,
+        tbl_hide_dataframe_shape=False,
+    ):
         return str(df)
 
 
@@ -40,7 +46,8 @@ def format_csv(df: pl.DataFrame) -> str:
     nested = [name for name, dtype in df.schema.items() if isinstance(dtype, (pl.List, pl.Array, pl.Struct))]
     if nested:
         df = df.with_columns(
-            pl.col(name).map_elements(lambda v: json.dumps(_plain(v)), return_dtype=pl.Utf8) for name in nested)
+            pl.col(name).map_elements(lambda v: json.dumps(_plain(v)), return_dtype=pl.Utf8) for name in nested
+        )
     return df.write_csv()
 
 

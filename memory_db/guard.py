@@ -23,9 +23,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
     ("bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{20,}")),
     ("JWT", re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}")),
-    ("credential assignment", re.compile(
-        r"(?i)(api[_-]?key|access[_-]?token|auth[_-]?token|secret|password)"
-        r"[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9._\-/+]{12,}")),
+    (
+        "credential assignment",
+        re.compile(
+            r"(?i)(api[_-]?key|access[_-]?token|auth[_-]?token|secret|password)"
+            r"[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9._\-/+]{12,}"
+        ),
+    ),
 ]
 _SECRET_ENV_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)")
 _MIN_ENV_SECRET_LEN = 8  # shorter values ("1", "true") would match everything
@@ -36,8 +40,11 @@ class SecretInRecordError(ValueError):
 
 
 def _secret_env_values() -> list[tuple[str, str]]:
-    return [(name, value) for name, value in os.environ.items()
-            if _SECRET_ENV_NAME.search(name) and len(value) >= _MIN_ENV_SECRET_LEN]
+    return [
+        (name, value)
+        for name, value in os.environ.items()
+        if _SECRET_ENV_NAME.search(name) and len(value) >= _MIN_ENV_SECRET_LEN
+    ]
 
 
 def find_secret(text: str, env_values: list[tuple[str, str]] | None = None) -> str | None:
@@ -45,7 +52,7 @@ def find_secret(text: str, env_values: list[tuple[str, str]] | None = None) -> s
     for label, pattern in _PATTERNS:
         if pattern.search(text):
             return label
-    for name, value in (env_values if env_values is not None else _secret_env_values()):
+    for name, value in env_values if env_values is not None else _secret_env_values():
         if value in text:
             return f"the value of environment variable {name}"
     return None
@@ -59,8 +66,10 @@ def check_no_secrets(value: Any, where: str = "record") -> None:
         if isinstance(item, str):
             found = find_secret(item, env_values)
             if found:
-                raise SecretInRecordError(f"{path} looks like it contains {found}; secrets are never stored "
-                                          "in the research memory (remove it from the record)")
+                raise SecretInRecordError(
+                    f"{path} looks like it contains {found}; secrets are never stored "
+                    "in the research memory (remove it from the record)"
+                )
         elif isinstance(item, dict):
             for key, sub in item.items():
                 walk(str(key), f"{path} (key)")

@@ -72,7 +72,8 @@ def connect(path: Path, *, read_only: bool, timeout_s: float, threads: int | Non
                 if _is_lock_conflict(exc):
                     raise MemoryBusyError(
                         f"{path} is held open by another process ({exc}); analysts should open it with "
-                        "`duckdb -readonly` so the product can keep writing") from exc
+                        "`duckdb -readonly` so the product can keep writing"
+                    ) from exc
                 raise
             time.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, 0.2)

@@ -41,8 +41,9 @@ def latest_version(directory: Path = MIGRATIONS_DIR) -> int:
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = con.execute("SELECT count(*) FROM information_schema.tables "
-                         "WHERE table_schema = 'main' AND table_name = 'schema_version'").fetchone()[0]
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' AND table_name = 'schema_version'"
+    ).fetchone()[0]
     if not exists:
         return 0
     return con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
@@ -53,14 +54,18 @@ def apply_migrations(con: duckdb.DuckDBPyConnection, directory: Path = MIGRATION
 
     The caller holds the write lock. Raises if the database is newer than this code.
     """
-    con.execute("CREATE TABLE IF NOT EXISTS schema_version ("
-                "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version ("
+        "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+    )
     have = current_version(con)
     known = migrations(directory)
     newest = max((m.version for m in known), default=0)
     if have > newest:
-        raise RuntimeError(f"research memory schema version {have} is newer than this code knows ({newest}); "
-                           "upgrade autoresearch before writing to it")
+        raise RuntimeError(
+            f"research memory schema version {have} is newer than this code knows ({newest}); "
+            "upgrade autoresearch before writing to it"
+        )
     applied: list[int] = []
     for migration in known:
         if migration.version <= have:
@@ -68,8 +73,9 @@ def apply_migrations(con: duckdb.DuckDBPyConnection, directory: Path = MIGRATION
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(migration.path.read_text())
-            con.execute("INSERT INTO schema_version VALUES (?, ?, now()::TIMESTAMP)",
-                        [migration.version, migration.name])
+            con.execute(
+                "INSERT INTO schema_version VALUES (?, ?, now()::TIMESTAMP)", [migration.version, migration.name]
+            )
             con.execute("COMMIT")
         except Exception as exc:
             con.execute("ROLLBACK")

@@ -94,8 +94,14 @@ def conclusive(verdict: str, capacity_ratio: float | None, noise_threshold: floa
     return capacity_ratio is None or capacity_ratio - 1 <= noise_threshold
 
 
-def prior_decision(con: duckdb.DuckDBPyConnection, endpoint: str, change: str | dict[str, str | None],
-                   conditions: Conditions, *, same_endpoint_only: bool = False) -> PriorResult | None:
+def prior_decision(
+    con: duckdb.DuckDBPyConnection,
+    endpoint: str,
+    change: str | dict[str, str | None],
+    conditions: Conditions,
+    *,
+    same_endpoint_only: bool = False,
+) -> PriorResult | None:
     """Has this exact change already been decided (better/same/worse) under the same conditions?
 
     Returns the most relevant prior (same endpoint first, then newest) or None. Every decided
@@ -112,9 +118,13 @@ def prior_decision(con: duckdb.DuckDBPyConnection, endpoint: str, change: str | 
     if same_endpoint_only:
         where += " AND endpoint = ?"
         params.append(endpoint)
-    rows = _rows(con, f"SELECT experiment_id, endpoint, campaign_id, technique, verdict, capacity_ratio, "
-                      f"noise_threshold, confirmed, created_at FROM v_experiments WHERE {where} "
-                      f"ORDER BY endpoint = ? DESC, created_at DESC, experiment_id", [*params, endpoint])
+    rows = _rows(
+        con,
+        f"SELECT experiment_id, endpoint, campaign_id, technique, verdict, capacity_ratio, "
+        f"noise_threshold, confirmed, created_at FROM v_experiments WHERE {where} "
+        f"ORDER BY endpoint = ? DESC, created_at DESC, experiment_id",
+        [*params, endpoint],
+    )
     rows = [row for row in rows if conclusive(row["verdict"], row["capacity_ratio"], row["noise_threshold"])]
     if not rows:
         return None
@@ -124,67 +134,113 @@ def prior_decision(con: duckdb.DuckDBPyConnection, endpoint: str, change: str | 
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     skip = top["verdict"] in DECIDED_VERDICTS
     where_text = "on this endpoint" if top["endpoint"] == endpoint else f"on endpoint {top['endpoint']}"
-    outcome = {"same": "made no difference beyond the noise floor", "worse": "made it worse",
-               "better": "made it better"}[top["verdict"]]
-    reason = (f"the same change {signature} {outcome} ({_ratio_text(top['capacity_ratio'], top['noise_threshold'])}) "
-              f"{where_text} in campaign {top['campaign_id']}, experiment {top['experiment_id']}, under the same "
-              f"model, hardware, GPU count, engine version and workload")
+    outcome = {
+        "same": "made no difference beyond the noise floor",
+        "worse": "made it worse",
+        "better": "made it better",
+    }[top["verdict"]]
+    reason = (
+        f"the same change {signature} {outcome} ({_ratio_text(top['capacity_ratio'], top['noise_threshold'])}) "
+        f"{where_text} in campaign {top['campaign_id']}, experiment {top['experiment_id']}, under the same "
+        f"model, hardware, GPU count, engine version and workload"
+    )
     if top["verdict"] == "better":
-        reason += ("; it was adopted into the working baseline" if top["confirmed"]
-                   else "; it was not adopted (lost in ablation or correctness review)")
+        reason += (
+            "; it was adopted into the working baseline"
+            if top["confirmed"]
+            else "; it was not adopted (lost in ablation or correctness review)"
+        )
     if len(rows) > 1:
         reason += f" (matching decided experiments: {', '.join(f'{v} {n}' for v, n in sorted(counts.items()))})"
-    return PriorResult(experiment_id=top["experiment_id"], endpoint=top["endpoint"], campaign_id=top["campaign_id"],
-                       technique=top["technique"], change_signature=signature, verdict=top["verdict"],
-                       capacity_ratio=top["capacity_ratio"], noise_threshold=top["noise_threshold"],
-                       confirmed=bool(top["confirmed"]), created_at=top["created_at"],
-                       same_endpoint=top["endpoint"] == endpoint, matching_experiments=len(rows),
-                       verdict_counts=counts, should_skip=skip, reason=reason)
+    return PriorResult(
+        experiment_id=top["experiment_id"],
+        endpoint=top["endpoint"],
+        campaign_id=top["campaign_id"],
+        technique=top["technique"],
+        change_signature=signature,
+        verdict=top["verdict"],
+        capacity_ratio=top["capacity_ratio"],
+        noise_threshold=top["noise_threshold"],
+        confirmed=bool(top["confirmed"]),
+        created_at=top["created_at"],
+        same_endpoint=top["endpoint"] == endpoint,
+        matching_experiments=len(rows),
+        verdict_counts=counts,
+        should_skip=skip,
+        reason=reason,
+    )
 
 
 def confirmed_improvements(con: duckdb.DuckDBPyConnection, endpoint: str) -> list[ConfirmedImprovement]:
     """Changes adopted on this endpoint, oldest first (where a new campaign starts from)."""
-    rows = _rows(con, "SELECT e.experiment_id, c.campaign_id, e.technique, e.bottleneck, e.change, e.change_signature, "
-                      "e.capacity_ratio, e.noise_threshold, e.lossless, c.engine_args, c.new_config_hash, "
-                      "c.confirmed_at FROM confirmations c JOIN experiments e ON e.experiment_id = c.experiment_id "
-                      "WHERE c.endpoint = ? ORDER BY c.confirmed_at, c.experiment_id", [endpoint])
-    return [ConfirmedImprovement(**{**row, "change": json.loads(row["change"]),
-                                    "engine_args": list(row["engine_args"] or [])}) for row in rows]
+    rows = _rows(
+        con,
+        "SELECT e.experiment_id, c.campaign_id, e.technique, e.bottleneck, e.change, e.change_signature, "
+        "e.capacity_ratio, e.noise_threshold, e.lossless, c.engine_args, c.new_config_hash, "
+        "c.confirmed_at FROM confirmations c JOIN experiments e ON e.experiment_id = c.experiment_id "
+        "WHERE c.endpoint = ? ORDER BY c.confirmed_at, c.experiment_id",
+        [endpoint],
+    )
+    return [
+        ConfirmedImprovement(
+            **{**row, "change": json.loads(row["change"]), "engine_args": list(row["engine_args"] or [])}
+        )
+        for row in rows
+    ]
 
 
 def latest_confirmed_engine_args(con: duckdb.DuckDBPyConnection, endpoint: str) -> list[str] | None:
     """The working configuration after the newest confirmation (None when nothing was confirmed)."""
-    row = con.execute("SELECT engine_args FROM confirmations WHERE endpoint = ? "
-                      "ORDER BY confirmed_at DESC, experiment_id DESC LIMIT 1", [endpoint]).fetchone()
+    row = con.execute(
+        "SELECT engine_args FROM confirmations WHERE endpoint = ? "
+        "ORDER BY confirmed_at DESC, experiment_id DESC LIMIT 1",
+        [endpoint],
+    ).fetchone()
     return None if row is None else list(row[0] or [])
 
 
 def open_questions(con: duckdb.DuckDBPyConnection, endpoint: str, status: str = "open") -> list[OpenQuestion]:
-    rows = _rows(con, "SELECT * FROM open_questions WHERE endpoint = ? AND status = ? "
-                      "ORDER BY created_at, question_id", [endpoint, status])
+    rows = _rows(
+        con,
+        "SELECT * FROM open_questions WHERE endpoint = ? AND status = ? ORDER BY created_at, question_id",
+        [endpoint, status],
+    )
     return [OpenQuestion.from_row(row) for row in rows]
 
 
-def findings_for_bottleneck(con: duckdb.DuckDBPyConnection, bottleneck: str,
-                            exclude_endpoint: str | None = None) -> list[FindingRecord]:
+def findings_for_bottleneck(
+    con: duckdb.DuckDBPyConnection, bottleneck: str, exclude_endpoint: str | None = None
+) -> list[FindingRecord]:
     """Findings and lessons about a bottleneck (from other endpoints when ``exclude_endpoint`` is set)."""
-    rows = _rows(con, "SELECT * FROM findings WHERE bottleneck = ? AND endpoint IS DISTINCT FROM ? "
-                      "ORDER BY CASE confidence WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END, "
-                      "created_at DESC, finding_id", [bottleneck, exclude_endpoint])
+    rows = _rows(
+        con,
+        "SELECT * FROM findings WHERE bottleneck = ? AND endpoint IS DISTINCT FROM ? "
+        "ORDER BY CASE confidence WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END, "
+        "created_at DESC, finding_id",
+        [bottleneck, exclude_endpoint],
+    )
     return [FindingRecord.from_row(row) for row in rows]
 
 
-def technique_outcomes(con: duckdb.DuckDBPyConnection, bottleneck: str,
-                       exclude_endpoint: str | None = None) -> pl.DataFrame:
+def technique_outcomes(
+    con: duckdb.DuckDBPyConnection, bottleneck: str, exclude_endpoint: str | None = None
+) -> pl.DataFrame:
     """How each technique fared against this bottleneck on each endpoint (v_findings_by_bottleneck)."""
-    return con.execute("SELECT * FROM v_findings_by_bottleneck WHERE bottleneck = ? "
-                       "AND endpoint IS DISTINCT FROM ?", [bottleneck, exclude_endpoint]).pl()
+    return con.execute(
+        "SELECT * FROM v_findings_by_bottleneck WHERE bottleneck = ? AND endpoint IS DISTINCT FROM ?",
+        [bottleneck, exclude_endpoint],
+    ).pl()
 
 
-def experiments(con: duckdb.DuckDBPyConnection, endpoint: str | None = None,
-                campaign_id: str | None = None) -> list[ExperimentRecord]:
-    rows = _rows(con, "SELECT * FROM experiments WHERE (? IS NULL OR endpoint = ?) AND (? IS NULL OR campaign_id = ?) "
-                      "ORDER BY created_at, experiment_id", [endpoint, endpoint, campaign_id, campaign_id])
+def experiments(
+    con: duckdb.DuckDBPyConnection, endpoint: str | None = None, campaign_id: str | None = None
+) -> list[ExperimentRecord]:
+    rows = _rows(
+        con,
+        "SELECT * FROM experiments WHERE (? IS NULL OR endpoint = ?) AND (? IS NULL OR campaign_id = ?) "
+        "ORDER BY created_at, experiment_id",
+        [endpoint, endpoint, campaign_id, campaign_id],
+    )
     return [ExperimentRecord.from_row(row) for row in rows]
 
 
@@ -195,14 +251,22 @@ def skips(con: duckdb.DuckDBPyConnection, campaign_id: str) -> list[SkipRecord]:
 
 def pareto_points(con: duckdb.DuckDBPyConnection, endpoint: str) -> list[dict[str, Any]]:
     """Every configuration of the endpoint at capacity, with ``on_front`` (v_pareto_points), best throughput first."""
-    return _rows(con, "SELECT * FROM v_pareto_points WHERE endpoint = ? "
-                      "ORDER BY output_tokens_per_s_per_gpu DESC NULLS LAST, config_hash", [endpoint])
+    return _rows(
+        con,
+        "SELECT * FROM v_pareto_points WHERE endpoint = ? "
+        "ORDER BY output_tokens_per_s_per_gpu DESC NULLS LAST, config_hash",
+        [endpoint],
+    )
 
 
 def pareto_curves(con: duckdb.DuckDBPyConnection, endpoint: str) -> list[dict[str, Any]]:
     """Every valid step of every run of the endpoint: how each configuration trades per-user speed for
     throughput as the rate rises (drawn behind the capacity points)."""
-    return _rows(con, "SELECT config_hash, run_id, target_rate, output_tokens_per_s_per_gpu, user_tokens_per_s_p50, "
-                      "within_sla FROM v_run_steps WHERE endpoint = ? AND run_validity = 'valid' "
-                      "AND step_validity = 'valid' AND kind NOT IN ('production_replay', 'recipe') "
-                      "ORDER BY config_hash, run_id, target_rate", [endpoint])
+    return _rows(
+        con,
+        "SELECT config_hash, run_id, target_rate, output_tokens_per_s_per_gpu, user_tokens_per_s_p50, "
+        "within_sla FROM v_run_steps WHERE endpoint = ? AND run_validity = 'valid' "
+        "AND step_validity = 'valid' AND kind NOT IN ('production_replay', 'recipe') "
+        "ORDER BY config_hash, run_id, target_rate",
+        [endpoint],
+    )

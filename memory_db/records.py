@@ -138,12 +138,21 @@ class EndpointRecord(Record):
 
     @classmethod
     def from_spec(cls, spec: Any, engine_version: str = "unknown") -> "EndpointRecord":
-        """Build from an :class:`autoresearch.config.EndpointSpec`."""
-        return cls(endpoint=spec.name, description=spec.description, model=spec.model.served_name or spec.model.path,
-                   model_revision=spec.model.revision, hardware=spec.hardware.gpu_type,
-                   gpu_count=spec.hardware.gpu_count, engine=spec.engine.kind, engine_version=engine_version,
-                   engine_args=list(spec.engine.args), sla=spec.sla.model_dump(), traffic_kind=spec.traffic.kind,
-                   price_per_gpu_hour_usd=spec.hardware.price_per_gpu_hour_usd)
+        """Build from an :class:`specs.config.EndpointSpec`."""
+        return cls(
+            endpoint=spec.name,
+            description=spec.description,
+            model=spec.model.served_name or spec.model.path,
+            model_revision=spec.model.revision,
+            hardware=spec.hardware.gpu_type,
+            gpu_count=spec.hardware.gpu_count,
+            engine=spec.engine.kind,
+            engine_version=engine_version,
+            engine_args=list(spec.engine.args),
+            sla=spec.sla.model_dump(),
+            traffic_kind=spec.traffic.kind,
+            price_per_gpu_hour_usd=spec.hardware.price_per_gpu_hour_usd,
+        )
 
 
 class CampaignRecord(Record):
@@ -223,8 +232,9 @@ class ExperimentRecord(Record):
         if not self.change_signature:
             self.change_signature = change_signature(self.change)
         if not self.experiment_id:
-            self.experiment_id = stable_id("exp", self.campaign_id, self.endpoint, self.change_signature,
-                                           self.base_config_hash)
+            self.experiment_id = stable_id(
+                "exp", self.campaign_id, self.endpoint, self.change_signature, self.base_config_hash
+            )
         return self
 
 
@@ -265,8 +275,9 @@ class SkipRecord(Record):
     @model_validator(mode="after")
     def _derive(self) -> "SkipRecord":
         if not self.skip_id:
-            self.skip_id = stable_id("skip", self.campaign_id, self.endpoint, self.change_signature,
-                                     self.conditions.key())
+            self.skip_id = stable_id(
+                "skip", self.campaign_id, self.endpoint, self.change_signature, self.conditions.key()
+            )
         return self
 
 
@@ -345,8 +356,9 @@ class RecipeResult(Record):
     @model_validator(mode="after")
     def _derive(self) -> "RecipeResult":
         if not self.result_id:
-            self.result_id = stable_id("rcp", self.endpoint, self.campaign_id, self.recipe, self.step, self.value,
-                                       self.config_hash)
+            self.result_id = stable_id(
+                "rcp", self.endpoint, self.campaign_id, self.recipe, self.step, self.value, self.config_hash
+            )
         return self
 
 
@@ -378,20 +390,42 @@ class RunRecord(Record):
     created_at: datetime = Field(default_factory=utcnow)
 
     @classmethod
-    def from_sweep(cls, sweep: Any, *, run_id: str, kind: str = "other", campaign_id: str | None = None,
-                   experiment_id: str | None = None, dagster_run_id: str | None = None,
-                   asset_key: str | None = None, price_per_gpu_hour_usd: float | None = None) -> "RunRecord":
+    def from_sweep(
+        cls,
+        sweep: Any,
+        *,
+        run_id: str,
+        kind: str = "other",
+        campaign_id: str | None = None,
+        experiment_id: str | None = None,
+        dagster_run_id: str | None = None,
+        asset_key: str | None = None,
+        price_per_gpu_hour_usd: float | None = None,
+    ) -> "RunRecord":
         """Build from a :class:`loadgen.results.SweepResult` (price: the endpoint's, for cost per token)."""
         started = None
         if sweep.started_at:
             started = datetime.fromtimestamp(sweep.started_at, timezone.utc).replace(tzinfo=None)
-        return cls(run_id=run_id, endpoint=sweep.endpoint, campaign_id=campaign_id, experiment_id=experiment_id,
-                   kind=kind, config_hash=sweep.launch_config_hash, engine_args=list(sweep.engine_args),
-                   capacity_rps=sweep.capacity_rps, capacity_per_gpu=sweep.capacity_per_gpu,
-                   knee_rate=sweep.knee_rate, validity=sweep.validity, invalid_reason=sweep.invalid_reason,
-                   steps=[s.model_dump(mode="json") for s in sweep.steps], started_at=started,
-                   gpu_divisor=sweep.gpu_divisor, price_per_gpu_hour_usd=price_per_gpu_hour_usd,
-                   dagster_run_id=dagster_run_id, asset_key=asset_key)
+        return cls(
+            run_id=run_id,
+            endpoint=sweep.endpoint,
+            campaign_id=campaign_id,
+            experiment_id=experiment_id,
+            kind=kind,
+            config_hash=sweep.launch_config_hash,
+            engine_args=list(sweep.engine_args),
+            capacity_rps=sweep.capacity_rps,
+            capacity_per_gpu=sweep.capacity_per_gpu,
+            knee_rate=sweep.knee_rate,
+            validity=sweep.validity,
+            invalid_reason=sweep.invalid_reason,
+            steps=[s.model_dump(mode="json") for s in sweep.steps],
+            started_at=started,
+            gpu_divisor=sweep.gpu_divisor,
+            price_per_gpu_hour_usd=price_per_gpu_hour_usd,
+            dagster_run_id=dagster_run_id,
+            asset_key=asset_key,
+        )
 
 
 class DrafterRecord(Record):
@@ -428,11 +462,30 @@ class DrafterRecord(Record):
     @model_validator(mode="after")
     def _derive(self) -> "DrafterRecord":
         if not self.drafter_id:
-            self.drafter_id = stable_id("drafter", self.endpoint, self.model_signature, self.data_signature,
-                                        self.layers, self.steps, self.num_speculative_tokens)
+            self.drafter_id = stable_id(
+                "drafter",
+                self.endpoint,
+                self.model_signature,
+                self.data_signature,
+                self.layers,
+                self.steps,
+                self.num_speculative_tokens,
+            )
         return self
 
 
-RECORD_TYPES: dict[str, type[Record]] = {cls.TABLE: cls for cls in (
-    EndpointRecord, CampaignRecord, ExperimentRecord, ConfirmationRecord, SkipRecord, FindingRecord,
-    OpenQuestion, RecipeResult, RunRecord, DrafterRecord)}
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.TABLE: cls
+    for cls in (
+        EndpointRecord,
+        CampaignRecord,
+        ExperimentRecord,
+        ConfirmationRecord,
+        SkipRecord,
+        FindingRecord,
+        OpenQuestion,
+        RecipeResult,
+        RunRecord,
+        DrafterRecord,
+    )
+}

@@ -30,7 +30,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from autoresearch.paths import memory_db_path
+from specs.paths import memory_db_path
 from memory_db import queries
 from memory_db.guard import check_no_secrets
 from memory_db.locking import LockTimeout, MemoryBusyError, connect, file_lock, readers_waiting
@@ -68,7 +68,7 @@ def last_good_path(path: str | Path) -> Path:
 
 
 class MemoryStore:
-    """The research memory in one DuckDB file (default :func:`autoresearch.paths.memory_db_path`)."""
+    """The research memory in one DuckDB file (default :func:`specs.paths.memory_db_path`)."""
 
     def __init__(self, path: str | Path | None = None, *, timeout_s: float = 30.0):
         self.path = Path(memory_db_path() if path is None else path).expanduser().resolve()
@@ -135,13 +135,17 @@ class MemoryStore:
             raise MemoryWriteError(
                 f"research memory: {record.TABLE}[{record.record_id}] could not be written to {self.spool_dir}: "
                 f"{exc.strerror or exc}; nothing of it was kept and the memory is unchanged. Free space there "
-                "(or point AUTORESEARCH_HOME elsewhere) and run again") from exc
+                "(or point AUTORESEARCH_HOME elsewhere) and run again"
+            ) from exc
         if ingest:
             try:
                 self.flush([spooled])
             except MemoryBusyError as exc:
-                log.warning("research memory busy; record %s stays in the spool until the next ingest: %s",
-                            record.record_id, exc)
+                log.warning(
+                    "research memory busy; record %s stays in the spool until the next ingest: %s",
+                    record.record_id,
+                    exc,
+                )
         return record.record_id
 
     def record_endpoint(self, rec: EndpointRecord) -> str:
@@ -179,8 +183,9 @@ class MemoryStore:
             cols = [d[0] for d in result.description]
             return [DrafterRecord.from_row(dict(zip(cols, row))) for row in result.fetchall()]
 
-    def mark_drafters_stale(self, endpoint: str, model_signature: str | None = None, *,
-                            reason: str | None = None) -> list[str]:
+    def mark_drafters_stale(
+        self, endpoint: str, model_signature: str | None = None, *, reason: str | None = None
+    ) -> list[str]:
         """Mark stale the fresh drafters of ``endpoint`` that no longer hold: trained on another model
         than ``model_signature`` (model drift), or all of them with ``reason`` (traffic drift: their
         acceptance was measured on other traffic). Returns their ids."""
@@ -198,25 +203,43 @@ class MemoryStore:
             marked.append(rec.drafter_id)
         return marked
 
-    def record_skip(self, *, endpoint: str, campaign_id: str, conditions: Conditions, technique: str,
-                    change: str | dict[str, str | None], prior: queries.PriorResult | None = None,
-                    reason: str | None = None, dagster_run_id: str | None = None) -> SkipRecord:
+    def record_skip(
+        self,
+        *,
+        endpoint: str,
+        campaign_id: str,
+        conditions: Conditions,
+        technique: str,
+        change: str | dict[str, str | None],
+        prior: queries.PriorResult | None = None,
+        reason: str | None = None,
+        dagster_run_id: str | None = None,
+    ) -> SkipRecord:
         """Record that a candidate was not run, and why (``reason`` defaults to the prior's)."""
         if reason is None and prior is None:
             raise ValueError("record_skip needs a reason or the prior result that justifies the skip")
         signature = change if isinstance(change, str) else change_signature(change)
-        skip = SkipRecord(endpoint=endpoint, campaign_id=campaign_id, conditions=conditions, technique=technique,
-                          change_signature=signature, reason=reason or prior.reason,
-                          prior_experiment_id=prior.experiment_id if prior else None,
-                          prior_verdict=prior.verdict if prior else None, dagster_run_id=dagster_run_id)
+        skip = SkipRecord(
+            endpoint=endpoint,
+            campaign_id=campaign_id,
+            conditions=conditions,
+            technique=technique,
+            change_signature=signature,
+            reason=reason or prior.reason,
+            prior_experiment_id=prior.experiment_id if prior else None,
+            prior_verdict=prior.verdict if prior else None,
+            dagster_run_id=dagster_run_id,
+        )
         self.record(skip)
         return skip
 
-    def answer_question(self, question: OpenQuestion, answer: str, *, campaign_id: str | None = None,
-                        status: str = "answered") -> str:
+    def answer_question(
+        self, question: OpenQuestion, answer: str, *, campaign_id: str | None = None, status: str = "answered"
+    ) -> str:
         """Close an open question (same id, newer write wins)."""
-        return self.record(question.model_copy(update={"status": status, "answer": answer,
-                                                       "answered_by_campaign_id": campaign_id}))
+        return self.record(
+            question.model_copy(update={"status": status, "answer": answer, "answered_by_campaign_id": campaign_id})
+        )
 
     # ---------------------------------------------------------------- ingest
     def pending(self) -> int:
@@ -233,7 +256,7 @@ class MemoryStore:
         with file_lock(self.lock_path, exclusive=True, timeout_s=timeout if lock_timeout_s is None else lock_timeout_s):
             files = sorted(self.spool_dir.glob("*.json"))
             for start in range(0, len(files), MAX_BATCH):
-                self._ingest_batch(files[start:start + MAX_BATCH], timeout)
+                self._ingest_batch(files[start : start + MAX_BATCH], timeout)
             if files:
                 self._keep_last_good()
             return len(files)
@@ -334,8 +357,9 @@ class MemoryStore:
                     try:
                         self.flush()
                     except MemoryBusyError as exc:
-                        log.warning("research memory busy; reading without the %d pending records: %s",
-                                    self.pending(), exc)
+                        log.warning(
+                            "research memory busy; reading without the %d pending records: %s", self.pending(), exc
+                        )
                 stack.enter_context(file_lock(self.lock_path, exclusive=False, timeout_s=self.timeout_s))
             con = connect(self.path, read_only=True, timeout_s=self.timeout_s)
             try:
@@ -352,8 +376,14 @@ class MemoryStore:
             return result.pl()
 
     # -------------------------------------------------------- loop queries
-    def prior_decision(self, endpoint: str, change: str | dict[str, str | None], conditions: Conditions,
-                       *, same_endpoint_only: bool = False) -> queries.PriorResult | None:
+    def prior_decision(
+        self,
+        endpoint: str,
+        change: str | dict[str, str | None],
+        conditions: Conditions,
+        *,
+        same_endpoint_only: bool = False,
+    ) -> queries.PriorResult | None:
         with self.connect() as con:
             return queries.prior_decision(con, endpoint, change, conditions, same_endpoint_only=same_endpoint_only)
 
@@ -406,8 +436,13 @@ def _upsert(con: duckdb.DuckDBPyConnection, table: str, id_column: str, rows: li
 
     Rows go in as one registered polars frame (one statement; DuckDB's executemany costs ~20 ms a row).
     """
-    types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                             "WHERE table_schema = 'main' AND table_name = ?", [table]).fetchall())
+    types = dict(
+        con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_name = ?",
+            [table],
+        ).fetchall()
+    )
     columns = list(rows[0])
     unknown = [c for c in columns if c not in types]
     if unknown:
@@ -418,8 +453,10 @@ def _upsert(con: duckdb.DuckDBPyConnection, table: str, id_column: str, rows: li
     updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns if c != id_column)
     con.register("incoming_records", frame)
     try:
-        con.execute(f'INSERT INTO {table} ({names}) SELECT {select} FROM incoming_records '
-                    f'ON CONFLICT ("{id_column}") DO UPDATE SET {updates} '
-                    f"WHERE excluded.written_at_ns >= {table}.written_at_ns")
+        con.execute(
+            f"INSERT INTO {table} ({names}) SELECT {select} FROM incoming_records "
+            f'ON CONFLICT ("{id_column}") DO UPDATE SET {updates} '
+            f"WHERE excluded.written_at_ns >= {table}.written_at_ns"
+        )
     finally:
         con.unregister("incoming_records")

@@ -32,24 +32,35 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from autoresearch.config import EndpointSpec, TrafficSpec
-from autoresearch.paths import resolve_path
+from specs.config import EndpointSpec, TrafficSpec
+from specs.paths import resolve_path
 from replay import ingest, sample_logs
 from replay.fidelity import FidelityReport, TrafficProfile, fidelity_report, render_length_plot
 from replay.ingest import MalformedSourceError as MalformedSourceError  # re-exported: what a failed build raises
 from replay.ingest import check_malformed
 from replay.prefix import PrefixCacheSim, block_prefix_hashes, trace_block_reuse
 from replay.redact import Redactor
-from replay.schema import POOL_SCHEMA, SESSION_SCHEMA, check_pool
+from specs.pool_schema import POOL_SCHEMA, SESSION_SCHEMA, check_pool
 from replay.sessions import SessionTracker, session_key, session_shape
 from replay.synth import synthesise, template_frame
 from replay.tokenize import ChatTokenizer
 
 BUILD_VERSION = "1"
-_ARROW_SCHEMA = pa.schema([("request_id", pa.string()), ("arrival_offset_s", pa.float64()), ("body", pa.string()),
-                           ("prompt_tokens", pa.int64()), ("expected_output_tokens", pa.int64()),
-                           ("prefix_group", pa.string()), ("logged_cached_tokens", pa.int64()), ("source", pa.string()),
-                           ("session_id", pa.string()), ("turn", pa.int64()), ("think_time_s", pa.float64())])
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("arrival_offset_s", pa.float64()),
+        ("body", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("expected_output_tokens", pa.int64()),
+        ("prefix_group", pa.string()),
+        ("logged_cached_tokens", pa.int64()),
+        ("source", pa.string()),
+        ("session_id", pa.string()),
+        ("turn", pa.int64()),
+        ("think_time_s", pa.float64()),
+    ]
+)
 assert _ARROW_SCHEMA.names == list(POOL_SCHEMA) + list(SESSION_SCHEMA)
 
 
@@ -83,28 +94,42 @@ class PoolBuild:
         return fidelity_table(self)
 
     def plot(self, path: Path | str | None = None) -> Path:
-        return render_length_plot(self.pool_profile, self.production_profile,
-                                  path or self.pool_path.with_suffix(".lengths.png"),
-                                  title=f"{self.lineage.get('endpoint', '')}: pool vs production token lengths")
+        return render_length_plot(
+            self.pool_profile,
+            self.production_profile,
+            path or self.pool_path.with_suffix(".lengths.png"),
+            title=f"{self.lineage.get('endpoint', '')}: pool vs production token lengths",
+        )
 
 
 def fidelity_table(build: PoolBuild) -> str:
     """The text `autoresearch replay build ENDPOINT` prints: source line, malformed count, table."""
     lin = build.lineage
-    what = (f"({build.stats.get('rows', 0)} requests from {lin.get('source')}, {len(build.malformed)} malformed lines, "
-            f"{build.stats.get('distinct_requests', build.stats.get('rows', 0))} distinct)")
+    what = (
+        f"({build.stats.get('rows', 0)} requests from {lin.get('source')}, {len(build.malformed)} malformed lines, "
+        f"{build.stats.get('distinct_requests', build.stats.get('rows', 0))} distinct)"
+    )
     if build.accepted:
         head = f"replay pool {build.pool_path} {what}"
     else:
         target = build.target_path
-        kept = ("the last good pool there is kept unchanged" if target is not None and target.exists()
-                else "there is no previous pool")
-        head = (f"replay pool REJECTED {what}: the fidelity check failed, so {target} was not replaced ({kept}); "
-                f"the rejected candidate is {build.pool_path}")
+        kept = (
+            "the last good pool there is kept unchanged"
+            if target is not None and target.exists()
+            else "there is no previous pool"
+        )
+        head = (
+            f"replay pool REJECTED {what}: the fidelity check failed, so {target} was not replaced ({kept}); "
+            f"the rejected candidate is {build.pool_path}"
+        )
     if build.redaction_counts:
         head += "\nredacted: " + ", ".join(f"{k}={v}" for k, v in sorted(build.redaction_counts.items()))
     if build.malformed:
-        head += "\nmalformed: " + "; ".join(f"line {n}: {r}" for n, r in build.malformed[:5]) + (" ..." if len(build.malformed) > 5 else "")
+        head += (
+            "\nmalformed: "
+            + "; ".join(f"line {n}: {r}" for n, r in build.malformed[:5])
+            + (" ..." if len(build.malformed) > 5 else "")
+        )
     return head + "\n" + build.fidelity.table()
 
 
@@ -123,7 +148,9 @@ def traffic_source(traffic: TrafficSpec, out_dir: Path | None = None) -> Path:
             return resolve_path(traffic.path)
         if traffic.limit is None or traffic.limit <= sample_logs.BUNDLED_N:
             return sample_logs.bundled_sample()
-        target = (out_dir or sample_logs.BUNDLED_SAMPLE.parent) / f"support_logs_seed{traffic.seed}_n{traffic.limit}.jsonl"
+        target = (
+            out_dir or sample_logs.BUNDLED_SAMPLE.parent
+        ) / f"support_logs_seed{traffic.seed}_n{traffic.limit}.jsonl"
         return target if target.exists() else sample_logs.write_sample(target, traffic.limit, traffic.seed)
     path = resolve_path(traffic.path)
     if not path.exists():
@@ -150,18 +177,28 @@ def _prefix_group(body: dict) -> str:
 
 def _lineage(spec: EndpointSpec, source: Path, tokenizer_dir: Path, kind: str, extra: dict) -> dict:
     tok_file = Path(tokenizer_dir) / "tokenizer.json"
-    return {"endpoint": spec.name, "source": str(source), "source_kind": kind, "source_sha256": _sha256(source),
-            "source_bytes": source.stat().st_size, "tokenizer_dir": str(tokenizer_dir),
-            "tokenizer_sha256": _sha256(tok_file) if tok_file.exists() else None, "traffic": spec.traffic.model_dump(),
-            "engine_kind": spec.engine.kind, "redaction_key_id": Redactor().key_id, "build_version": BUILD_VERSION,
-            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra}
+    return {
+        "endpoint": spec.name,
+        "source": str(source),
+        "source_kind": kind,
+        "source_sha256": _sha256(source),
+        "source_bytes": source.stat().st_size,
+        "tokenizer_dir": str(tokenizer_dir),
+        "tokenizer_sha256": _sha256(tok_file) if tok_file.exists() else None,
+        "traffic": spec.traffic.model_dump(),
+        "engine_kind": spec.engine.kind,
+        "redaction_key_id": Redactor().key_id,
+        "build_version": BUILD_VERSION,
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
 
 
 def build_endpoint_pool(spec: EndpointSpec, out_dir: Path | str | None = None) -> PoolBuild:
-    """``build_pool`` with the endpoint's own tokenizer (autoresearch.models) and the default
-    pools folder (autoresearch.paths.pools_dir()/<endpoint>)."""
-    from autoresearch.models import ensure_model
-    from autoresearch.paths import pools_dir
+    """``build_pool`` with the endpoint's own tokenizer (specs.models) and the default
+    pools folder (specs.paths.pools_dir()/<endpoint>)."""
+    from specs.models import ensure_model
+    from specs.paths import pools_dir
 
     return build_pool(spec, ensure_model(spec.model.path), Path(out_dir) if out_dir else pools_dir() / spec.name)
 
@@ -180,16 +217,27 @@ def build_pool(spec: EndpointSpec, tokenizer_dir: Path | str, out_dir: Path | st
     return build_from_trace(spec, source, tok, Path(tokenizer_dir), out_path)
 
 
-def build_from_request_log(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path,
-                           batch_size: int = 4096, redactor: Redactor | None = None) -> PoolBuild:
+def build_from_request_log(
+    spec: EndpointSpec,
+    source: Path,
+    tok: ChatTokenizer,
+    tokenizer_dir: Path,
+    out_path: Path,
+    batch_size: int = 4096,
+    redactor: Redactor | None = None,
+) -> PoolBuild:
     """Stream a request log into a redacted pool at ``out_path`` (see module docstring): written
     under a temporary name, renamed over ``out_path`` only if its fidelity check passes. Raises
     :class:`MalformedSourceError` when the log's malformed share is over the traffic spec's
     ``max_malformed_fraction`` (``out_path`` untouched)."""
-    return _built(out_path, lambda cand: _request_log_pool(spec, source, tok, tokenizer_dir, cand, batch_size, redactor))
+    return _built(
+        out_path, lambda cand: _request_log_pool(spec, source, tok, tokenizer_dir, cand, batch_size, redactor)
+    )
 
 
-def build_from_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path) -> PoolBuild:
+def build_from_trace(
+    spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path
+) -> PoolBuild:
     """Synthesise a pool for an Azure or Mooncake token-count trace at ``out_path``; replaced, or
     refused, as :func:`build_from_request_log` says."""
     return _built(out_path, lambda cand: _trace_pool(spec, source, tok, tokenizer_dir, cand))
@@ -231,8 +279,15 @@ def _built(out_path: Path, build_into) -> PoolBuild:
     return build
 
 
-def _request_log_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_dir: Path, out_path: Path,
-                      batch_size: int = 4096, redactor: Redactor | None = None) -> PoolBuild:
+def _request_log_pool(
+    spec: EndpointSpec,
+    source: Path,
+    tok: ChatTokenizer,
+    tokenizer_dir: Path,
+    out_path: Path,
+    batch_size: int = 4096,
+    redactor: Redactor | None = None,
+) -> PoolBuild:
     t_start = time.perf_counter()
     redactor = redactor or Redactor(cache_entries=50_000, tokenizer=tok.tokenizer)
     block = engine_block_size(spec)
@@ -287,8 +342,9 @@ def _request_log_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, toke
                     logged_cached += lc
                     logged_prompt_for_cached += batch.logged_prompt_tokens[i] or prod_prompt[-1]
             sess = []
-            for ts_i, b, rb, key, lat in zip(batch.timestamps, batch.bodies, red_bodies, batch.session_keys,
-                                             batch.latencies_s):
+            for ts_i, b, rb, key, lat in zip(
+                batch.timestamps, batch.bodies, red_bodies, batch.session_keys, batch.latencies_s
+            ):
                 sid, _, think = prod_sessions.add(ts_i, b, key, lat)
                 prod_sid.append(int(sid[1:]))
                 prod_think.append(np.nan if think is None else think)
@@ -296,27 +352,34 @@ def _request_log_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, toke
                 sess.append(pool_sessions.add(ts_i, rb, pool_key, lat))
                 pool_sid.append(int(sess[-1][0][1:]))
                 pool_think.append(np.nan if sess[-1][2] is None else sess[-1][2])
-            outs = [_output_tokens(c, b, spec.traffic.max_output_tokens)
-                    for c, b in zip(batch.completion_tokens, red_bodies)]
+            outs = [
+                _output_tokens(c, b, spec.traffic.max_output_tokens)
+                for c, b in zip(batch.completion_tokens, red_bodies)
+            ]
             red_bodies = [cap_output(b, spec.traffic.max_output_tokens) for b in red_bodies]
             tick = _lap(timers, "prefix_sim_s", tick)
             ts_all.extend(batch.timestamps)
             out_all.extend(outs)
             body_json = [orjson.dumps(b).decode() for b in red_bodies]
             body_hashes.extend(hash(x) for x in body_json)
-            writer.write_table(pa.table({
-                "request_id": [f"{source.stem}:{n}" for n in batch.lines],
-                "arrival_offset_s": [t - t0 for t in batch.timestamps],
-                "body": body_json,
-                "prompt_tokens": [len(x) for x in red_ids],
-                "expected_output_tokens": outs,
-                "prefix_group": [_prefix_group(b) for b in red_bodies],
-                "logged_cached_tokens": cached_col,
-                "source": [source.name] * len(batch),
-                "session_id": [x[0] for x in sess],
-                "turn": [x[1] for x in sess],
-                "think_time_s": [x[2] for x in sess],
-            }, schema=_ARROW_SCHEMA))
+            writer.write_table(
+                pa.table(
+                    {
+                        "request_id": [f"{source.stem}:{n}" for n in batch.lines],
+                        "arrival_offset_s": [t - t0 for t in batch.timestamps],
+                        "body": body_json,
+                        "prompt_tokens": [len(x) for x in red_ids],
+                        "expected_output_tokens": outs,
+                        "prefix_group": [_prefix_group(b) for b in red_bodies],
+                        "logged_cached_tokens": cached_col,
+                        "source": [source.name] * len(batch),
+                        "session_id": [x[0] for x in sess],
+                        "turn": [x[1] for x in sess],
+                        "think_time_s": [x[2] for x in sess],
+                    },
+                    schema=_ARROW_SCHEMA,
+                )
+            )
             rows += len(batch)
             _lap(timers, "write_s", tick)
     finally:
@@ -327,24 +390,65 @@ def _request_log_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, toke
     arrivals = ts - t0
     prod_turns, prod_thinks = session_shape(np.asarray(prod_sid), np.asarray(prod_think))
     pool_turns, pool_thinks = session_shape(np.asarray(pool_sid), np.asarray(pool_think))
-    prod = TrafficProfile(arrivals, np.asarray(prod_prompt), np.asarray(out_all), prod_sim.fraction, block,
-                          (logged_cached / logged_prompt_for_cached) if logged_prompt_for_cached else None,
-                          note="production: original (unredacted) requests under the endpoint tokenizer",
-                          session_turns=prod_turns, think_s=prod_thinks)
-    pool = TrafficProfile(arrivals, np.asarray(pool_prompt), np.asarray(out_all), pool_sim.fraction, block,
-                          note="pool: redacted requests", session_turns=pool_turns, think_s=pool_thinks)
+    prod = TrafficProfile(
+        arrivals,
+        np.asarray(prod_prompt),
+        np.asarray(out_all),
+        prod_sim.fraction,
+        block,
+        (logged_cached / logged_prompt_for_cached) if logged_prompt_for_cached else None,
+        note="production: original (unredacted) requests under the endpoint tokenizer",
+        session_turns=prod_turns,
+        think_s=prod_thinks,
+    )
+    pool = TrafficProfile(
+        arrivals,
+        np.asarray(pool_prompt),
+        np.asarray(out_all),
+        pool_sim.fraction,
+        block,
+        note="pool: redacted requests",
+        session_turns=pool_turns,
+        think_s=pool_thinks,
+    )
     distinct = len(np.unique(np.asarray(body_hashes, dtype=np.int64)))
     report = fidelity_report(pool, prod, spec.fidelity, sweep=spec.sweep, distinct_requests=distinct)
-    lineage = _lineage(spec, source, tokenizer_dir, "request_log", {
-        "rows": rows, "distinct_requests": distinct, "malformed_lines": len(malformed), "cache_block_tokens": block,
-        "redaction_counts": dict(redactor.counts), "first_timestamp": t0, "fidelity_passed": report.passed})
+    lineage = _lineage(
+        spec,
+        source,
+        tokenizer_dir,
+        "request_log",
+        {
+            "rows": rows,
+            "distinct_requests": distinct,
+            "malformed_lines": len(malformed),
+            "cache_block_tokens": block,
+            "redaction_counts": dict(redactor.counts),
+            "first_timestamp": t0,
+            "fidelity_passed": report.passed,
+        },
+    )
     _finalise(tmp, out_path, ts, t0, lineage)
     _save_profiles(out_path, pool, prod)
     seconds = time.perf_counter() - t_start
-    return PoolBuild(out_path, lineage, pool, prod, report, malformed, dict(redactor.counts),
-                     {"rows": rows, "distinct_requests": distinct, "seconds": seconds, "requests_per_s": rows / seconds if seconds else 0.0,
-                      "segment_cache_misses": tok.cache_misses,
-                      "redaction_token_mismatches": redactor.token_mismatches, **{k: round(v, 3) for k, v in timers.items()}})
+    return PoolBuild(
+        out_path,
+        lineage,
+        pool,
+        prod,
+        report,
+        malformed,
+        dict(redactor.counts),
+        {
+            "rows": rows,
+            "distinct_requests": distinct,
+            "seconds": seconds,
+            "requests_per_s": rows / seconds if seconds else 0.0,
+            "segment_cache_misses": tok.cache_misses,
+            "redaction_token_mismatches": redactor.token_mismatches,
+            **{k: round(v, 3) for k, v in timers.items()},
+        },
+    )
 
 
 def profile_paths(pool_path: Path) -> tuple[Path, Path]:
@@ -381,8 +485,9 @@ def _finalise(tmp: Path, out_path: Path, ts: np.ndarray, t0: float, lineage: dic
     out_path.with_suffix(".lineage.json").write_text(json.dumps(lineage, indent=2))
 
 
-def transform_trace(frame: pl.DataFrame, traffic: TrafficSpec, has_blocks: bool, min_prompt_tokens: int = 1
-                    ) -> tuple[pl.DataFrame, int]:
+def transform_trace(
+    frame: pl.DataFrame, traffic: TrafficSpec, has_blocks: bool, min_prompt_tokens: int = 1
+) -> tuple[pl.DataFrame, int]:
     """The documented transform of a token-count trace, applied alike to pool and production:
     prompt lengths scaled by ``length_scale`` (the 512-token prefix blocks too), raised to
     ``min_prompt_tokens`` (the chat template's own tokens plus one: no chat prompt is shorter)
@@ -403,8 +508,11 @@ def transform_trace(frame: pl.DataFrame, traffic: TrafficSpec, has_blocks: bool,
         need = -(-n // block)
         ids = list(ids[:need]) + [-(row * 100_000 + k + 1) for k in range(max(0, need - len(ids)))]  # unshared tail
         blocks.append(ids)
-    return frame.with_columns(pl.Series("prompt_target", p), pl.Series("output_target", o),
-                              pl.Series("block_ids", blocks, dtype=pl.List(pl.Int64))), block
+    return frame.with_columns(
+        pl.Series("prompt_target", p),
+        pl.Series("output_target", o),
+        pl.Series("block_ids", blocks, dtype=pl.List(pl.Int64)),
+    ), block
 
 
 def read_transformed_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer):
@@ -413,8 +521,12 @@ def read_transformed_trace(spec: EndpointSpec, source: Path, tok: ChatTokenizer)
     kind = spec.traffic.kind
     res = (ingest.read_azure if kind == "azure" else ingest.read_mooncake)(source, limit=spec.traffic.limit)
     tf = template_frame(tok)
-    frame, block = transform_trace(res.frame, spec.traffic, has_blocks=(kind == "mooncake"),
-                                   min_prompt_tokens=tf.prefix_tokens + tf.suffix_tokens + 1)
+    frame, block = transform_trace(
+        res.frame,
+        spec.traffic,
+        has_blocks=(kind == "mooncake"),
+        min_prompt_tokens=tf.prefix_tokens + tf.suffix_tokens + 1,
+    )
     return res, frame, block
 
 
@@ -433,14 +545,30 @@ def _trace_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_
     from engines.registry import adapter_class
 
     ignore_eos = adapter_class(spec.engine.kind).honours_ignore_eos
-    bodies = [orjson.dumps({"model": model, "messages": [{"role": "user", "content": t}], "max_tokens": int(o),
-                            "temperature": 0.0, **({"ignore_eos": True} if ignore_eos else {})}).decode()
-              for t, o in zip(texts, outs)]
-    pool_df = pl.DataFrame({
-        "request_id": [f"{source.stem}:{n}" for n in frame["line"].to_list()],
-        "arrival_offset_s": ts - t0, "body": bodies, "prompt_tokens": counts, "expected_output_tokens": outs,
-        "prefix_group": [f"blk:{b[0]}" if kind == "mooncake" and b else "none" for b in block_ids],
-        "logged_cached_tokens": pl.Series([None] * len(frame), dtype=pl.Int64), "source": [source.name] * len(frame)})
+    bodies = [
+        orjson.dumps(
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": t}],
+                "max_tokens": int(o),
+                "temperature": 0.0,
+                **({"ignore_eos": True} if ignore_eos else {}),
+            }
+        ).decode()
+        for t, o in zip(texts, outs)
+    ]
+    pool_df = pl.DataFrame(
+        {
+            "request_id": [f"{source.stem}:{n}" for n in frame["line"].to_list()],
+            "arrival_offset_s": ts - t0,
+            "body": bodies,
+            "prompt_tokens": counts,
+            "expected_output_tokens": outs,
+            "prefix_group": [f"blk:{b[0]}" if kind == "mooncake" and b else "none" for b in block_ids],
+            "logged_cached_tokens": pl.Series([None] * len(frame), dtype=pl.Int64),
+            "source": [source.name] * len(frame),
+        }
+    )
     pool_df = check_pool(pool_df).sort("arrival_offset_s", maintain_order=True)
     exact = int((counts == targets).sum())
     distinct = len(set(bodies))
@@ -453,25 +581,57 @@ def _trace_pool(spec: EndpointSpec, source: Path, tok: ChatTokenizer, tokenizer_
         pool_cached, cache_block = sim.fraction, block
     else:
         prod_cached = pool_cached = cache_block = None
-    prod = TrafficProfile(arrivals, targets, outs, prod_cached, cache_block,
-                          note=f"production: trace after length_scale={spec.traffic.length_scale}, "
-                               f"max_prompt_tokens={spec.traffic.max_prompt_tokens}, max_output_tokens={spec.traffic.max_output_tokens}")
+    prod = TrafficProfile(
+        arrivals,
+        targets,
+        outs,
+        prod_cached,
+        cache_block,
+        note=f"production: trace after length_scale={spec.traffic.length_scale}, "
+        f"max_prompt_tokens={spec.traffic.max_prompt_tokens}, max_output_tokens={spec.traffic.max_output_tokens}",
+    )
     pool = TrafficProfile(arrivals, counts, outs, pool_cached, cache_block, note="pool: synthesised text, tokenised")
     report = fidelity_report(pool, prod, spec.fidelity, sweep=spec.sweep, distinct_requests=distinct)
-    lineage = _lineage(spec, source, tokenizer_dir, kind, {
-        "rows": len(frame), "distinct_requests": distinct, "malformed_lines": len(res.malformed),
-        "synth_block_tokens": block, "length_scale": spec.traffic.length_scale,
-        "max_prompt_tokens": spec.traffic.max_prompt_tokens, "max_output_tokens": spec.traffic.max_output_tokens,
-        "exact_length_rows": exact, "output_enforced_with_ignore_eos": ignore_eos, "first_timestamp": t0,
-        "fidelity_passed": report.passed})
+    lineage = _lineage(
+        spec,
+        source,
+        tokenizer_dir,
+        kind,
+        {
+            "rows": len(frame),
+            "distinct_requests": distinct,
+            "malformed_lines": len(res.malformed),
+            "synth_block_tokens": block,
+            "length_scale": spec.traffic.length_scale,
+            "max_prompt_tokens": spec.traffic.max_prompt_tokens,
+            "max_output_tokens": spec.traffic.max_output_tokens,
+            "exact_length_rows": exact,
+            "output_enforced_with_ignore_eos": ignore_eos,
+            "first_timestamp": t0,
+            "fidelity_passed": report.passed,
+        },
+    )
     tmp = out_path.with_suffix(".parquet.tmp")
     pool_df.write_parquet(tmp)
     _finalise(tmp, out_path, np.sort(ts), t0, lineage)
     _save_profiles(out_path, pool, prod)
     seconds = time.perf_counter() - t_start
-    return PoolBuild(out_path, lineage, pool, prod, report, res.malformed, {},
-                     {"rows": len(frame), "distinct_requests": distinct, "seconds": seconds,
-                      "requests_per_s": len(frame) / seconds if seconds else 0.0, "exact_length_rows": exact})
+    return PoolBuild(
+        out_path,
+        lineage,
+        pool,
+        prod,
+        report,
+        res.malformed,
+        {},
+        {
+            "rows": len(frame),
+            "distinct_requests": distinct,
+            "seconds": seconds,
+            "requests_per_s": len(frame) / seconds if seconds else 0.0,
+            "exact_length_rows": exact,
+        },
+    )
 
 
 def profile_from_pool(pool: pl.DataFrame, tok: ChatTokenizer, block: int) -> TrafficProfile:
@@ -482,10 +642,20 @@ def profile_from_pool(pool: pl.DataFrame, tok: ChatTokenizer, block: int) -> Tra
     order = np.argsort(pool["arrival_offset_s"].to_numpy(), kind="stable")
     for i in order:
         sim.add(block_prefix_hashes(ids[i], block), len(ids[i]))
-    turns, think = (session_shape(pool["session_id"].to_list(), pool["think_time_s"].fill_null(np.nan).to_numpy())
-                    if "session_id" in pool.columns else (None, None))
-    return TrafficProfile(pool["arrival_offset_s"].to_numpy(), np.array([len(x) for x in ids]),
-                          pool["expected_output_tokens"].to_numpy(), sim.fraction, block, session_turns=turns, think_s=think)
+    turns, think = (
+        session_shape(pool["session_id"].to_list(), pool["think_time_s"].fill_null(np.nan).to_numpy())
+        if "session_id" in pool.columns
+        else (None, None)
+    )
+    return TrafficProfile(
+        pool["arrival_offset_s"].to_numpy(),
+        np.array([len(x) for x in ids]),
+        pool["expected_output_tokens"].to_numpy(),
+        sim.fraction,
+        block,
+        session_turns=turns,
+        think_s=think,
+    )
 
 
 def cap_output(body: dict, max_output_tokens: int | None) -> dict:
@@ -506,8 +676,9 @@ def _output_tokens(recorded: int | None, body: dict, max_output_tokens: int | No
     return min(n, max_output_tokens) if max_output_tokens else n
 
 
-def profile_from_request_log(path: Path | str, tok: ChatTokenizer, block: int, limit: int | None = None,
-                             max_output_tokens: int | None = None) -> TrafficProfile:
+def profile_from_request_log(
+    path: Path | str, tok: ChatTokenizer, block: int, limit: int | None = None, max_output_tokens: int | None = None
+) -> TrafficProfile:
     """Production profile of a request log (original text; nothing is written anywhere)."""
     malformed: list[tuple[int, str]] = []
     sim = PrefixCacheSim(block)
@@ -525,8 +696,15 @@ def profile_from_request_log(path: Path | str, tok: ChatTokenizer, block: int, l
         ts.extend(batch.timestamps)
     arr = np.asarray(ts, dtype=np.float64)
     turns, think_s = session_shape(sids, np.asarray(thinks))
-    return TrafficProfile(arr - (arr.min() if len(arr) else 0.0), np.asarray(prompt), np.asarray(out), sim.fraction, block,
-                          session_turns=turns, think_s=think_s)
+    return TrafficProfile(
+        arr - (arr.min() if len(arr) else 0.0),
+        np.asarray(prompt),
+        np.asarray(out),
+        sim.fraction,
+        block,
+        session_turns=turns,
+        think_s=think_s,
+    )
 
 
 def profile_from_source(spec: EndpointSpec, tok: ChatTokenizer) -> TrafficProfile:
@@ -535,12 +713,22 @@ def profile_from_source(spec: EndpointSpec, tok: ChatTokenizer) -> TrafficProfil
     the saved production profile. Reads the source; writes nothing."""
     source = traffic_source(spec.traffic)
     if spec.traffic.kind in ("request_log", "sample"):
-        return profile_from_request_log(source, tok, engine_block_size(spec), limit=spec.traffic.limit,
-                                        max_output_tokens=spec.traffic.max_output_tokens)
+        return profile_from_request_log(
+            source,
+            tok,
+            engine_block_size(spec),
+            limit=spec.traffic.limit,
+            max_output_tokens=spec.traffic.max_output_tokens,
+        )
     kind = spec.traffic.kind
     _, frame, block = read_transformed_trace(spec, source, tok)
     targets = frame["prompt_target"].to_numpy()
     ts = frame["timestamp_s"].to_numpy()
     cached = trace_block_reuse(frame["block_ids"].to_list(), targets, block) if kind == "mooncake" else None
-    return TrafficProfile(ts - (ts.min() if len(ts) else 0.0), targets, frame["output_target"].to_numpy(), cached,
-                          block if kind == "mooncake" else None)
+    return TrafficProfile(
+        ts - (ts.min() if len(ts) else 0.0),
+        targets,
+        frame["output_target"].to_numpy(),
+        cached,
+        block if kind == "mooncake" else None,
+    )

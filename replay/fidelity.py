@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import ks_2samp
 
-from autoresearch.config import FidelitySpec, SweepSpec
+from specs.config import FidelitySpec, SweepSpec
 
 NOMINAL_BASE_S = 0.05
 NOMINAL_PREFILL_S_PER_TOKEN = 0.0002
@@ -62,19 +62,32 @@ class TrafficProfile:
 
     def summary(self) -> dict:
         gaps = interarrival(self.arrival_s)
-        return {"requests": len(self), "duration_s": float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0,
-                "prompt_tokens_p50": _pct(self.prompt_tokens, 50), "prompt_tokens_p95": _pct(self.prompt_tokens, 95),
-                "output_tokens_p50": _pct(self.output_tokens, 50), "output_tokens_p95": _pct(self.output_tokens, 95),
-                "rate_rps": float(len(self) / max(self.arrival_s[-1] - self.arrival_s[0], 1e-9)) if len(self) > 1 else 0.0,
-                "burstiness_cv": burstiness(gaps), "cached_fraction": self.cached_fraction,
-                "cached_block": self.cached_block, "logged_cached_fraction": self.logged_cached_fraction}
+        return {
+            "requests": len(self),
+            "duration_s": float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0,
+            "prompt_tokens_p50": _pct(self.prompt_tokens, 50),
+            "prompt_tokens_p95": _pct(self.prompt_tokens, 95),
+            "output_tokens_p50": _pct(self.output_tokens, 50),
+            "output_tokens_p95": _pct(self.output_tokens, 95),
+            "rate_rps": float(len(self) / max(self.arrival_s[-1] - self.arrival_s[0], 1e-9)) if len(self) > 1 else 0.0,
+            "burstiness_cv": burstiness(gaps),
+            "cached_fraction": self.cached_fraction,
+            "cached_block": self.cached_block,
+            "logged_cached_fraction": self.logged_cached_fraction,
+        }
 
     def save(self, path: Path | str) -> Path:
         path = Path(path)
         meta = {k: getattr(self, k) for k in ("cached_fraction", "cached_block", "logged_cached_fraction", "note")}
         extra = {k: getattr(self, k) for k in ("session_turns", "think_s") if getattr(self, k) is not None}
-        np.savez_compressed(path, arrival_s=self.arrival_s, prompt_tokens=self.prompt_tokens,
-                            output_tokens=self.output_tokens, meta=np.array(json.dumps(meta)), **extra)
+        np.savez_compressed(
+            path,
+            arrival_s=self.arrival_s,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+            meta=np.array(json.dumps(meta)),
+            **extra,
+        )
         return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
     @classmethod
@@ -105,9 +118,16 @@ def concurrency_samples(p: TrafficProfile, step_s: float = 0.5) -> np.ndarray:
     if len(p) == 0:
         return np.zeros(1)
     start = p.arrival_s
-    end = start + NOMINAL_BASE_S + p.prompt_tokens * NOMINAL_PREFILL_S_PER_TOKEN + p.output_tokens * NOMINAL_DECODE_S_PER_TOKEN
+    end = (
+        start
+        + NOMINAL_BASE_S
+        + p.prompt_tokens * NOMINAL_PREFILL_S_PER_TOKEN
+        + p.output_tokens * NOMINAL_DECODE_S_PER_TOKEN
+    )
     grid = np.arange(start[0], end.max() + step_s, step_s)
-    return (np.searchsorted(start, grid, side="right") - np.searchsorted(np.sort(end), grid, side="right")).astype(np.float64)
+    return (np.searchsorted(start, grid, side="right") - np.searchsorted(np.sort(end), grid, side="right")).astype(
+        np.float64
+    )
 
 
 OK, FAIL, UNMEASURED = "ok", "FAIL", "unmeasured"
@@ -160,10 +180,17 @@ class FidelityReport:
         """A fixed-width table: metric, pool, production, distance, threshold, result (and why)."""
         fmt = lambda v: "n/a" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
         head = ("metric", "pool", "production", "distance", "threshold", "result")
-        body = [(r.name, fmt(r.pool), fmt(r.production), fmt(r.distance),
-                 (">=" if r.bound == "min" else "") + f"{r.threshold:g}",
-                 r.status + ("" if r.blocking else " (info)") + (f"  {r.note}" if r.note else ""))
-                for r in self.rows]
+        body = [
+            (
+                r.name,
+                fmt(r.pool),
+                fmt(r.production),
+                fmt(r.distance),
+                (">=" if r.bound == "min" else "") + f"{r.threshold:g}",
+                r.status + ("" if r.blocking else " (info)") + (f"  {r.note}" if r.note else ""),
+            )
+            for r in self.rows
+        ]
         widths = [max(len(x[i]) for x in [head, *body]) for i in range(5)]
         line = lambda x: "  ".join(v.ljust(w) for v, w in zip(x[:5], widths)) + "  " + x[5]
         if self.passed:
@@ -171,9 +198,12 @@ class FidelityReport:
         elif not self.rows:
             verdict = "FAIL (no metrics)"
         else:
-            verdict = "FAIL (" + ", ".join(r.name + (" unmeasured" if not r.measured else "") for r in self.failures) + ")"
-        return "\n".join([line(head), line(tuple("-" * w for w in widths) + ("------",)), *map(line, body),
-                          f"fidelity: {verdict}"])
+            verdict = (
+                "FAIL (" + ", ".join(r.name + (" unmeasured" if not r.measured else "") for r in self.failures) + ")"
+            )
+        return "\n".join(
+            [line(head), line(tuple("-" * w for w in widths) + ("------",)), *map(line, body), f"fidelity: {verdict}"]
+        )
 
     def to_dict(self) -> dict:
         return {"passed": self.passed, "rows": [{**asdict(r), "ok": r.ok} for r in self.rows]}
@@ -183,9 +213,12 @@ def _row(name, pool, prod, dist, threshold, blocking=True, note="", why="") -> F
     """A distance row: ok when ``dist <= threshold``; unmeasured (with ``why``) when ``dist`` is None."""
     if dist is None or not np.isfinite(dist):
         reason = why or "not measurable on this data"
-        return FidelityRow(name, pool, prod, None, float(threshold), UNMEASURED, blocking,
-                           f"{reason}" + (f"; {note}" if note else ""))
-    return FidelityRow(name, pool, prod, float(dist), float(threshold), OK if dist <= threshold else FAIL, blocking, note)
+        return FidelityRow(
+            name, pool, prod, None, float(threshold), UNMEASURED, blocking, f"{reason}" + (f"; {note}" if note else "")
+        )
+    return FidelityRow(
+        name, pool, prod, float(dist), float(threshold), OK if dist <= threshold else FAIL, blocking, note
+    )
 
 
 def _ks(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -201,8 +234,10 @@ def _ks_why(what: str, a: np.ndarray, b: np.ndarray) -> str:
 def _cv_why(pool_gaps: np.ndarray, production_gaps: np.ndarray) -> str:
     sides = {"pool": pool_gaps, "production": production_gaps}
     if min(len(g) for g in sides.values()) < 2:
-        return (f"a coefficient of variation needs at least 2 inter-arrival gaps on each side "
-                f"(pool {len(pool_gaps)}, production {len(production_gaps)})")
+        return (
+            f"a coefficient of variation needs at least 2 inter-arrival gaps on each side "
+            f"(pool {len(pool_gaps)}, production {len(production_gaps)})"
+        )
     flat = [side for side, g in sides.items() if g.mean() <= 0]
     return f"all requests of the {' and the '.join(flat)} share one timestamp: its gaps have no positive mean"
 
@@ -222,8 +257,13 @@ def min_pool_requests(sweep: SweepSpec) -> tuple[int, str]:
     measurable on fewer."""
     from loadgen.arrivals import schedule  # deferred: domain to domain, no module-level edge
 
-    need, why = sweep.min_requests, (f"sweep.min_requests={sweep.min_requests}: the fewest requests a capacity "
-                                     "step sends (automatic ladder: its rates are found at run time)")
+    need, why = (
+        sweep.min_requests,
+        (
+            f"sweep.min_requests={sweep.min_requests}: the fewest requests a capacity "
+            "step sends (automatic ladder: its rates are found at run time)"
+        ),
+    )
     if sweep.rates:
         best = None
         for rate in sweep.rates:
@@ -234,7 +274,10 @@ def min_pool_requests(sweep: SweepSpec) -> tuple[int, str]:
         need, rate, step_s = best  # the count grows with the rate: refinement steps lie inside the ladder
         why = f"the largest step of sweep.rates: {rate:g} req/s held {step_s:g} s sends {need} requests"
     if sweep.users and max(sweep.users) > need:
-        need, why = max(sweep.users), f"sweep.users: {max(sweep.users)} closed-loop users each start at their own request"
+        need, why = (
+            max(sweep.users),
+            f"sweep.users: {max(sweep.users)} closed-loop users each start at their own request",
+        )
     if need < 2:
         need, why = 2, "no distance is measurable on fewer than 2 requests"
     return need, why + "; fewer distinct requests and every such step replays duplicates"
@@ -245,12 +288,27 @@ def pool_size_row(requests: int, distinct: int, production: int, minimum: int, w
     note = f"minimum {minimum} distinct requests ({why})"
     if distinct != requests:
         note += f"; {requests - distinct} of {requests} requests duplicate another"
-    return FidelityRow("pool_requests", distinct, production, distinct, float(minimum),
-                       OK if distinct >= minimum else FAIL, True, note, bound="min")
+    return FidelityRow(
+        "pool_requests",
+        distinct,
+        production,
+        distinct,
+        float(minimum),
+        OK if distinct >= minimum else FAIL,
+        True,
+        note,
+        bound="min",
+    )
 
 
-def fidelity_report(pool: TrafficProfile, production: TrafficProfile, thresholds: FidelitySpec | None = None, *,
-                    sweep: SweepSpec | None = None, distinct_requests: int | None = None) -> FidelityReport:
+def fidelity_report(
+    pool: TrafficProfile,
+    production: TrafficProfile,
+    thresholds: FidelitySpec | None = None,
+    *,
+    sweep: SweepSpec | None = None,
+    distinct_requests: int | None = None,
+) -> FidelityReport:
     """Compare a pool's profile with production's; every distance sits next to its threshold.
 
     With ``sweep`` (a pool build), a first blocking row ``pool_requests`` requires at least
@@ -261,53 +319,137 @@ def fidelity_report(pool: TrafficProfile, production: TrafficProfile, thresholds
     rows = []
     if sweep is not None:
         minimum, why = min_pool_requests(sweep)
-        rows.append(pool_size_row(len(pool), len(pool) if distinct_requests is None else distinct_requests,
-                                  len(production), minimum, why))
+        rows.append(
+            pool_size_row(
+                len(pool), len(pool) if distinct_requests is None else distinct_requests, len(production), minimum, why
+            )
+        )
     rows += [
-        _row("prompt_tokens_ks", _pct(pool.prompt_tokens, 50), _pct(production.prompt_tokens, 50),
-             _ks(pool.prompt_tokens, production.prompt_tokens), t.prompt_tokens_ks, note="values: medians",
-             why=_ks_why("requests", pool.prompt_tokens, production.prompt_tokens)),
-        _row("output_tokens_ks", _pct(pool.output_tokens, 50), _pct(production.output_tokens, 50),
-             _ks(pool.output_tokens, production.output_tokens), t.output_tokens_ks, note="values: medians",
-             why=_ks_why("requests", pool.output_tokens, production.output_tokens)),
+        _row(
+            "prompt_tokens_ks",
+            _pct(pool.prompt_tokens, 50),
+            _pct(production.prompt_tokens, 50),
+            _ks(pool.prompt_tokens, production.prompt_tokens),
+            t.prompt_tokens_ks,
+            note="values: medians",
+            why=_ks_why("requests", pool.prompt_tokens, production.prompt_tokens),
+        ),
+        _row(
+            "output_tokens_ks",
+            _pct(pool.output_tokens, 50),
+            _pct(production.output_tokens, 50),
+            _ks(pool.output_tokens, production.output_tokens),
+            t.output_tokens_ks,
+            note="values: medians",
+            why=_ks_why("requests", pool.output_tokens, production.output_tokens),
+        ),
     ]
     if pool.cached_fraction is not None and production.cached_fraction is not None and len(pool) and len(production):
-        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction,
-                         abs(pool.cached_fraction - production.cached_fraction), t.cached_fraction_abs,
-                         note=f"block {production.cached_block} tokens"))
+        rows.append(
+            _row(
+                "cached_fraction_abs",
+                pool.cached_fraction,
+                production.cached_fraction,
+                abs(pool.cached_fraction - production.cached_fraction),
+                t.cached_fraction_abs,
+                note=f"block {production.cached_block} tokens",
+            )
+        )
     elif production.cached_block is None and pool.cached_block is None:
         # the source records no prefix structure (an Azure trace): not part of this check, and not ok either
-        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction, None,
-                         t.cached_fraction_abs, blocking=False,
-                         why="the source records no prefix structure (no prefix blocks, no text)"))
+        rows.append(
+            _row(
+                "cached_fraction_abs",
+                pool.cached_fraction,
+                production.cached_fraction,
+                None,
+                t.cached_fraction_abs,
+                blocking=False,
+                why="the source records no prefix structure (no prefix blocks, no text)",
+            )
+        )
     else:
         side = "pool" if pool.cached_fraction is None else "production"
-        rows.append(_row("cached_fraction_abs", pool.cached_fraction, production.cached_fraction, None,
-                         t.cached_fraction_abs,
-                         why=f"no prompt tokens to simulate a prefix cache on (pool {len(pool)}, production "
-                             f"{len(production)} requests)" if not (len(pool) and len(production))
-                         else f"the {side} has no cached-prefix fraction"))
+        rows.append(
+            _row(
+                "cached_fraction_abs",
+                pool.cached_fraction,
+                production.cached_fraction,
+                None,
+                t.cached_fraction_abs,
+                why=f"no prompt tokens to simulate a prefix cache on (pool {len(pool)}, production "
+                f"{len(production)} requests)"
+                if not (len(pool) and len(production))
+                else f"the {side} has no cached-prefix fraction",
+            )
+        )
     if production.logged_cached_fraction is not None and pool.cached_fraction is not None:
-        rows.append(_row("cached_fraction_vs_logged", pool.cached_fraction, production.logged_cached_fraction,
-                         abs(pool.cached_fraction - production.logged_cached_fraction), t.cached_fraction_abs, blocking=False,
-                         note="logged by the production engine (bounded cache, eviction)"))
+        rows.append(
+            _row(
+                "cached_fraction_vs_logged",
+                pool.cached_fraction,
+                production.logged_cached_fraction,
+                abs(pool.cached_fraction - production.logged_cached_fraction),
+                t.cached_fraction_abs,
+                blocking=False,
+                note="logged by the production engine (bounded cache, eviction)",
+            )
+        )
     gp, gq = interarrival(pool.arrival_s), interarrival(production.arrival_s)
-    rows.append(_row("interarrival_ks", _pct(gp, 50), _pct(gq, 50), _ks(gp, gq), t.interarrival_ks,
-                     note="values: median gap s", why=_ks_why("inter-arrival gaps", gp, gq)))
+    rows.append(
+        _row(
+            "interarrival_ks",
+            _pct(gp, 50),
+            _pct(gq, 50),
+            _ks(gp, gq),
+            t.interarrival_ks,
+            note="values: median gap s",
+            why=_ks_why("inter-arrival gaps", gp, gq),
+        )
+    )
     bp, bq = burstiness(gp), burstiness(gq)
     if bp is not None and bq == 0:  # evenly spaced production: a relative difference is undefined
-        rows.append(_row("burstiness_rel", bp, bq, abs(bp - bq), t.burstiness_rel,
-                         note="values: CV of gaps; production CV is 0, so the absolute difference"))
+        rows.append(
+            _row(
+                "burstiness_rel",
+                bp,
+                bq,
+                abs(bp - bq),
+                t.burstiness_rel,
+                note="values: CV of gaps; production CV is 0, so the absolute difference",
+            )
+        )
     else:
         why = _cv_why(gp, gq)
-        rows.append(_row("burstiness_rel", bp, bq, None if bp is None or bq is None else abs(bp - bq) / bq,
-                         t.burstiness_rel, note="values: CV of gaps", why=why))
-    cp, cq = (concurrency_samples(pool), concurrency_samples(production)) if len(pool) and len(production) else (None, None)
-    rows.append(_row("concurrency_ks", None if cp is None else float(cp.mean()), None if cq is None else float(cq.mean()),
-                     None if cp is None else _ks(cp, cq), t.concurrency_ks,
-                     note="values: mean in flight (nominal service model)",
-                     why=(f"no requests to load a server with (pool {len(pool)}, production {len(production)})"
-                          if cp is None else _ks_why("0.5 s samples", cp, cq))))
+        rows.append(
+            _row(
+                "burstiness_rel",
+                bp,
+                bq,
+                None if bp is None or bq is None else abs(bp - bq) / bq,
+                t.burstiness_rel,
+                note="values: CV of gaps",
+                why=why,
+            )
+        )
+    cp, cq = (
+        (concurrency_samples(pool), concurrency_samples(production)) if len(pool) and len(production) else (None, None)
+    )
+    rows.append(
+        _row(
+            "concurrency_ks",
+            None if cp is None else float(cp.mean()),
+            None if cq is None else float(cq.mean()),
+            None if cp is None else _ks(cp, cq),
+            t.concurrency_ks,
+            note="values: mean in flight (nominal service model)",
+            why=(
+                f"no requests to load a server with (pool {len(pool)}, production {len(production)})"
+                if cp is None
+                else _ks_why("0.5 s samples", cp, cq)
+            ),
+        )
+    )
     rows += session_rows(pool, production, t)
     return FidelityReport(rows)
 
@@ -320,12 +462,29 @@ def session_rows(pool: TrafficProfile, production: TrafficProfile, t: FidelitySp
         return []
     tp = pool.session_turns if pool.session_turns is not None else np.ones(1, dtype=np.int64)
     tq = production.session_turns if production.session_turns is not None else np.ones(1, dtype=np.int64)
-    rows = [_row("turns_per_session_ks", float(tp.mean()), float(tq.mean()), _ks(tp, tq) if min(len(tp), len(tq)) > 1
-                 else float(tp.mean() != tq.mean()), t.turns_per_session_ks, note="values: mean turns per session")]
+    rows = [
+        _row(
+            "turns_per_session_ks",
+            float(tp.mean()),
+            float(tq.mean()),
+            _ks(tp, tq) if min(len(tp), len(tq)) > 1 else float(tp.mean() != tq.mean()),
+            t.turns_per_session_ks,
+            note="values: mean turns per session",
+        )
+    ]
     kp = pool.think_s if pool.think_s is not None else np.zeros(0)
     kq = production.think_s if production.think_s is not None else np.zeros(0)
-    rows.append(_row("think_time_ks", _pct(kp, 50), _pct(kq, 50), _ks(kp, kq), t.think_time_ks,
-                     note="values: median think s", why=_ks_why("think times (later turns)", kp, kq)))
+    rows.append(
+        _row(
+            "think_time_ks",
+            _pct(kp, 50),
+            _pct(kq, 50),
+            _ks(kp, kq),
+            t.think_time_ks,
+            note="values: median think s",
+            why=_ks_why("think times (later turns)", kp, kq),
+        )
+    )
     return rows
 
 
@@ -344,7 +503,9 @@ def render_length_plot(pool: TrafficProfile, production: TrafficProfile, path: P
         hi = max(int(a.max()) if len(a) else 1, int(b.max()) if len(b) else 1)
         bins = np.linspace(0, hi + 1, 50)
         ax.hist(a, bins=bins, density=True, alpha=0.45, label=f"production (n={len(a)})", color="tab:blue")
-        ax.hist(b, bins=bins, density=True, histtype="step", linewidth=2, label=f"pool (n={len(b)})", color="tab:orange")
+        ax.hist(
+            b, bins=bins, density=True, histtype="step", linewidth=2, label=f"pool (n={len(b)})", color="tab:orange"
+        )
         ax.set_xlabel(label)
         ax.set_ylabel("density")
         ax.legend()

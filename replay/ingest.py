@@ -42,7 +42,9 @@ class IngestResult:
 
     @property
     def malformed_fraction(self) -> float:
-        return malformed_fraction(len(self.malformed), self.lines_read if self.lines_read is not None else self.total_lines)
+        return malformed_fraction(
+            len(self.malformed), self.lines_read if self.lines_read is not None else self.total_lines
+        )
 
     def malformed_summary(self, limit: int = 10) -> str:
         if not self.malformed:
@@ -63,9 +65,11 @@ class MalformedSourceError(ValueError):
         self.source, self.malformed, self.lines_read, self.limit = Path(source), malformed, lines_read, limit
         first = "; ".join(f"{self.source}:{n}: {r}" for n, r in malformed[:shown])
         more = f" (+{len(malformed) - shown} more)" if len(malformed) > shown else ""
-        super().__init__(f"{self.source}: {len(malformed)} of {lines_read} lines malformed "
-                         f"({malformed_fraction(len(malformed), lines_read):.1%}), over traffic.max_malformed_fraction "
-                         f"{limit:g}: no pool built, the last good pool is kept. First bad lines: {first}{more}")
+        super().__init__(
+            f"{self.source}: {len(malformed)} of {lines_read} lines malformed "
+            f"({malformed_fraction(len(malformed), lines_read):.1%}), over traffic.max_malformed_fraction "
+            f"{limit:g}: no pool built, the last good pool is kept. First bad lines: {first}{more}"
+        )
 
     def __reduce__(self):
         return type(self), (self.source, self.malformed, self.lines_read, self.limit)
@@ -168,12 +172,20 @@ def parse_request_line(raw: bytes) -> tuple[float, dict, int | None, int | None,
         usage = rec["response"].get("usage")
     if usage is not None and not isinstance(usage, dict):
         raise ValueError("field 'usage' is not an object")
-    return (ts, body, _opt_int(usage, "completion_tokens"), _opt_int(usage, "prompt_tokens"),
-            _opt_int(usage, "prompt_tokens_details", "cached_tokens"), session_key(rec, body), _latency_s(rec, ts))
+    return (
+        ts,
+        body,
+        _opt_int(usage, "completion_tokens"),
+        _opt_int(usage, "prompt_tokens"),
+        _opt_int(usage, "prompt_tokens_details", "cached_tokens"),
+        session_key(rec, body),
+        _latency_s(rec, ts),
+    )
 
 
-def iter_request_log(path: Path | str, malformed: list[tuple[int, str]], batch_size: int = 4096,
-                     limit: int | None = None) -> Iterator[RequestBatch]:
+def iter_request_log(
+    path: Path | str, malformed: list[tuple[int, str]], batch_size: int = 4096, limit: int | None = None
+) -> Iterator[RequestBatch]:
     """Stream valid lines in batches; malformed ones are appended to ``malformed`` as they come."""
     path = Path(path)
     batch, taken = RequestBatch(), 0
@@ -213,8 +225,14 @@ def read_request_log(path: Path | str, limit: int | None = None) -> IngestResult
     """Whole request log as a frame (line, timestamp_s, request JSON, logged usage). The bodies are
     the ORIGINAL, unredacted requests: keep this frame in memory only; persist redacted data."""
     malformed: list[tuple[int, str]] = []
-    rows: dict[str, list] = {"line": [], "timestamp_s": [], "request": [], "completion_tokens": [],
-                             "logged_prompt_tokens": [], "logged_cached_tokens": []}
+    rows: dict[str, list] = {
+        "line": [],
+        "timestamp_s": [],
+        "request": [],
+        "completion_tokens": [],
+        "logged_prompt_tokens": [],
+        "logged_cached_tokens": [],
+    }
     for b in iter_request_log(path, malformed, limit=limit):
         rows["line"] += b.lines
         rows["timestamp_s"] += b.timestamps
@@ -222,9 +240,17 @@ def read_request_log(path: Path | str, limit: int | None = None) -> IngestResult
         rows["completion_tokens"] += b.completion_tokens
         rows["logged_prompt_tokens"] += b.logged_prompt_tokens
         rows["logged_cached_tokens"] += b.logged_cached_tokens
-    frame = pl.DataFrame(rows, schema={"line": pl.Int64, "timestamp_s": pl.Float64, "request": pl.Utf8,
-                                       "completion_tokens": pl.Int64, "logged_prompt_tokens": pl.Int64,
-                                       "logged_cached_tokens": pl.Int64})
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "line": pl.Int64,
+            "timestamp_s": pl.Float64,
+            "request": pl.Utf8,
+            "completion_tokens": pl.Int64,
+            "logged_prompt_tokens": pl.Int64,
+            "logged_cached_tokens": pl.Int64,
+        },
+    )
     return IngestResult(frame, malformed, Path(path), count_lines(path), lines_read=frame.height + len(malformed))
 
 
@@ -236,36 +262,69 @@ def read_azure(path: Path | str, limit: int | None = None) -> IngestResult:
     header = path.open().readline().strip().split(",")
     need = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
     if [c for c in need if c not in header]:
-        raise SourceFormatError(f"{path}:1: traffic.kind azure expects a CSV header with {', '.join(need)}; "
-                                f"found {', '.join(header)[:160]}")
-    lf = (pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True)
-          .select(need).with_row_index("line", offset=2)
-          .with_columns(ts=pl.col("TIMESTAMP").str.strip_chars().str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False),
-                        p=pl.col("ContextTokens").str.strip_chars().cast(pl.Int64, strict=False),
-                        o=pl.col("GeneratedTokens").str.strip_chars().cast(pl.Int64, strict=False)))
+        raise SourceFormatError(
+            f"{path}:1: traffic.kind azure expects a CSV header with {', '.join(need)}; found {', '.join(header)[:160]}"
+        )
+    lf = (
+        pl.scan_csv(path, infer_schema=False, truncate_ragged_lines=True)
+        .select(need)
+        .with_row_index("line", offset=2)
+        .with_columns(
+            ts=pl.col("TIMESTAMP").str.strip_chars().str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False),
+            p=pl.col("ContextTokens").str.strip_chars().cast(pl.Int64, strict=False),
+            o=pl.col("GeneratedTokens").str.strip_chars().cast(pl.Int64, strict=False),
+        )
+    )
     df = lf.collect()
-    reason = (pl.when(pl.col("ts").is_null()).then(pl.format("field 'TIMESTAMP' unreadable: {}", pl.col("TIMESTAMP").fill_null("<missing>")))
-              .when(pl.col("p").is_null() | (pl.col("p") < 1)).then(pl.format("field 'ContextTokens' must be a positive integer, got {}", pl.col("ContextTokens").fill_null("<missing>")))
-              .when(pl.col("o").is_null() | (pl.col("o") < 0)).then(pl.format("field 'GeneratedTokens' must be a non-negative integer, got {}", pl.col("GeneratedTokens").fill_null("<missing>"))))
+    reason = (
+        pl.when(pl.col("ts").is_null())
+        .then(pl.format("field 'TIMESTAMP' unreadable: {}", pl.col("TIMESTAMP").fill_null("<missing>")))
+        .when(pl.col("p").is_null() | (pl.col("p") < 1))
+        .then(
+            pl.format(
+                "field 'ContextTokens' must be a positive integer, got {}",
+                pl.col("ContextTokens").fill_null("<missing>"),
+            )
+        )
+        .when(pl.col("o").is_null() | (pl.col("o") < 0))
+        .then(
+            pl.format(
+                "field 'GeneratedTokens' must be a non-negative integer, got {}",
+                pl.col("GeneratedTokens").fill_null("<missing>"),
+            )
+        )
+    )
     df = df.with_columns(reason=reason)
     bad = df.filter(pl.col("reason").is_not_null())
     good = df.filter(pl.col("reason").is_null())
     if limit is not None:
         good = good.head(limit)
-    frame = good.select(pl.col("line").cast(pl.Int64), (pl.col("ts").dt.epoch("us") / 1e6).alias("timestamp_s"),
-                        pl.col("p").alias("prompt_tokens"), pl.col("o").alias("output_tokens"))
-    return IngestResult(frame, list(zip(bad["line"].cast(pl.Int64).to_list(), bad["reason"].to_list())), path, len(df) + 1,
-                        lines_read=len(df))
+    frame = good.select(
+        pl.col("line").cast(pl.Int64),
+        (pl.col("ts").dt.epoch("us") / 1e6).alias("timestamp_s"),
+        pl.col("p").alias("prompt_tokens"),
+        pl.col("o").alias("output_tokens"),
+    )
+    return IngestResult(
+        frame,
+        list(zip(bad["line"].cast(pl.Int64).to_list(), bad["reason"].to_list())),
+        path,
+        len(df) + 1,
+        lines_read=len(df),
+    )
 
 
-def read_mooncake(path: Path | str, limit: int | None = None, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> IngestResult:
+def read_mooncake(
+    path: Path | str, limit: int | None = None, block_tokens: int = MOONCAKE_BLOCK_TOKENS
+) -> IngestResult:
     """Mooncake trace JSON lines: timestamp (ms), input_length, output_length, hash_ids.
 
     Returns columns line, timestamp_s, prompt_tokens, output_tokens, hash_ids (list of ints,
     one per ``block_tokens``-token prefix block; equal ids mean an identical prefix block)."""
     path = Path(path)
-    lines = pl.read_csv(path, has_header=False, separator="\x1f", quote_char=None, infer_schema=False,
-                        new_columns=["raw"]).get_column("raw")  # one string per line, read by polars
+    lines = pl.read_csv(
+        path, has_header=False, separator="\x1f", quote_char=None, infer_schema=False, new_columns=["raw"]
+    ).get_column("raw")  # one string per line, read by polars
     malformed: list[tuple[int, str]] = []
     rows: dict[str, list] = {"line": [], "timestamp_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": []}
     for lineno, raw in enumerate(lines, start=1):
@@ -277,7 +336,12 @@ def read_mooncake(path: Path | str, limit: int | None = None, block_tokens: int 
             rec = orjson.loads(raw)
             if not isinstance(rec, dict):
                 raise ValueError("not a JSON object")
-            ts, n_in, n_out, ids = rec.get("timestamp"), rec.get("input_length"), rec.get("output_length"), rec.get("hash_ids")
+            ts, n_in, n_out, ids = (
+                rec.get("timestamp"),
+                rec.get("input_length"),
+                rec.get("output_length"),
+                rec.get("hash_ids"),
+            )
             if not isinstance(ts, (int, float)) or isinstance(ts, bool):
                 raise ValueError(f"field 'timestamp' must be a number (ms), got {ts!r}")
             if not isinstance(n_in, int) or n_in < 1:
@@ -290,14 +354,28 @@ def read_mooncake(path: Path | str, limit: int | None = None, block_tokens: int 
             if len(ids) != need:
                 raise ValueError(f"field 'hash_ids' has {len(ids)} blocks but input_length {n_in} needs {need}")
         except (orjson.JSONDecodeError, ValueError) as exc:
-            malformed.append((lineno, str(exc) if isinstance(exc, ValueError) and not isinstance(exc, orjson.JSONDecodeError)
-                              else f"invalid JSON ({exc})"))
+            malformed.append(
+                (
+                    lineno,
+                    str(exc)
+                    if isinstance(exc, ValueError) and not isinstance(exc, orjson.JSONDecodeError)
+                    else f"invalid JSON ({exc})",
+                )
+            )
             continue
         rows["line"].append(lineno)
         rows["timestamp_s"].append(ts / 1000.0)
         rows["prompt_tokens"].append(n_in)
         rows["output_tokens"].append(n_out)
         rows["hash_ids"].append(ids)
-    frame = pl.DataFrame(rows, schema={"line": pl.Int64, "timestamp_s": pl.Float64, "prompt_tokens": pl.Int64,
-                                       "output_tokens": pl.Int64, "hash_ids": pl.List(pl.Int64)})
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "line": pl.Int64,
+            "timestamp_s": pl.Float64,
+            "prompt_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+            "hash_ids": pl.List(pl.Int64),
+        },
+    )
     return IngestResult(frame, malformed, path, len(lines), lines_read=frame.height + len(malformed))

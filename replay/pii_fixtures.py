@@ -16,13 +16,68 @@ from replay.pii_validators import luhn_ok
 CATEGORIES = ("EMAIL", "PHONE", "CREDIT_CARD", "IBAN", "US_SSN", "IP_ADDRESS", "STREET_ADDRESS", "PERSON")
 
 NAME_LOCALES = ("en_US", "en_GB", "en_IE", "en_IN", "de_DE", "fr_FR", "es_ES", "it_IT", "nl_NL", "sv_SE", "pt_BR")
-STREET_SUFFIXES = ("Street", "St", "Avenue", "Ave", "Road", "Rd", "Boulevard", "Blvd", "Lane", "Ln", "Drive", "Dr",
-                   "Court", "Ct", "Way", "Place", "Pl", "Terrace", "Parkway", "Circle")
-_STREET_NAMES = ("Maple", "Oak", "Cedar", "Pine", "Elm", "Washington", "Lake", "Hill", "Sunset", "Park", "Main",
-                 "Church", "Highland", "Mill", "River", "Spring", "Ridge", "Meadow", "Forest", "Harbor", "Baker",
-                 "Willow", "Chestnut", "Lincoln", "Franklin", "Jefferson", "Madison", "Walnut", "Birch", "Aspen")
-_CITIES = (("Springfield", "IL", "62704"), ("Austin", "TX", "78701"), ("Portland", "OR", "97205"),
-           ("Denver", "CO", "80202"), ("Columbus", "OH", "43215"), ("Raleigh", "NC", "27601"))
+STREET_SUFFIXES = (
+    "Street",
+    "St",
+    "Avenue",
+    "Ave",
+    "Road",
+    "Rd",
+    "Boulevard",
+    "Blvd",
+    "Lane",
+    "Ln",
+    "Drive",
+    "Dr",
+    "Court",
+    "Ct",
+    "Way",
+    "Place",
+    "Pl",
+    "Terrace",
+    "Parkway",
+    "Circle",
+)
+_STREET_NAMES = (
+    "Maple",
+    "Oak",
+    "Cedar",
+    "Pine",
+    "Elm",
+    "Washington",
+    "Lake",
+    "Hill",
+    "Sunset",
+    "Park",
+    "Main",
+    "Church",
+    "Highland",
+    "Mill",
+    "River",
+    "Spring",
+    "Ridge",
+    "Meadow",
+    "Forest",
+    "Harbor",
+    "Baker",
+    "Willow",
+    "Chestnut",
+    "Lincoln",
+    "Franklin",
+    "Jefferson",
+    "Madison",
+    "Walnut",
+    "Birch",
+    "Aspen",
+)
+_CITIES = (
+    ("Springfield", "IL", "62704"),
+    ("Austin", "TX", "78701"),
+    ("Portland", "OR", "97205"),
+    ("Denver", "CO", "80202"),
+    ("Columbus", "OH", "43215"),
+    ("Raleigh", "NC", "27601"),
+)
 _DOMAINS = ("gmail.com", "yahoo.com", "outlook.com", "proton.me", "acme-mail.net", "fastmail.fm", "icloud.com")
 _IBAN_FORMATS = {"DE": 18, "GB": None, "FR": 23, "NL": None, "ES": 20, "IT": None}
 
@@ -53,9 +108,13 @@ def _luhn_complete(prefix: str) -> str:
 def _iban(rng: random.Random, country: str) -> str:
     bban_len = {"DE": 18, "GB": 18, "FR": 23, "NL": 14, "ES": 20, "IT": 23}[country]
     if country == "GB":
-        bban = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(4)) + "".join(rng.choice("0123456789") for _ in range(14))
+        bban = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(4)) + "".join(
+            rng.choice("0123456789") for _ in range(14)
+        )
     elif country == "NL":
-        bban = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(4)) + "".join(rng.choice("0123456789") for _ in range(10))
+        bban = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(4)) + "".join(
+            rng.choice("0123456789") for _ in range(10)
+        )
     else:
         bban = "".join(rng.choice("0123456789") for _ in range(bban_len))
     moved = bban + country + "00"
@@ -71,9 +130,16 @@ def fake_value(category: str, rng: random.Random) -> str:
         return f"{local}@{rng.choice(_DOMAINS)}"
     if category == "PHONE":
         a, b, c = rng.randint(201, 989), rng.randint(200, 999), rng.randint(0, 9999)
-        forms = [f"({a}) {b}-{c:04d}", f"{a}-{b}-{c:04d}", f"+1 {a} {b} {c:04d}", f"{a}.{b}.{c:04d}", f"+1-{a}-{b}-{c:04d}",
-                 f"+44 20 {rng.randint(7000, 8999)} {rng.randint(1000, 9999)}", f"+49 30 {rng.randint(100000, 999999)}",
-                 f"+33 1 {rng.randint(10, 99)} {rng.randint(10, 99)} {rng.randint(10, 99)} {rng.randint(10, 99)}"]
+        forms = [
+            f"({a}) {b}-{c:04d}",
+            f"{a}-{b}-{c:04d}",
+            f"+1 {a} {b} {c:04d}",
+            f"{a}.{b}.{c:04d}",
+            f"+1-{a}-{b}-{c:04d}",
+            f"+44 20 {rng.randint(7000, 8999)} {rng.randint(1000, 9999)}",
+            f"+49 30 {rng.randint(100000, 999999)}",
+            f"+33 1 {rng.randint(10, 99)} {rng.randint(10, 99)} {rng.randint(10, 99)} {rng.randint(10, 99)}",
+        ]
         return rng.choice(forms)
     if category == "CREDIT_CARD":
         kind = rng.choice(["visa", "mc", "amex", "visa"])
@@ -82,19 +148,21 @@ def fake_value(category: str, rng: random.Random) -> str:
             return rng.choice([f"{d[:4]} {d[4:10]} {d[10:]}", d, f"{d[:4]}-{d[4:10]}-{d[10:]}"])
         head = "4" if kind == "visa" else str(rng.randint(51, 55))
         d = _luhn_complete(head + "".join(rng.choice("0123456789") for _ in range(15 - len(head))))
-        groups = [d[i:i + 4] for i in range(0, 16, 4)]
+        groups = [d[i : i + 4] for i in range(0, 16, 4)]
         return rng.choice([" ".join(groups), "-".join(groups), d])
     if category == "IBAN":
         raw = _iban(rng, rng.choice(list(_IBAN_FORMATS)))
-        return rng.choice([raw, " ".join(raw[i:i + 4] for i in range(0, len(raw), 4))])
+        return rng.choice([raw, " ".join(raw[i : i + 4] for i in range(0, len(raw), 4))])
     if category == "US_SSN":
         area = rng.choice([n for n in range(1, 900) if n != 666])
         a, b, c = f"{area:03d}", f"{rng.randint(1, 99):02d}", f"{rng.randint(1, 9999):04d}"
         return rng.choice([f"{a}-{b}-{c}", f"{a} {b} {c}", f"{a}-{b}-{c}"])
     if category == "IP_ADDRESS":
         if rng.random() < 0.8:
-            return ".".join(str(x) for x in [rng.randint(11, 223), rng.randint(0, 255), rng.randint(0, 255), rng.randint(1, 254)])
-        groups = [f"{rng.randint(0, 0xffff):x}" for _ in range(8)]
+            return ".".join(
+                str(x) for x in [rng.randint(11, 223), rng.randint(0, 255), rng.randint(0, 255), rng.randint(1, 254)]
+            )
+        groups = [f"{rng.randint(0, 0xFFFF):x}" for _ in range(8)]
         return rng.choice([":".join(groups), "2001:db8:" + ":".join(groups[:2]) + "::" + groups[7]])
     if category == "STREET_ADDRESS":
         num = rng.randint(1, 9999)
@@ -116,21 +184,48 @@ def held_out_name(rng: random.Random) -> str:
 # Sentences a customer might write; {v} is the personal value. PERSON templates carry the
 # cues people actually use (introductions, sign-offs, titles) plus bare mentions.
 TEMPLATES: dict[str, tuple[str, ...]] = {
-    "EMAIL": ("You can reach me at {v} if the chat drops.", "My account email is {v}.", "please send the receipt to {v} thanks",
-              "Email: {v}"),
-    "PHONE": ("Call me back on {v} after 5pm.", "My phone number is {v}.", "text {v} when the technician is on the way",
-              "Phone: {v}"),
-    "CREDIT_CARD": ("I paid with the card {v} and got charged twice.", "card number {v}, exp 09/28",
-                    "Can you refund to {v}?"),
+    "EMAIL": (
+        "You can reach me at {v} if the chat drops.",
+        "My account email is {v}.",
+        "please send the receipt to {v} thanks",
+        "Email: {v}",
+    ),
+    "PHONE": (
+        "Call me back on {v} after 5pm.",
+        "My phone number is {v}.",
+        "text {v} when the technician is on the way",
+        "Phone: {v}",
+    ),
+    "CREDIT_CARD": (
+        "I paid with the card {v} and got charged twice.",
+        "card number {v}, exp 09/28",
+        "Can you refund to {v}?",
+    ),
     "IBAN": ("Please wire the refund to IBAN {v}.", "my bank account is {v}", "IBAN: {v} (account holder is me)"),
     "US_SSN": ("For verification my SSN is {v}.", "social security number {v}", "SSN {v}"),
-    "IP_ADDRESS": ("The router shows the public address {v} right now.", "I keep getting blocked from {v}",
-                   "my IP is {v} if that helps"),
-    "STREET_ADDRESS": ("Ship it to {v}, Springfield, IL 62704.", "I moved to {v} last month.",
-                       "The package was left at {v} but I live next door.", "Address: {v}, Apt 4B"),
-    "PERSON": ("Hi, my name is {v} and I need help.", "This is {v} again about my order.", "Thanks,\n{v}",
-               "I'm {v}, the account owner.", "My wife {v} placed the order.", "Please ask for {v} at the front desk.",
-               "Regards, {v}", "The account is under {v}.", "Can {v} pick it up instead?", "{v} said you would call back."),
+    "IP_ADDRESS": (
+        "The router shows the public address {v} right now.",
+        "I keep getting blocked from {v}",
+        "my IP is {v} if that helps",
+    ),
+    "STREET_ADDRESS": (
+        "Ship it to {v}, Springfield, IL 62704.",
+        "I moved to {v} last month.",
+        "The package was left at {v} but I live next door.",
+        "Address: {v}, Apt 4B",
+    ),
+    "PERSON": (
+        "Hi, my name is {v} and I need help.",
+        "This is {v} again about my order.",
+        "Thanks,\n{v}",
+        "I'm {v}, the account owner.",
+        "My wife {v} placed the order.",
+        "Please ask for {v} at the front desk.",
+        "Regards, {v}",
+        "The account is under {v}.",
+        "Can {v} pick it up instead?",
+        "{v} said you would call back.",
+    ),
 }
 
 

@@ -17,7 +17,6 @@ def luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
-
 def iban_ok(value: str) -> bool:
     s = value.replace(" ", "").upper()
     if len(s) < 15 or len(s) > 34 or not s[:2].isalpha() or not s[2:4].isdigit():

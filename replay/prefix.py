@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 _MAX = 1 << 20
-_COEF = (np.random.default_rng(20261129).integers(1, 2**63, size=_MAX, dtype=np.uint64) | np.uint64(1))
+_COEF = np.random.default_rng(20261129).integers(1, 2**63, size=_MAX, dtype=np.uint64) | np.uint64(1)
 
 
 def block_prefix_hashes(ids: np.ndarray, block: int) -> np.ndarray:
@@ -23,7 +23,7 @@ def block_prefix_hashes(ids: np.ndarray, block: int) -> np.ndarray:
         raise ValueError(f"prompt of {n} tokens is longer than the simulator's {_MAX}")
     with np.errstate(over="ignore"):
         c = np.cumsum((ids[:n].astype(np.uint64) + np.uint64(1)) * _COEF[:n], dtype=np.uint64)
-    return c[block - 1::block]
+    return c[block - 1 :: block]
 
 
 class PrefixCacheSim:

@@ -60,31 +60,52 @@ from replay import pii_lexicon as lex
 from replay.pii_validators import iban_ok, luhn_ok
 
 DEFAULT_KEY = b"autoresearch-default-redaction-key"  # override per deployment via the environment
-CATEGORIES = ("EMAIL", "IBAN", "CREDIT_CARD", "US_SSN", "NATIONAL_ID", "IP_ADDRESS", "PHONE", "STREET_ADDRESS", "PERSON")
+CATEGORIES = (
+    "EMAIL",
+    "IBAN",
+    "CREDIT_CARD",
+    "US_SSN",
+    "NATIONAL_ID",
+    "IP_ADDRESS",
+    "PHONE",
+    "STREET_ADDRESS",
+    "PERSON",
+)
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
-_IBAN = re.compile(r"\b(?:[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,30}|[a-z]{2}\d{2}(?:[ -]?[a-z0-9]){11,30})\b")  # printed, electronic, typed in lower case
+_IBAN = re.compile(
+    r"\b(?:[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,30}|[a-z]{2}\d{2}(?:[ -]?[a-z0-9]){11,30})\b"
+)  # printed, electronic, typed in lower case
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?!\d)")
 _SSN = re.compile(r"(?<![\d-])(\d{3})([- .])(\d{2})\2(\d{4})(?![\d-])")
 _SSN_BARE = re.compile(r"(?i)\b(?:ssn|social security(?: number| no\.?)?|social)\D{0,12}(\d{9})\b")
-_IPV4 = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d]|\.\d)")
+_IPV4 = re.compile(
+    r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d]|\.\d)"
+)
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4})(?![\w:]|\.\d)")
 _PHONE = re.compile(
     r"(?<![\w+])(?:\+\d{1,3}|00[1-9]\d{0,2}(?= ))(?:[ .-]?\(?\d{1,5}\)?){2,6}(?!\w)"  # international, +CC ... / 00CC ...
     r"|(?<![\w(])(?:1[ .-])?(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?!\w)"  # North American
-    r"|(?<![\w(+\-])0[1-9]\d{2,3} \d{3} ?\d{3,4}(?![\w\-])"                  # national trunk prefix: 0803 123 4567
-    r"|(?i:(?<=phone )|(?<=call )|(?<=text )|(?<=mobile )|(?<=cell )|(?<=tel )|(?<=whatsapp )|(?<=number ))\d{10,12}(?!\w)")
+    r"|(?<![\w(+\-])0[1-9]\d{2,3} \d{3} ?\d{3,4}(?![\w\-])"  # national trunk prefix: 0803 123 4567
+    r"|(?i:(?<=phone )|(?<=call )|(?<=text )|(?<=mobile )|(?<=cell )|(?<=tel )|(?<=whatsapp )|(?<=number ))\d{10,12}(?!\w)"
+)
 # National forms without a country code ("06 12 34 56 78", "(0161) 496 0452", "010-1234-5678",
 # "8 (912) 345-67-89"): digit groups; taken after a phone cue, or alone when the shape is a
 # phone's only (a parenthesised area code, a "+", or a trunk 0 with nine or more digits).
-_PHONE_GROUPS = re.compile(r"(?<![\w+.\-/(])(?:\+\d{1,3}[ .-]?|\d ?(?=\())?(?:\(\d{1,5}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,8}){0,5}"
-                           r"(?![\w\-/]|[.,:]\d)")
+_PHONE_GROUPS = re.compile(
+    r"(?<![\w+.\-/(])(?:\+\d{1,3}[ .-]?|\d ?(?=\())?(?:\(\d{1,5}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,8}){0,5}"
+    r"(?![\w\-/]|[.,:]\d)"
+)
 _SSN_SHAPE = re.compile(r"\d{3}([- .])\d{2}\1\d{4}")
-_PHONE_CUE = re.compile(r"(?i)(?:\b(?:phone|ph|tel|telephone|telefon|telefono|teléfono|telefone|telefoon|tél|tlf|puh|mob|mobile|mobil|"
-                        r"móvil|cell|cellphone|handy|call|ring|text|sms|whatsapp|viber|signal|fax|contact|reach|number|nummer|"
-                        r"número|numero)\b|☎|📞)[^\w\n]{0,4}(?:(?:me|us|on|at|is|number|no|nr|ist|es|my|the)[^\w\n]{1,3}){0,3}$")
-_PHONE_NOT = re.compile(r"(?i)\b(?:order|invoice|ticket|tracking|reference|ref|account|policy|booking|case|claim|serial|"
-                        r"customer|member|card|iban|ssn|id)\b[^.\n]{0,16}$")
+_PHONE_CUE = re.compile(
+    r"(?i)(?:\b(?:phone|ph|tel|telephone|telefon|telefono|teléfono|telefone|telefoon|tél|tlf|puh|mob|mobile|mobil|"
+    r"móvil|cell|cellphone|handy|call|ring|text|sms|whatsapp|viber|signal|fax|contact|reach|number|nummer|"
+    r"número|numero)\b|☎|📞)[^\w\n]{0,4}(?:(?:me|us|on|at|is|number|no|nr|ist|es|my|the)[^\w\n]{1,3}){0,3}$"
+)
+_PHONE_NOT = re.compile(
+    r"(?i)\b(?:order|invoice|ticket|tracking|reference|ref|account|policy|booking|case|claim|serial|"
+    r"customer|member|card|iban|ssn|id)\b[^.\n]{0,16}$"
+)
 _DIGIT = re.compile(r"\d")
 
 
@@ -97,13 +118,28 @@ def _weighted(digits: str, weights) -> int:
     return sum(int(c) * w for c, w in zip(digits, weights))
 
 
-_VERHOEFF_D = [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 0, 6, 7, 8, 9, 5], [2, 3, 4, 0, 1, 7, 8, 9, 5, 6],
-               [3, 4, 0, 1, 2, 8, 9, 5, 6, 7], [4, 0, 1, 2, 3, 9, 5, 6, 7, 8], [5, 9, 8, 7, 6, 0, 4, 3, 2, 1],
-               [6, 5, 9, 8, 7, 1, 0, 4, 3, 2], [7, 6, 5, 9, 8, 2, 1, 0, 4, 3], [8, 7, 6, 5, 9, 3, 2, 1, 0, 4],
-               [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]]
-_VERHOEFF_P = [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 5, 7, 6, 2, 8, 3, 0, 9, 4], [5, 8, 0, 3, 7, 9, 6, 1, 4, 2],
-               [8, 9, 1, 6, 0, 4, 3, 5, 2, 7], [9, 4, 5, 3, 1, 2, 6, 8, 7, 0], [4, 2, 8, 6, 5, 7, 3, 9, 0, 1],
-               [2, 7, 9, 3, 8, 0, 6, 4, 1, 5], [7, 0, 4, 6, 9, 1, 3, 2, 5, 8]]
+_VERHOEFF_D = [
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+    [1, 2, 3, 4, 0, 6, 7, 8, 9, 5],
+    [2, 3, 4, 0, 1, 7, 8, 9, 5, 6],
+    [3, 4, 0, 1, 2, 8, 9, 5, 6, 7],
+    [4, 0, 1, 2, 3, 9, 5, 6, 7, 8],
+    [5, 9, 8, 7, 6, 0, 4, 3, 2, 1],
+    [6, 5, 9, 8, 7, 1, 0, 4, 3, 2],
+    [7, 6, 5, 9, 8, 2, 1, 0, 4, 3],
+    [8, 7, 6, 5, 9, 3, 2, 1, 0, 4],
+    [9, 8, 7, 6, 5, 4, 3, 2, 1, 0],
+]
+_VERHOEFF_P = [
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+    [1, 5, 7, 6, 2, 8, 3, 0, 9, 4],
+    [5, 8, 0, 3, 7, 9, 6, 1, 4, 2],
+    [8, 9, 1, 6, 0, 4, 3, 5, 2, 7],
+    [9, 4, 5, 3, 1, 2, 6, 8, 7, 0],
+    [4, 2, 8, 6, 5, 7, 3, 9, 0, 1],
+    [2, 7, 9, 3, 8, 0, 6, 4, 1, 5],
+    [7, 0, 4, 6, 9, 1, 3, 2, 5, 8],
+]
 
 
 def _verhoeff_ok(digits: str) -> bool:
@@ -121,12 +157,55 @@ def _mod11_no(digits: str) -> bool:
     return True
 
 
-_CF_ODD = dict(zip("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", [1, 0, 5, 7, 9, 13, 15, 17, 19, 21, 1, 0, 5, 7, 9, 13, 15, 17, 19, 21, 2, 4,
-                                                              18, 20, 11, 3, 6, 8, 12, 14, 16, 10, 22, 25, 24, 23]))
+_CF_ODD = dict(
+    zip(
+        "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        [
+            1,
+            0,
+            5,
+            7,
+            9,
+            13,
+            15,
+            17,
+            19,
+            21,
+            1,
+            0,
+            5,
+            7,
+            9,
+            13,
+            15,
+            17,
+            19,
+            21,
+            2,
+            4,
+            18,
+            20,
+            11,
+            3,
+            6,
+            8,
+            12,
+            14,
+            16,
+            10,
+            22,
+            25,
+            24,
+            23,
+        ],
+    )
+)
 
 
 def _cf_ok(v: str) -> bool:
-    total = sum(_CF_ODD[ch] if i % 2 == 0 else (int(ch) if ch.isdigit() else ord(ch) - 65) for i, ch in enumerate(v[:15]))
+    total = sum(
+        _CF_ODD[ch] if i % 2 == 0 else (int(ch) if ch.isdigit() else ord(ch) - 65) for i, ch in enumerate(v[:15])
+    )
     return chr(65 + total % 26) == v[15]
 
 
@@ -141,33 +220,62 @@ def _nino_ok(v: str) -> bool:
 
 _DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
 # (pattern, validator of the value with separators removed, needs a cue before it)
-_NATIONAL_IDS = [(re.compile(p), ok, cue) for p, ok, cue in (
-    (r"(?<![\w])[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w])", _nino_ok, False),                         # GB National Insurance
-    (r"(?<![\w-])[XYZ]?\d{7,8}-?[A-Z](?![\w])", lambda v: _dni_ok(v), False),                             # ES DNI / NIE
-    (r"(?<![\d.])\d{3}\.\d{3}\.\d{3}-\d{2}(?![\d])", lambda v: _cpf_ok(v), False),                            # BR CPF
-    (r"(?<![\w-])\d{6}-[1-4]\d{6}(?![\w-])", lambda v: _date_ok(v[:6]) and
-     (11 - _weighted(v, (2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5)) % 11) % 10 == int(v[12]), False),            # KR resident number
-    (r"(?<![\w])\d{17}[\dX](?![\w])", _cn_ok, False),                                                       # CN resident id
-    (r"(?<![\w-])(?:19|20)?\d{6}[-+]\d{4}(?![\w-])", lambda v: _date_ok(v[-10:-4]) and luhn_ok(v[-10:]), False),  # SE
-    (r"(?<![\w])[A-Z]{6}\d{2}[A-EHLMPR-T]\d{2}[A-Z]\d{3}[A-Z](?![\w])", _cf_ok, False),                      # IT codice fiscale
-    (r"(?<![\w])[12] ?\d{2} ?\d{2} ?(?:\d{2}|2[AB]) ?\d{3} ?\d{3} ?\d{2}(?![\w])",
-     lambda v: v[5:7].isdigit() and 97 - int(v[:13]) % 97 == int(v[13:]) and 1 <= int(v[3:5]) <= 12, False),  # FR NIR
-    (r"(?<![\w-])\d{6}[-+A]\d{3}[0-9A-Y](?![\w-])", lambda v: _hetu_ok(v), False),                        # FI henkilötunnus
-    (r"(?<![\w.-])\d{11}(?![\w-]|\.\d)", lambda v: _date_ok(v[4:6] + v[2:4] + v[0:2]) and _mod11_no(v), False),  # NO fødselsnummer
-    (r"(?<![\w-])[2-9]\d{3} \d{4} \d{4}(?![\w-])", _verhoeff_ok, False),                                   # IN Aadhaar, grouped
-    (r"(?<![\w-])[2-9]\d{11}(?![\w-])", _verhoeff_ok, True),                                                  # IN Aadhaar
-    (r"(?<![\w-])[1-79]\d{2}[ -]?\d{3}[ -]?\d{3}(?![\w-])", luhn_ok, True),                                  # CA SIN
-    (r"(?<![\w.-])\d{11}(?![\w-]|\.\d)", lambda v: _date_ok(v[:6]) and
-     (10 - _weighted(v, (1, 3, 7, 9, 1, 3, 7, 9, 1, 3)) % 10) % 10 == int(v[10]), True),                    # PL PESEL
-    (r"(?<![\w.-])\d{9}(?![\w-]|\.\d)|(?<![\w.])\d{4}\.\d{2}\.\d{3}(?![\w]|\.\d)",
-     lambda v: (_weighted(v, (9, 8, 7, 6, 5, 4, 3, 2)) - int(v[8])) % 11 == 0, True),                      # NL BSN
-    (r"(?<![\d.])\d{11}(?![\d])", lambda v: _cpf_ok(v), True),                                                # BR CPF, bare
-)]
-_ID_HINT = re.compile(r"(?:\d[ .\-+]?){7,}|[A-Z]{6}\d\d[A-Z]|\d{6}[-+A]\d{3}|[A-Z]{2} ?\d\d ?\d\d ?\d\d ?[A-D]")  # every form above has one of these
-_ID_CUE = re.compile(r"(?i)\b(?:sin|nas|social insurance|pesel|bsn|burgerservicenummer|sofi|aadhaar|aadhar|uidai|cpf|dni|nie|nif|"
-                     r"personnummer|cpr|fødselsnummer|fodselsnummer|hetu|henkilötunnus|national id|id card|id number|identity|"
-                     r"resident registration|codice fiscale|national insurance|nino|insee|sécurité sociale|securite sociale|"
-                     r"tax id|tin|identification)\b[^\n\d]{0,24}$")
+_NATIONAL_IDS = [
+    (re.compile(p), ok, cue)
+    for p, ok, cue in (
+        (r"(?<![\w])[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w])", _nino_ok, False),  # GB National Insurance
+        (r"(?<![\w-])[XYZ]?\d{7,8}-?[A-Z](?![\w])", lambda v: _dni_ok(v), False),  # ES DNI / NIE
+        (r"(?<![\d.])\d{3}\.\d{3}\.\d{3}-\d{2}(?![\d])", lambda v: _cpf_ok(v), False),  # BR CPF
+        (
+            r"(?<![\w-])\d{6}-[1-4]\d{6}(?![\w-])",
+            lambda v: (
+                _date_ok(v[:6]) and (11 - _weighted(v, (2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5)) % 11) % 10 == int(v[12])
+            ),
+            False,
+        ),  # KR resident number
+        (r"(?<![\w])\d{17}[\dX](?![\w])", _cn_ok, False),  # CN resident id
+        (
+            r"(?<![\w-])(?:19|20)?\d{6}[-+]\d{4}(?![\w-])",
+            lambda v: _date_ok(v[-10:-4]) and luhn_ok(v[-10:]),
+            False,
+        ),  # SE
+        (r"(?<![\w])[A-Z]{6}\d{2}[A-EHLMPR-T]\d{2}[A-Z]\d{3}[A-Z](?![\w])", _cf_ok, False),  # IT codice fiscale
+        (
+            r"(?<![\w])[12] ?\d{2} ?\d{2} ?(?:\d{2}|2[AB]) ?\d{3} ?\d{3} ?\d{2}(?![\w])",
+            lambda v: v[5:7].isdigit() and 97 - int(v[:13]) % 97 == int(v[13:]) and 1 <= int(v[3:5]) <= 12,
+            False,
+        ),  # FR NIR
+        (r"(?<![\w-])\d{6}[-+A]\d{3}[0-9A-Y](?![\w-])", lambda v: _hetu_ok(v), False),  # FI henkilötunnus
+        (
+            r"(?<![\w.-])\d{11}(?![\w-]|\.\d)",
+            lambda v: _date_ok(v[4:6] + v[2:4] + v[0:2]) and _mod11_no(v),
+            False,
+        ),  # NO fødselsnummer
+        (r"(?<![\w-])[2-9]\d{3} \d{4} \d{4}(?![\w-])", _verhoeff_ok, False),  # IN Aadhaar, grouped
+        (r"(?<![\w-])[2-9]\d{11}(?![\w-])", _verhoeff_ok, True),  # IN Aadhaar
+        (r"(?<![\w-])[1-79]\d{2}[ -]?\d{3}[ -]?\d{3}(?![\w-])", luhn_ok, True),  # CA SIN
+        (
+            r"(?<![\w.-])\d{11}(?![\w-]|\.\d)",
+            lambda v: _date_ok(v[:6]) and (10 - _weighted(v, (1, 3, 7, 9, 1, 3, 7, 9, 1, 3)) % 10) % 10 == int(v[10]),
+            True,
+        ),  # PL PESEL
+        (
+            r"(?<![\w.-])\d{9}(?![\w-]|\.\d)|(?<![\w.])\d{4}\.\d{2}\.\d{3}(?![\w]|\.\d)",
+            lambda v: (_weighted(v, (9, 8, 7, 6, 5, 4, 3, 2)) - int(v[8])) % 11 == 0,
+            True,
+        ),  # NL BSN
+        (r"(?<![\d.])\d{11}(?![\d])", lambda v: _cpf_ok(v), True),  # BR CPF, bare
+    )
+]
+_ID_HINT = re.compile(
+    r"(?:\d[ .\-+]?){7,}|[A-Z]{6}\d\d[A-Z]|\d{6}[-+A]\d{3}|[A-Z]{2} ?\d\d ?\d\d ?\d\d ?[A-D]"
+)  # every form above has one of these
+_ID_CUE = re.compile(
+    r"(?i)\b(?:sin|nas|social insurance|pesel|bsn|burgerservicenummer|sofi|aadhaar|aadhar|uidai|cpf|dni|nie|nif|"
+    r"personnummer|cpr|fødselsnummer|fodselsnummer|hetu|henkilötunnus|national id|id card|id number|identity|"
+    r"resident registration|codice fiscale|national insurance|nino|insee|sécurité sociale|securite sociale|"
+    r"tax id|tin|identification)\b[^\n\d]{0,24}$"
+)
 
 
 def _dni_ok(v: str) -> bool:
@@ -238,15 +346,26 @@ _NAME_RUN = re.compile(rf"(?<![\w'’\-]){_NAME_WORD}(?!\w)(?:(?: (?:{_PARTICLE}
 _WORD_IN_RUN = re.compile(rf"{_NAME_WORD}|{_L}+")
 
 _CUE_BEFORE = re.compile(
-    r"(?i)(?:\b(?:from|to|cc|bcc|by|for)\s*:(?=\s*$)|\b(?:" + lex.ROLE_NOUNS + r")|\bmy (?:" + lex.RELATIONS + r")|\b(?:" + lex.RELATIONS + r")|"
+    r"(?i)(?:\b(?:from|to|cc|bcc|by|for)\s*:(?=\s*$)|\b(?:"
+    + lex.ROLE_NOUNS
+    + r")|\bmy (?:"
+    + lex.RELATIONS
+    + r")|\b(?:"
+    + lex.RELATIONS
+    + r")|"
     r"\b(?:" + _trie(t for t in lex.TITLES if t.replace(".", "").isalpha()) + r")\.?)"
     r"(?:\s+(?:of|on|for|to|from)\s+(?:the|this|that|my|our|your|his|her)\s+\w+)?"
     r"(?:\s+(?:is|was|are|were|will be|should be|reads|says|shows))?"
-    r"(?:\s*\([^)]{0,20}\))?[\s,:;\-–—]*(?:\.[^\S\n]*\n\s*)?$")  # "agent. Rebook ...": a full stop ends the cue's sentence
-_JSON_KEY = re.compile(r"(?i)\"[a-z_]*(?:name|recipient|customer|holder|payee|beneficiary|contact|sender|addressee|passenger|"
-                       r"owner|client|guest|patient|driver|agent|user|signatory|from|to|attn|by|person|employee|member)[a-z_]*\"\s*:\s*\"$")
+    r"(?:\s*\([^)]{0,20}\))?[\s,:;\-–—]*(?:\.[^\S\n]*\n\s*)?$"
+)  # "agent. Rebook ...": a full stop ends the cue's sentence
+_JSON_KEY = re.compile(
+    r"(?i)\"[a-z_]*(?:name|recipient|customer|holder|payee|beneficiary|contact|sender|addressee|passenger|"
+    r"owner|client|guest|patient|driver|agent|user|signatory|from|to|attn|by|person|employee|member)[a-z_]*\"\s*:\s*\"$"
+)
 # Romanised Vietnamese, Korean and Chinese family names that are also English words.
-_NEVER_SURNAME = frozenset("the a an and or but if my our your his her their its we you he she it they this that i".split())
+_NEVER_SURNAME = frozenset(
+    "the a an and or but if my our your his her their its we you he she it they this that i".split()
+)
 _SHORT_FAMILY = frozenset("do ha ma an le so to ho oh go yu no ko lo mo bo on".split())
 # Labels and sign-offs of other languages, and sign-offs closed by "!" or a dash ("Thanks! — Ana Ruiz").
 _CUE_INTL = re.compile(
@@ -256,8 +375,11 @@ _CUE_INTL = re.compile(
     r"cordialement|salutations|saludos|un saludo|atentamente|mit freundlichen grüßen|freundliche grüße|viele grüße|grüße|"
     r"cordiali saluti|distinti saluti|saluti|met vriendelijke groet|groeten|med vänliga hälsningar|hälsningar|venlig hilsen|"
     r"hilsen|mvh|pozdrawiam|s pozdravem|atenciosamente|abraços|obrigad[oa]|merci|gracias|grazie|danke|thanks|thank you|"
-    r"cheers|regards)\b[\s,:;.!\-–—]*$")
-_SURNAME_FIRST = re.compile(rf"(?<![\w'’\-])({_U}(?:['’]?{_U})+(?:[\-'’ ]{_U}{{2,}})?), ({_CAPW}(?: {_CAPW}){{0,2}})(?![\w'’\-])")
+    r"cheers|regards)\b[\s,:;.!\-–—]*$"
+)
+_SURNAME_FIRST = re.compile(
+    rf"(?<![\w'’\-])({_U}(?:['’]?{_U})+(?:[\-'’ ]{_U}{{2,}})?), ({_CAPW}(?: {_CAPW}){{0,2}})(?![\w'’\-])"
+)
 _MORE_TITLES = frozenset("ing dipl mag dott dottssa avv arch lic licda arq ir drs mgr bc ph.d phd".split())
 _TITLE_CUE = re.compile(r"\b(?:Ing|Dipl\.-Ing|Dipl|Mag|Dott|Dott\.ssa|Avv|Arch|Lic|Licda|Arq|Ir|Drs|Mgr|Bc)\.\s*$")
 _CONTRACTIONS = frozenset("i'm i've i'll i'd it's we're you're they're that's let's don't can't won't isn't".split())
@@ -267,72 +389,126 @@ _LABEL_LOWER = re.compile(
     r"\b(?:ask for|addressed to|c/o|passenger name|guest name|my (?:" + lex.RELATIONS + r"))\s+|"
     r"\b(?:kind regards|best regards|regards|thanks|thank you|cheers|saludos|cordialement|mit freundlichen grüßen|"
     r"viele grüße|cordiali saluti|met vriendelijke groet|med vänliga hälsningar|venlig hilsen|pozdrawiam|atenciosamente)"
-    r"[,!.]?(?:\s*[—–-])?\s+)([^\W\d_]+\.?(?:['’\-][^\W\d_]+)*(?: [^\W\d_]+(?:['’\-][^\W\d_]+)*){0,3})")
-_LABEL_LOWER_KEYS = ("name", "recipient", "customer", "guest", "patient", "passenger", "holder", "titular", "nom", "naam",
-                     "nombre", "inhaber", "empfänger", "destinat", "ask for", "addressed to", "c/o", "my ", "regards", "thank",
-                     "cheers", "saludos", "cordialement", "grüß", "saluti", "groet", "hälsningar", "hilsen", "pozdrawiam",
-                     "atenciosamente")
+    r"[,!.]?(?:\s*[—–-])?\s+)([^\W\d_]+\.?(?:['’\-][^\W\d_]+)*(?: [^\W\d_]+(?:['’\-][^\W\d_]+)*){0,3})"
+)
+_LABEL_LOWER_KEYS = (
+    "name",
+    "recipient",
+    "customer",
+    "guest",
+    "patient",
+    "passenger",
+    "holder",
+    "titular",
+    "nom",
+    "naam",
+    "nombre",
+    "inhaber",
+    "empfänger",
+    "destinat",
+    "ask for",
+    "addressed to",
+    "c/o",
+    "my ",
+    "regards",
+    "thank",
+    "cheers",
+    "saludos",
+    "cordialement",
+    "grüß",
+    "saluti",
+    "groet",
+    "hälsningar",
+    "hilsen",
+    "pozdrawiam",
+    "atenciosamente",
+)
 # lower-case names before a role verb: "ogawa shota will sign for it"
-_LOWER_BEFORE = re.compile(r"(?:^|[.!?;:\n—]\s*)([^\W\d_A-Z][^\W\d_]*(?:['’\-][^\W\d_]+)*(?: [^\W\d_]+(?:['’\-][^\W\d_]+)*){1,2})"
-                           r"(?= (?:will (?:collect|pick|sign|call)|here\b|speaking\b|from (?:accounts|your|the)\b))")
-_LABEL = re.compile(r"(?i)\b(?:name|holder|customer|client|recipient|payee|beneficiary|from|to|attn|att|contact|passenger|"
-                    r"owner|signed|sender|addressee)\s*:\s*$")
+_LOWER_BEFORE = re.compile(
+    r"(?:^|[.!?;:\n—]\s*)([^\W\d_A-Z][^\W\d_]*(?:['’\-][^\W\d_]+)*(?: [^\W\d_]+(?:['’\-][^\W\d_]+)*){1,2})"
+    r"(?= (?:will (?:collect|pick|sign|call)|here\b|speaking\b|from (?:accounts|your|the)\b))"
+)
+_LABEL = re.compile(
+    r"(?i)\b(?:name|holder|customer|client|recipient|payee|beneficiary|from|to|attn|att|contact|passenger|"
+    r"owner|signed|sender|addressee)\s*:\s*$"
+)
 _CUE_AFTER = re.compile(
     r"(?i)(?:['’]s)?[\s,]*(?:here\b|speaking\b|again\b|signed\b|said\b|says\b|wrote\b|called\b|calling\b|will (?:collect|pick|sign|call)|"
-    r"is (?:the|my|our) (?:account |card |main |primary |authori[sz]ed )*(?:holder|owner|user|name|contact|beneficiary|" + lex.RELATIONS + r")|"
+    r"is (?:the|my|our) (?:account |card |main |primary |authori[sz]ed )*(?:holder|owner|user|name|contact|beneficiary|"
+    + lex.RELATIONS
+    + r")|"
     r"(?:from|at|of) (?:your|the) (?:team|support|desk|store|branch|office|bank|call cent(?:er|re))|"
-    r"was (?:very |really )?(?:helpful|rude|kind)|promised|told me|confirmed|approved|handled|signed for)")
+    r"was (?:very |really )?(?:helpful|rude|kind)|promised|told me|confirmed|approved|handled|signed for)"
+)
 _STRONG_LOWER = re.compile(
     r"(?i)(?:\b(?:my name is|my name's|name is|name:|full name:|call me|i am called|this is|it's|it is|i am|i'm)\s+)"
-    r"([^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*\.?(?: [^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*){0,3})")
+    r"([^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*\.?(?: [^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*){0,3})"
+)
 _HERE_LOWER = re.compile(
     r"(?i)(?:^|\n|[.!?] |(?:hi|hello|hey|good (?:morning|afternoon|evening)|it's|it is|this is)[,!.]? )"
-    r"([^\W\d_]+(?:['’\-][^\W\d_]+)*(?: [^\W\d_]+(?:['’\-][^\W\d_]+)*){0,3})[,]? (?:here|speaking)\b")
+    r"([^\W\d_]+(?:['’\-][^\W\d_]+)*(?: [^\W\d_]+(?:['’\-][^\W\d_]+)*){0,3})[,]? (?:here|speaking)\b"
+)
 
 # ---- street addresses --------------------------------------------------------------------------
-_TYPE_BEFORE = _trie({t for t in lex.STREET_TYPES_BEFORE} | {t.capitalize() for t in lex.STREET_TYPES_BEFORE}
-                     | {t.upper() for t in lex.STREET_TYPES_BEFORE if len(t) <= 3})
-_TYPE_AFTER = _trie({t for t in lex.STREET_TYPES_AFTER} | {t.capitalize() for t in lex.STREET_TYPES_AFTER}
-                    | {t.upper() for t in lex.STREET_TYPES_AFTER if len(t) <= 4})
+_TYPE_BEFORE = _trie(
+    {t for t in lex.STREET_TYPES_BEFORE}
+    | {t.capitalize() for t in lex.STREET_TYPES_BEFORE}
+    | {t.upper() for t in lex.STREET_TYPES_BEFORE if len(t) <= 3}
+)
+_TYPE_AFTER = _trie(
+    {t for t in lex.STREET_TYPES_AFTER}
+    | {t.capitalize() for t in lex.STREET_TYPES_AFTER}
+    | {t.upper() for t in lex.STREET_TYPES_AFTER if len(t) <= 4}
+)
 _ENDINGS = _trie(lex.compound_street_endings())
-_ST_PART = (r"(?:(?:de|del|della|delle|dei|degli|di|da|das|dos|do|du|des|la|le|les|los|las|el|al|of|the|van|von|der|den|na|"
-            r"a|e|y|och|og|und|et|i|à|ad)\s|(?:d|l|dell|all|sull|dall|nell)['’])")
+_ST_PART = (
+    r"(?:(?:de|del|della|delle|dei|degli|di|da|das|dos|do|du|des|la|le|les|los|las|el|al|of|the|van|von|der|den|na|"
+    r"a|e|y|och|og|und|et|i|à|ad)\s|(?:d|l|dell|all|sull|dall|nell)['’])"
+)
 _ROMAN = r"(?:[IVX]{1,5}|\d{1,3}(?:st|nd|rd|th|º|ª|°|e|er|\.))"
 _ST_NAME = rf"(?:{_ST_PART})*(?:{_CAPW}|{_ROMAN})(?:[ \-](?:{_ST_PART})*(?:{_CAPW}|{_ROMAN})){{0,4}}"
 _HOUSE = r"\d{1,5}(?:[A-Za-z](?![\w]))?(?:[/-]\d{1,4}[A-Za-z]?)?"
 _HNW = r"(?:(?i:no|nr|num|nº|n°|n|d|dom|č|house no|plot|bldg|block|blk|door no|h\.no)\.?:?\s?)"
-_UNIT = (r"(?i:flat|apt|apartment|unit|suite|ste|room|rm|floor|fl|level|plot|house no|house|building|bldg|block|blk|door|"
-         r"shop|office|po box)")
+_UNIT = (
+    r"(?i:flat|apt|apartment|unit|suite|ste|room|rm|floor|fl|level|plot|house no|house|building|bldg|block|blk|door|"
+    r"shop|office|po box)"
+)
 _UNIT_VALUE = r"(?:\d\w{0,5}|[A-Za-z]{1,2}-?\d\w{0,4}|[A-Z](?![\w]))"  # "4", "39B", "B-42", "C": not "was"
-_ADDRESSES = [re.compile(p) for p in (
-    # number first, type after the name: "300 Anna Salai Walk", "Apt 39B, 221B Baker Street"
-    rf"(?<![\w./-])(?:{_UNIT}\.? ?(?:no\.? ?)?{_UNIT_VALUE}(?:, ?| |/))?{_HOUSE},? (?:{_CAPW}[ ]|{_ROMAN} |(?:{_ST_PART})){{1,5}}(?:{_TYPE_AFTER})\b\.?",
-    # type before the name, number after or before: "Calle de la Paz 12", "12 bis rue de Rivoli", "Rua Augusta, 1008"
-    rf"(?<![\w.@/-])(?:(?P<lead>{_HOUSE}(?: (?i:bis|ter|quater|[a-h]))?,? ))?(?:{_TYPE_BEFORE})\.? ?{_ST_NAME}"
-    rf"(?P<trail>,? {_HNW}?{_HOUSE}(?![\d.,]\d))?",
-    # name then a separate type word then the number: "Berliner Straße 10", "İstiklal Caddesi No: 12", "Karl Johans gate 22"
-    rf"(?<![\w])(?:{_CAPW} ){{1,3}}(?:{_TYPE_AFTER})\.?,? {_HNW}?{_HOUSE}(?![\d.,]\d)",
-    # compounded street word then the number: "Hauptstraße 5", "Kerkstraat 12-3", "Storgatan 4", "Bahnhofstr. 12"
-    rf"(?<![\w])(?:{_CAPW}[ \-])?{_U}{_L}*?(?i:{_ENDINGS}) ?{_HOUSE}(?![\d.,]\d)",
-    # German/Dutch/Slavic prepositional streets: "Am Markt 4", "Unter den Linden 77", "Na Příkopě 12/3"
-    rf"(?<![\w])(?:Am|An der|An den|Auf dem|Auf der|Im|In der|In den|Zum|Zur|Unter den|Hinter dem|Vor dem|Bei der|Op de|Aan de|"
-    rf"In de|Na|Pod|Nad|Przy|Za) {_CAPW}(?: {_CAPW})? {_HOUSE}(?![\d.,]\d)",
-    # a name with a slashed house number: "Vodičkova 12/3", "Marszałkowska 10/4"
-    rf"(?<![\w])(?:{_CAPW} ){{0,2}}{_CAPW} \d{{1,4}}/\d{{1,4}}[a-zA-Z]?(?![\d/])",
-    # Japanese block addresses: "1-2-3 Jingumae, Shibuya-ku"
-    rf"(?<![\w-])\d{{1,2}}-\d{{1,3}}(?:-\d{{1,3}})?,? {_CAPW}(?:-(?:ku|shi|cho|machi|gun|mura))?"
-    rf"(?:, {_CAPW}-(?:ku|shi|cho|machi|gun|mura|ken))?",
-    # a name, a number and a postcode + city: "Vinohradská 12, 12000 Praha"
-    rf"(?<![\w])(?:{_CAPW} ){{0,3}}{_CAPW} {_HOUSE}, (?:\d{{4,5}}|\d{{2}}-\d{{3}}|\d{{3}} \d{{2}}) {_CAPW}",
-)]
+_ADDRESSES = [
+    re.compile(p)
+    for p in (
+        # number first, type after the name: "300 Anna Salai Walk", "Apt 39B, 221B Baker Street"
+        rf"(?<![\w./-])(?:{_UNIT}\.? ?(?:no\.? ?)?{_UNIT_VALUE}(?:, ?| |/))?{_HOUSE},? (?:{_CAPW}[ ]|{_ROMAN} |(?:{_ST_PART})){{1,5}}(?:{_TYPE_AFTER})\b\.?",
+        # type before the name, number after or before: "Calle de la Paz 12", "12 bis rue de Rivoli", "Rua Augusta, 1008"
+        rf"(?<![\w.@/-])(?:(?P<lead>{_HOUSE}(?: (?i:bis|ter|quater|[a-h]))?,? ))?(?:{_TYPE_BEFORE})\.? ?{_ST_NAME}"
+        rf"(?P<trail>,? {_HNW}?{_HOUSE}(?![\d.,]\d))?",
+        # name then a separate type word then the number: "Berliner Straße 10", "İstiklal Caddesi No: 12", "Karl Johans gate 22"
+        rf"(?<![\w])(?:{_CAPW} ){{1,3}}(?:{_TYPE_AFTER})\.?,? {_HNW}?{_HOUSE}(?![\d.,]\d)",
+        # compounded street word then the number: "Hauptstraße 5", "Kerkstraat 12-3", "Storgatan 4", "Bahnhofstr. 12"
+        rf"(?<![\w])(?:{_CAPW}[ \-])?{_U}{_L}*?(?i:{_ENDINGS}) ?{_HOUSE}(?![\d.,]\d)",
+        # German/Dutch/Slavic prepositional streets: "Am Markt 4", "Unter den Linden 77", "Na Příkopě 12/3"
+        rf"(?<![\w])(?:Am|An der|An den|Auf dem|Auf der|Im|In der|In den|Zum|Zur|Unter den|Hinter dem|Vor dem|Bei der|Op de|Aan de|"
+        rf"In de|Na|Pod|Nad|Przy|Za) {_CAPW}(?: {_CAPW})? {_HOUSE}(?![\d.,]\d)",
+        # a name with a slashed house number: "Vodičkova 12/3", "Marszałkowska 10/4"
+        rf"(?<![\w])(?:{_CAPW} ){{0,2}}{_CAPW} \d{{1,4}}/\d{{1,4}}[a-zA-Z]?(?![\d/])",
+        # Japanese block addresses: "1-2-3 Jingumae, Shibuya-ku"
+        rf"(?<![\w-])\d{{1,2}}-\d{{1,3}}(?:-\d{{1,3}})?,? {_CAPW}(?:-(?:ku|shi|cho|machi|gun|mura))?"
+        rf"(?:, {_CAPW}-(?:ku|shi|cho|machi|gun|mura|ken))?",
+        # a name, a number and a postcode + city: "Vinohradská 12, 12000 Praha"
+        rf"(?<![\w])(?:{_CAPW} ){{0,3}}{_CAPW} {_HOUSE}, (?:\d{{4,5}}|\d{{2}}-\d{{3}}|\d{{3}} \d{{2}}) {_CAPW}",
+    )
+]
 _ADDRESS_TAIL = re.compile(
     rf"(?:,? {_UNIT}\.? ?(?:no\.? ?)?\w{{1,6}}|,? (?i:apto|apt|piso|puerta|daire|kv|kat|etg|whg|top|stiege|int|interior|"
     rf"depto|dpto|bloco|andar|sala|esc|escalera)\.?:? ?\w{{1,5}}|,? \d{{1,2}}[º°ª]\.?(?: ?[A-Za-z](?!\w)| th\.| tv\.| mf\.)?|"
     rf" [A-Z](?: \d{{1,3}})?(?=,|$|\s)|,? (?:\d{{5}}(?:-\d{{3,4}})?|\d{{4}}(?: ?[A-Z]{{2}}(?!\w))?|\d{{2}}-\d{{3}}|\d{{3}} \d{{2}}|"
     rf"[A-Z]{{1,2}}\d[A-Z\d]? \d[A-Z]{{2}}|\d{{6}}) {_CAPW}(?: {_CAPW})?|,? (?:Col\.|Colonia|Bairro|Barrio|Quartier) {_CAPW}(?: {_CAPW})?|"
-    rf" - \d{{4}}-\d{{3}} {_CAPW}|, {_CAPW}-(?:ku|shi|cho|machi|gun)|,? \d{{4,5}}-\d{{3}})")
+    rf" - \d{{4}}-\d{{3}} {_CAPW}|, {_CAPW}-(?:ku|shi|cho|machi|gun)|,? \d{{4,5}}-\d{{3}})"
+)
 
-_PLACE_TAIL = re.compile(rf", ((?:{_CAPW})(?: {_CAPW}){{0,2}})(?: \d{{4,6}}| [A-Z]{{1,2}}\d[A-Z\d]? \d[A-Z]{{2}})?(?![\w'’-])")
+_PLACE_TAIL = re.compile(
+    rf", ((?:{_CAPW})(?: {_CAPW}){{0,2}})(?: \d{{4,6}}| [A-Z]{{1,2}}\d[A-Z\d]? \d[A-Z]{{2}})?(?![\w'’-])"
+)
 
 # ---- street addresses by structure ----------------------------------------------------------------
 # A form list misses the next country's form, so addresses are also found from their structure:
@@ -343,32 +519,44 @@ _PLACE_TAIL = re.compile(rf", ((?:{_CAPW})(?: {_CAPW}){{0,2}})(?: \d{{4,6}}| [A-
 # "we moved to", a JSON key "street"), or "is my address" after it. Ordinary numbered things
 # ("Chapter 12", "Version 2", "Room 5", "Gate 23") and quantities ("Berlin 5 years ago") are not.
 _LOW = r"[a-zß-öø-ÿā-ɏ]"
-_S_WORD = (rf"(?:{_U}{_L}{{0,4}}\.|(?:{_LOW}{{1,3}}-)?{_U}{_L}*(?:['’\-]{_L}+)*|\d{{1,3}}(?:st|nd|rd|th|º|ª)(?![\w])|\d{{1,3}}-{_LOW}{{2,4}}(?![\w]))")
+_S_WORD = rf"(?:{_U}{_L}{{0,4}}\.|(?:{_LOW}{{1,3}}-)?{_U}{_L}*(?:['’\-]{_L}+)*|\d{{1,3}}(?:st|nd|rd|th|º|ª)(?![\w])|\d{{1,3}}-{_LOW}{{2,4}}(?![\w]))"
 _S_LOWW = rf"{_LOW}{{1,10}}\.?"  # a lower-case word inside or after the street's name: "kralja", "gate", "mnt", "g."
 _S_RUN = rf"{_S_WORD}(?:[ \-](?:{_S_LOWW} ){{0,2}}{_S_WORD}){{0,5}}"
-_S_NUM = (r"\d{1,5}(?:[A-Za-z]|[Bb]is)?(?:(?:/|-)(?:\d{1,4}[A-Za-z]?|[A-Z](?![\w])|Top ?\d{1,3}))*"
-          r"(?: (?:bis|ter|quater)(?![\w]))?")
+_S_NUM = (
+    r"\d{1,5}(?:[A-Za-z]|[Bb]is)?(?:(?:/|-)(?:\d{1,4}[A-Za-z]?|[A-Z](?![\w])|Top ?\d{1,3}))*"
+    r"(?: (?:bis|ter|quater)(?![\w]))?"
+)
 _S_MARK = r"(?:No\.?:?|Nr\.?|nr\.?|no\.?|N°|Nº|n\.?º|n°|Số|d\.|č\.|#)"
 # street, then number: "Ilica 242", "ul. Pokrovka, d. 77", "Narva mnt 7", "Sejong-daero 23-gil 45"
-_NAME_NUM = re.compile(rf"(?<![\w'’\-./#@])(?:{_LOW}{{1,6}}\. ?)?(?P<run>{_S_RUN})(?: (?P<low>{_S_LOWW}))?,? (?:{_S_MARK} ?)?"
-                       rf"(?P<num>{_S_NUM})(?:\.(?=[ ,]))?(?![\w/]|[:.,]\d)")
+_NAME_NUM = re.compile(
+    rf"(?<![\w'’\-./#@])(?:{_LOW}{{1,6}}\. ?)?(?P<run>{_S_RUN})(?: (?P<low>{_S_LOWW}))?,? (?:{_S_MARK} ?)?"
+    rf"(?P<num>{_S_NUM})(?:\.(?=[ ,]))?(?![\w/]|[:.,]\d)"
+)
 # number, then street: "45 Lý Tự Trọng", "No. 7, Sec. 5, Xinyi Rd.", "3 Chome-26-23 Tenjin", "283, Sejong-daero"
-_NUM_NAME = re.compile(rf"(?<![\w'’\-./#@:])(?:{_S_MARK} ?)?(?P<num>\d{{1,2}} Chome-\d{{1,3}}(?:-\d{{1,3}})?|{_S_NUM}),? "
-                       rf"(?:{_U}{_L}{{0,6}}\.? \d{{1,4}}[A-Z]?,? ){{0,3}}(?:(?P<low>{_LOW}{{2,10}}\.?) )?(?P<run>{_S_RUN})"
-                       rf"(?: \d{{1,3}}(?:/\d{{1,3}})?(?=,))?")
+_NUM_NAME = re.compile(
+    rf"(?<![\w'’\-./#@:])(?:{_S_MARK} ?)?(?P<num>\d{{1,2}} Chome-\d{{1,3}}(?:-\d{{1,3}})?|{_S_NUM}),? "
+    rf"(?:{_U}{_L}{{0,6}}\.? \d{{1,4}}[A-Z]?,? ){{0,3}}(?:(?P<low>{_LOW}{{2,10}}\.?) )?(?P<run>{_S_RUN})"
+    rf"(?: \d{{1,3}}(?:/\d{{1,3}})?(?=,))?"
+)
 _S_PW = rf"(?:{_U}{_L}{{0,3}}\.|(?>{_U}{_L}*(?:['’\-]{_L}+)*)(?!-?\d))"
 _S_PLACE = rf"(?=[^\W\d_]{{2}}){_S_PW}(?:[ \-](?:{_LOW}{{1,4}} )?{_S_PW}){{0,3}}(?: \d{{1,2}}(?= *(?:$|[,\n;)])))?"
-_S_POSTCODE = (r"(?:[A-Z]{1,2}-)?\d{2,5}(?:[ -]\d{2,4})?(?: ?[A-Z]{2}(?![\w]))?|[A-Z]\d{4}[A-Z]{0,3}")
-_S_CODE = (r"[A-Z]{1,2}-\d{4,5}(?![\w])|\d{3}-\d{4}(?![\w-])|\d{5}-\d{3}(?![\w-])|CEP \d{5}-?\d{3}|[A-Z]{1,2}\d[A-Z\d]? \d[A-Z]{2}(?![\w])"
-           r"|[A-Z]\d[A-Z] ?\d[A-Z]\d(?![\w])|[A-Z]\d{2} [A-Z\d]{4}(?![\w])")
-_S_ADMIN = (rf"{_U}{_L}+-(?:ku|gu|shi|si|cho|machi|gun|dong)(?![\w])|{_S_PLACE} (?:District|Dist\.|Ward|City|Prefecture|Province|"
-            rf"County|Oblast|Township)(?![\w])|(?:Quận|Phường|Huyện|Xã|TP\.|Col\.|Colonia|Brgy\.|Barangay|Bairro|Barrio|Sector|sector|"
-            rf"Kota|Distrito|Co\.) ?(?:{_S_PLACE}|\d{{1,3}})|{_S_PLACE}/{_S_PLACE}|{_S_PLACE} \({_S_PLACE}\)")
-_S_UNIT = (r"(?i:apt|apto|apartment|depto|dpto|dept|piso|sala|int|of|lgh|bte|bus|bl|sc|et|ap|kv|kat|daire|fsz|lok|m|unit|suite|ste|"
-           r"flat|room|floor|fl|block|blk|bloco|andar|esc|puerta|top|stiege|tr|whg|bldg|building|tower|d)(?![^\W\d_])\.?:? ?[\w/-]{1,6}"
-           r"|\d{1,2}\. ?(?:th|tv|mf|sal|OG|em)\.?(?: (?:links|rechts)| \d{1,3}\.?(?=[ ,]|$))?|st\. ?(?:tv|th|mf)\.?|\d{1,2} ?[ºª°]\.? ?(?:[A-Za-z]{1,5}\.?)?"
-           r"|\d{1,2}\.º (?:Esq|Dto|Dir)\.?|\d{1,2}r \d{1,2}a|#\d{1,3}-\d{1,5}|\d{1,3}/F|[IVX]{1,4}/\d{1,3}|[A-Z](?: \d{1,3})?(?=[,\s]|$)"
-           r"|bajo|r/c|(?:izq|dcha|izda|esq|dto)\.?")
+_S_POSTCODE = r"(?:[A-Z]{1,2}-)?\d{2,5}(?:[ -]\d{2,4})?(?: ?[A-Z]{2}(?![\w]))?|[A-Z]\d{4}[A-Z]{0,3}"
+_S_CODE = (
+    r"[A-Z]{1,2}-\d{4,5}(?![\w])|\d{3}-\d{4}(?![\w-])|\d{5}-\d{3}(?![\w-])|CEP \d{5}-?\d{3}|[A-Z]{1,2}\d[A-Z\d]? \d[A-Z]{2}(?![\w])"
+    r"|[A-Z]\d[A-Z] ?\d[A-Z]\d(?![\w])|[A-Z]\d{2} [A-Z\d]{4}(?![\w])"
+)
+_S_ADMIN = (
+    rf"{_U}{_L}+-(?:ku|gu|shi|si|cho|machi|gun|dong)(?![\w])|{_S_PLACE} (?:District|Dist\.|Ward|City|Prefecture|Province|"
+    rf"County|Oblast|Township)(?![\w])|(?:Quận|Phường|Huyện|Xã|TP\.|Col\.|Colonia|Brgy\.|Barangay|Bairro|Barrio|Sector|sector|"
+    rf"Kota|Distrito|Co\.) ?(?:{_S_PLACE}|\d{{1,3}})|{_S_PLACE}/{_S_PLACE}|{_S_PLACE} \({_S_PLACE}\)"
+)
+_S_UNIT = (
+    r"(?i:apt|apto|apartment|depto|dpto|dept|piso|sala|int|of|lgh|bte|bus|bl|sc|et|ap|kv|kat|daire|fsz|lok|m|unit|suite|ste|"
+    r"flat|room|floor|fl|block|blk|bloco|andar|esc|puerta|top|stiege|tr|whg|bldg|building|tower|d)(?![^\W\d_])\.?:? ?[\w/-]{1,6}"
+    r"|\d{1,2}\. ?(?:th|tv|mf|sal|OG|em)\.?(?: (?:links|rechts)| \d{1,3}\.?(?=[ ,]|$))?|st\. ?(?:tv|th|mf)\.?|\d{1,2} ?[ºª°]\.? ?(?:[A-Za-z]{1,5}\.?)?"
+    r"|\d{1,2}\.º (?:Esq|Dto|Dir)\.?|\d{1,2}r \d{1,2}a|#\d{1,3}-\d{1,5}|\d{1,3}/F|[IVX]{1,4}/\d{1,3}|[A-Z](?: \d{1,3})?(?=[,\s]|$)"
+    r"|bajo|r/c|(?:izq|dcha|izda|esq|dto)\.?"
+)
 _S_UNIT = rf"(?:{_S_UNIT})\.?"
 _S_TAIL = re.compile(
     rf"(?P<sep>,\s*|\s+-\s+|\n|\s+|\s*/\s*)(?:"
@@ -381,11 +569,14 @@ _S_TAIL = re.compile(
     rf"|(?P<bare>\d{{4,6}}(?=$|[\s.,;!?)\"]))"
     rf"|(?P<unit>{_S_UNIT})"
     rf"|(?P<place>[A-Z]-\d{{1,2}}(?:/\d)?(?![\w])|\d{{1,3}}(?:st|nd|rd|th) {_S_PLACE}|{_S_PLACE})"
-    rf")")
+    rf")"
+)
 _S_UNIT_BEFORE = re.compile(rf"(?<![\w])(?:{_UNIT}\.? ?(?:no\.? ?)?{_UNIT_VALUE}(?:, ?| |/))$")
 _S_UNIT_OF = re.compile(rf"(?<![\w])(?:{_UNIT}\.? ?(?:no\.? ?)?)$")  # "Flat 924, Shanti Kunj Apartments"
-_ADDR_NOUNS = (r"address(?:es)?|adres|adresse|addr|anschrift|direcci[oó]n|indirizzo|endere[cç]o|domicilio|domicile|postadress?e?|"
-               r"lieferadresse|rechnungsadresse|wohnadresse|adresa|osoite|adressi|címe?|diachi")
+_ADDR_NOUNS = (
+    r"address(?:es)?|adres|adresse|addr|anschrift|direcci[oó]n|indirizzo|endere[cç]o|domicilio|domicile|postadress?e?|"
+    r"lieferadresse|rechnungsadresse|wohnadresse|adresa|osoite|adressi|címe?|diachi"
+)
 _ADDR_HEAD = re.compile(rf"(?i)(?:{_ADDR_NOUNS})")  # "Postadresse Narva mnt 29": the label is not the street
 _ADDR_CUE = re.compile(
     r"(?i)\b(?:" + _ADDR_NOUNS + r"|"
@@ -393,21 +584,30 @@ _ADDR_CUE = re.compile(
     r"lives?|living|lived|moved?|moving|stay(?:ing|ed)?|based|deliver(?:y|ed|ing)?|ship(?:ping|ped)?|send|sent|post(?:ed)?|"
     r"mail(?:ed)?|collect(?:ed|ion)?|pick(?:ed)?[ -]?up|left|come|came|bring|drop(?:ped)?|return(?:ed)?|visit|invoice|"
     r"bill(?:ing|ed)?|registered|correspondence|lieferadresse|livraison|env[ií]o|consegna|entrega|wohne|wohnhaft)\b"
-    r"[^.!?\n]{0,32}$")
+    r"[^.!?\n]{0,32}$"
+)
 _ADDR_PREP = re.compile(r"(?i)(?:^|[\s(\"'])(?:at|to|from|into|an|nach|bei|à|au|em|naar|op|till|på)\s+$")
-_ADDR_JSON = re.compile(r"(?i)\"[a-z_]*(?:street|address|addr|line_?[12]|road|house|location|residence|domicile)[a-z_0-9]*\"\s*:\s*\"[^\"\n]{0,40}$")
-_ADDR_AFTER = re.compile(r"(?i)[\s,]*(?:\d{1,3}\s+)?(?:is|was|will be)\s+(?:the|my|our|your|his|her|their)\s+(?:\w+\s+){0,2}"
-                         r"(?:address|home|office|flat|apartment|house)\b")
+_ADDR_JSON = re.compile(
+    r"(?i)\"[a-z_]*(?:street|address|addr|line_?[12]|road|house|location|residence|domicile)[a-z_0-9]*\"\s*:\s*\"[^\"\n]{0,40}$"
+)
+_ADDR_AFTER = re.compile(
+    r"(?i)[\s,]*(?:\d{1,3}\s+)?(?:is|was|will be)\s+(?:the|my|our|your|his|her|their)\s+(?:\w+\s+){0,2}"
+    r"(?:address|home|office|flat|apartment|house)\b"
+)
 _QUANTITY_AFTER = re.compile(
     r"[ \t]?(?:%|EUR\b|USD\b|GBP\b|CHF\b|PLN\b|SEK\b|NOK\b|DKK\b|KB\b|MB\b|GB\b|TB\b|x\b|years?|yrs?|days?|weeks?|months?|hours?|hrs?|minutes?|mins?|seconds?|secs?|times?|people|persons?|"
     r"items?|pieces?|pcs|units?|euros?|eur|usd|dollars?|pounds?|gbp|km|miles?|kg|mb|gb|tb|pages?|nights?|rooms?|guests?|"
-    r"adults?|children|kids|tickets?|seats?|bags?|boxes?|orders?|points?|stars?|am|pm|h)\b")
+    r"adults?|children|kids|tickets?|seats?|bags?|boxes?|orders?|points?|stars?|am|pm|h)\b"
+)
 # Things written with a number that are not streets ("Chapter 12", "Version 2", "Room 5").
 _WORD_RE = re.compile(rf"{_L}+")
 _LAST_WORD = re.compile(rf"(\s+)({_L}+)( \d{{1,3}})?$")
 _RUN_WORD = re.compile(rf"{_L}+(?:['’\-]{_L}+)*")
-_PLACE_WORDS = frozenset("city district ward county province central centre center north south east west sul norte".split())
-_NUMBERED_THINGS = frozenset("""
+_PLACE_WORDS = frozenset(
+    "city district ward county province central centre center north south east west sul norte".split()
+)
+_NUMBERED_THINGS = frozenset(
+    """
 chapter chap version ver release rel room rm gate terminal platform level floor step stage phase page pg section sec
 paragraph para article art clause part item line table figure fig question issue episode ep season series volume vol
 book model type class grade size group team round week day year month hour minute order invoice ticket case booking
@@ -415,12 +615,16 @@ flight train bus seat row track channel slot tier plan option error code windows
 python java galaxy pixel note covid euro top number account policy claim reference ref serial pin batch unit suite
 apartment apt flat block building bldg office house box tower level lot test exam lesson module unit task sprint
 figure appendix annex exhibit schedule form note slide sheet tab column cell question answer score player match game
-""".split())
+""".split()
+)
 
 # Lower-case words kept as they are inside a stand-in (their kind of word, not personal data);
 # of an address's street-type words only one is kept (see _kept_type_word): "Via del Corso".
-_KEEP_ADDRESS = (frozenset(lex.fold(w) for w in lex.UNIT_WORDS + lex.HOUSE_NUMBER_WORDS) | lex.PARTICLES
-                 | frozenset("bis ter quater no nr kv d col colonia bairro apto piso daire".split()))
+_KEEP_ADDRESS = (
+    frozenset(lex.fold(w) for w in lex.UNIT_WORDS + lex.HOUSE_NUMBER_WORDS)
+    | lex.PARTICLES
+    | frozenset("bis ter quater no nr kv d col colonia bairro apto piso daire".split())
+)
 _KEEP_PERSON = lex.PARTICLES | lex.TITLES
 _TYPES_BEFORE = frozenset(lex.fold(w) for w in lex.STREET_TYPES_BEFORE)
 _TYPES_AFTER = frozenset(lex.fold(w) for w in lex.STREET_TYPES_AFTER)
@@ -434,11 +638,52 @@ def _kept_type_word(parts: list[str]) -> tuple[int, ...]:
         return ()
     if lex.fold(parts[words[0]]) in _TYPES_BEFORE:
         return (words[0],)
-    if lex.fold(parts[words[-1]]) in _TYPES_AFTER and lex.fold(parts[words[0]]) not in ("am", "an", "auf", "im", "in", "zum", "zur", "unter"):
+    if lex.fold(parts[words[-1]]) in _TYPES_AFTER and lex.fold(parts[words[0]]) not in (
+        "am",
+        "an",
+        "auf",
+        "im",
+        "in",
+        "zum",
+        "zur",
+        "unter",
+    ):
         return (words[-1],)
     return ()
-_SYLLABLES = ("ka", "lo", "mi", "ren", "dor", "vel", "tis", "bra", "quo", "zen", "fal", "mor", "rin", "sta", "wex", "yol",
-              "pa", "ne", "ru", "vi", "sel", "tan", "gor", "hal", "ix", "ost", "um", "ber", "cal", "dri")
+
+
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ren",
+    "dor",
+    "vel",
+    "tis",
+    "bra",
+    "quo",
+    "zen",
+    "fal",
+    "mor",
+    "rin",
+    "sta",
+    "wex",
+    "yol",
+    "pa",
+    "ne",
+    "ru",
+    "vi",
+    "sel",
+    "tan",
+    "gor",
+    "hal",
+    "ix",
+    "ost",
+    "um",
+    "ber",
+    "cal",
+    "dri",
+)
 
 
 @dataclass(frozen=True)
@@ -473,8 +718,13 @@ class Redactor:
     ``counts`` tallies replacements per category (counts only: values are never kept in logs).
     """
 
-    def __init__(self, key: bytes | None = None, categories: tuple[str, ...] = CATEGORIES, cache_entries: int = 200_000,
-                 tokenizer=None):
+    def __init__(
+        self,
+        key: bytes | None = None,
+        categories: tuple[str, ...] = CATEGORIES,
+        cache_entries: int = 200_000,
+        tokenizer=None,
+    ):
         self._key = key if key is not None else _key_from_env()
         self.categories = frozenset(categories)
         unknown = self.categories - set(CATEGORIES)
@@ -508,19 +758,32 @@ class Redactor:
             if "IBAN" in cats:
                 found += self._ibans(text)
             if "CREDIT_CARD" in cats:
-                found += [Span(m.start(), m.end(), "CREDIT_CARD") for m in _CARD.finditer(text)
-                          if 13 <= len(d := re.sub(r"\D", "", m.group())) <= 19 and luhn_ok(d)]
+                found += [
+                    Span(m.start(), m.end(), "CREDIT_CARD")
+                    for m in _CARD.finditer(text)
+                    if 13 <= len(d := re.sub(r"\D", "", m.group())) <= 19 and luhn_ok(d)
+                ]
             if "US_SSN" in cats:
-                found += [Span(m.start(), m.end(), "US_SSN") for m in _SSN.finditer(text) if _ssn_ok(m.group(1), m.group(3), m.group(4))]
-                found += [Span(m.start(1), m.end(1), "US_SSN") for m in _SSN_BARE.finditer(text)
-                          if _ssn_ok(m.group(1)[:3], m.group(1)[3:5], m.group(1)[5:])]
+                found += [
+                    Span(m.start(), m.end(), "US_SSN")
+                    for m in _SSN.finditer(text)
+                    if _ssn_ok(m.group(1), m.group(3), m.group(4))
+                ]
+                found += [
+                    Span(m.start(1), m.end(1), "US_SSN")
+                    for m in _SSN_BARE.finditer(text)
+                    if _ssn_ok(m.group(1)[:3], m.group(1)[3:5], m.group(1)[5:])
+                ]
             if "NATIONAL_ID" in cats:
                 found += self._national_ids(text)
             if "IP_ADDRESS" in cats:
                 found += [Span(m.start(), m.end(), "IP_ADDRESS") for m in _IPV4.finditer(text)]
             if "PHONE" in cats:
-                found += [Span(m.start(), m.end(), "PHONE") for m in _PHONE.finditer(text)
-                          if 7 <= len(re.sub(r"\D", "", m.group())) <= 15]
+                found += [
+                    Span(m.start(), m.end(), "PHONE")
+                    for m in _PHONE.finditer(text)
+                    if 7 <= len(re.sub(r"\D", "", m.group())) <= 15
+                ]
                 found += self._national_phones(text)
             if "STREET_ADDRESS" in cats:
                 found += self._addresses(text)
@@ -550,10 +813,22 @@ class Redactor:
             if not 7 <= len(digits) <= 15:
                 continue
             groups = re.findall(r"\d+", value)
-            shaped = value[0] in "+(" or "(" in value[:3] or (value[0] == "0" and value[1:2] != "0" and len(digits) >= 9
-                                                              and len(groups) >= 2 and not _SSN_SHAPE.fullmatch(value))
-            if len(groups) == 3 and (re.fullmatch(r"(?:19|20)\d\d", groups[0]) or re.fullmatch(r"(?:19|20)\d\d", groups[2])) \
-                    and len(groups[1]) <= 2:
+            shaped = (
+                value[0] in "+("
+                or "(" in value[:3]
+                or (
+                    value[0] == "0"
+                    and value[1:2] != "0"
+                    and len(digits) >= 9
+                    and len(groups) >= 2
+                    and not _SSN_SHAPE.fullmatch(value)
+                )
+            )
+            if (
+                len(groups) == 3
+                and (re.fullmatch(r"(?:19|20)\d\d", groups[0]) or re.fullmatch(r"(?:19|20)\d\d", groups[2]))
+                and len(groups[1]) <= 2
+            ):
                 continue  # a date: 2026-05-12, 12.05.2026
             lo = max(0, m.start() - 32)
             cue, not_cue = _PHONE_CUE.search(text, lo, m.start()), _PHONE_NOT.search(text, lo, m.start())
@@ -567,10 +842,14 @@ class Redactor:
         pos = 0
         while (m := _IBAN.search(text, pos)) is not None:
             value, pos = m.group(), m.end()
-            while len(value.replace(" ", "").replace("-", "")) >= 15:  # trailing words may have been swallowed: trim back
+            while (
+                len(value.replace(" ", "").replace("-", "")) >= 15
+            ):  # trailing words may have been swallowed: trim back
                 if iban_ok(value.replace("-", "")):
                     out.append(Span(m.start(), m.start() + len(value), "IBAN"))
-                    pos = m.start() + len(value)  # "IBAN: LV59... IBAN NO66 ...": the next one may start in the swallowed part
+                    pos = m.start() + len(
+                        value
+                    )  # "IBAN: LV59... IBAN NO66 ...": the next one may start in the swallowed part
                     break
                 value = value[:-1].rstrip(" -")
             else:
@@ -605,8 +884,13 @@ class Redactor:
         end = span.end
         while True:
             m = _LAST_WORD.search(text, span.start, end)
-            if (not m or m.start() <= span.start or not m.group(2)[0].isupper() or not self._prose(lex.fold(m.group(2)))
-                    or (m.group(3) and lex.fold(m.group(2)) not in _NUMBERED_THINGS)):
+            if (
+                not m
+                or m.start() <= span.start
+                or not m.group(2)[0].isupper()
+                or not self._prose(lex.fold(m.group(2)))
+                or (m.group(3) and lex.fold(m.group(2)) not in _NUMBERED_THINGS)
+            ):
                 break
             end = m.start()
         return span if end == span.end else Span(span.start, end, span.category)
@@ -623,34 +907,54 @@ class Redactor:
                 pos = max(m.start() + 1, m.end("num") if number_first else m.start("num"))
                 start, end = m.start(), m.end()
                 run_s, run_e = m.span("run")
-                words = [(w.start(), w.end(), w.group(), lex.fold(w.group())) for w in _RUN_WORD.finditer(text, run_s, run_e)]
+                words = [
+                    (w.start(), w.end(), w.group(), lex.fold(w.group())) for w in _RUN_WORD.finditer(text, run_s, run_e)
+                ]
                 if not number_first and len(words) > 1 and words[-1][3] in ("no", "nr", "nro", "num"):
                     words.pop()  # "Jalan Pemuda No. 44": the house-number word is not the street's
                 # prose splits the run: lower-case common words ("I'm at Ilica 242", "We upgraded to"),
                 # capitalised function words inside it ("Antwerpen The Premium 12")
-                cut = [i for i, w in enumerate(words) if (w[2][0].islower() and prose(w[3]))
-                       or (i > 0 and w[3] in lex.FUNCTION_WORDS and w[3] not in lex.PARTICLES
-                           and w[3] not in _TYPES_BEFORE and w[3] not in _TYPES_AFTER)]
+                cut = [
+                    i
+                    for i, w in enumerate(words)
+                    if (w[2][0].islower() and prose(w[3]))
+                    or (
+                        i > 0
+                        and w[3] in lex.FUNCTION_WORDS
+                        and w[3] not in lex.PARTICLES
+                        and w[3] not in _TYPES_BEFORE
+                        and w[3] not in _TYPES_AFTER
+                    )
+                ]
                 n_words = len(words)
                 if cut:
-                    words = words[:cut[0]] if number_first else words[cut[-1] + 1:]
+                    words = words[: cut[0]] if number_first else words[cut[-1] + 1 :]
                 if number_first:  # "45 Lý Tự Trọng Thanks": the run ends before prose words
                     while words and prose(words[-1][3]):
                         words.pop()
-                    if (not words or words[0][3] in _NUMBERED_THINGS or (prose(words[0][3]) and words[0][3] != "the")
-                            or _QUANTITY_AFTER.match(text, m.end("num"))
-                            or (m.group("low") and prose(lex.fold(m.group("low").rstrip("."))))):
+                    if (
+                        not words
+                        or words[0][3] in _NUMBERED_THINGS
+                        or (prose(words[0][3]) and words[0][3] != "the")
+                        or _QUANTITY_AFTER.match(text, m.end("num"))
+                        or (m.group("low") and prose(lex.fold(m.group("low").rstrip("."))))
+                    ):
                         continue  # "49, please. We ...", "3 Nights", "14 March"
                     if len(words) < n_words:
                         end = words[-1][1]
-                        if text[end:end + 1] == "." and end - words[-1][0] <= 4:
+                        if text[end : end + 1] == "." and end - words[-1][0] <= 4:
                             end += 1  # "Rd."
                 else:  # "Thanks Ilica 242": the run starts after prose words
-                    while len(words) > 1 and (prose(words[0][3]) or not words[0][2][0].isupper()
-                                              or _ADDR_HEAD.fullmatch(words[0][2])):
+                    while len(words) > 1 and (
+                        prose(words[0][3]) or not words[0][2][0].isupper() or _ADDR_HEAD.fullmatch(words[0][2])
+                    ):
                         words.pop(0)
-                    if (not words or prose(words[0][3]) or words[0][3] in _NUMBERED_THINGS
-                            or words[-1][3] in _NUMBERED_THINGS):
+                    if (
+                        not words
+                        or prose(words[0][3])
+                        or words[0][3] in _NUMBERED_THINGS
+                        or words[-1][3] in _NUMBERED_THINGS
+                    ):
                         continue  # "Chapter 12", "Bogotá Section 4"
                     prefix = lex.fold(text[start:run_s].strip(" ."))
                     if words[0][0] > run_s or (start < run_s and prefix not in _TYPES_BEFORE):
@@ -660,13 +964,20 @@ class Redactor:
                     if _QUANTITY_AFTER.match(text, m.end("num")):
                         continue  # "moved to Berlin 5 years ago"
                 tail_end, strong, weak = self._locality(text, end)
-                unit = (_S_UNIT_OF if number_first and start == m.start() else _S_UNIT_BEFORE).search(text, max(0, start - 24), start)
+                unit = (_S_UNIT_OF if number_first and start == m.start() else _S_UNIT_BEFORE).search(
+                    text, max(0, start - 24), start
+                )
                 if unit:
                     start = unit.start()
                 lo = max(0, start - 60)
-                if not (strong or weak >= 2 or _ADDR_CUE.search(text, lo, start) or _ADDR_JSON.search(text, lo, start)
-                        or _ADDR_AFTER.match(text, tail_end)
-                        or (_ADDR_PREP.search(text, lo, start) and len(re.sub(r"\D", "", m.group("num"))) <= 5)):
+                if not (
+                    strong
+                    or weak >= 2
+                    or _ADDR_CUE.search(text, lo, start)
+                    or _ADDR_JSON.search(text, lo, start)
+                    or _ADDR_AFTER.match(text, tail_end)
+                    or (_ADDR_PREP.search(text, lo, start) and len(re.sub(r"\D", "", m.group("num"))) <= 5)
+                ):
                     continue
                 out.append(Span(start, tail_end, "STREET_ADDRESS"))
                 pos = max(pos, m.end())
@@ -674,8 +985,13 @@ class Redactor:
 
     def _prose(self, folded: str) -> bool:
         """An ordinary English word (not a street-type word, particle or place word)."""
-        return ((folded in self._common or folded in _NUMBERED_THINGS) and folded not in _TYPES_BEFORE
-                and folded not in _TYPES_AFTER and folded not in lex.PARTICLES and folded not in _PLACE_WORDS)
+        return (
+            (folded in self._common or folded in _NUMBERED_THINGS)
+            and folded not in _TYPES_BEFORE
+            and folded not in _TYPES_AFTER
+            and folded not in lex.PARTICLES
+            and folded not in _PLACE_WORDS
+        )
 
     def _locality(self, text: str, pos: int) -> tuple[int, int, int]:
         """(end, strong, weak) of the locality after an address: postcodes, places, units."""
@@ -688,12 +1004,21 @@ class Redactor:
             kind, sep = t.lastgroup, t.group("sep")
             if kind in ("place", "admin", "state", "bare") and not any(c in sep for c in ",\n-/"):
                 break
-            if kind == "place" and "," not in sep and "\n" in sep and not re.match(r"\s*(?:$|\n|,)", text[t.end():t.end() + 3]):
+            if (
+                kind == "place"
+                and "," not in sep
+                and "\n" in sep
+                and not re.match(r"\s*(?:$|\n|,)", text[t.end() : t.end() + 3])
+            ):
                 break  # a next line of chat, not the address's next line
             seg_end, last = t.end(), False
             if kind in ("place", "pc", "pp", "admin"):
                 ws = list(_RUN_WORD.finditer(text, t.start(kind), seg_end))
-                bad = [i for i, w in enumerate(ws) if len(w.group()) > 1 and w.group()[0].isupper() and self._prose(lex.fold(w.group()))]
+                bad = [
+                    i
+                    for i, w in enumerate(ws)
+                    if len(w.group()) > 1 and w.group()[0].isupper() and self._prose(lex.fold(w.group()))
+                ]
                 if bad:  # "1017 Budapest I stayed", "Trondheim Season 2": the place ends before prose
                     if kind in ("pp", "admin") or bad[0] == 0:
                         break
@@ -725,16 +1050,31 @@ class Redactor:
                     segs.append([])
                     titled.append(True)
                     continue
-                if ((f in lex.FUNCTION_WORDS or f in lex.COMMON_WORDS or f in _CONTRACTIONS or f in _NUMBERED_THINGS)
-                        and not (len(w) == 2 and w[1] == ".")):
+                if (
+                    f in lex.FUNCTION_WORDS or f in lex.COMMON_WORDS or f in _CONTRACTIONS or f in _NUMBERED_THINGS
+                ) and not (len(w) == 2 and w[1] == "."):
                     k = words.index((ws, we, w))
-                    if (not segs[-1] and w[0].isupper() and k + 1 < len(words)
-                            and (f in _names_all() or f in _SHORT_FAMILY or _LABEL.search(text, max(0, base + ws - 32), base + ws) is not None)
-                            and lex.fold(words[k + 1][2]) not in lex.FUNCTION_WORDS
-                            and _CUE_BEFORE.search(text, max(0, base + ws - 48), base + ws) is not None):
+                    if (
+                        not segs[-1]
+                        and w[0].isupper()
+                        and k + 1 < len(words)
+                        and (
+                            f in _names_all()
+                            or f in _SHORT_FAMILY
+                            or _LABEL.search(text, max(0, base + ws - 32), base + ws) is not None
+                        )
+                        and lex.fold(words[k + 1][2]) not in lex.FUNCTION_WORDS
+                        and _CUE_BEFORE.search(text, max(0, base + ws - 48), base + ws) is not None
+                    ):
                         segs[-1].append((base + ws, base + we, w))  # "Name: Do Duc", "my name is May Chen"
                         continue
-                    if segs[-1] and w[0].isupper() and (ws, we, w) == words[-1] and f in _names_all() and f not in _NEVER_SURNAME:
+                    if (
+                        segs[-1]
+                        and w[0].isupper()
+                        and (ws, we, w) == words[-1]
+                        and f in _names_all()
+                        and f not in _NEVER_SURNAME
+                    ):
                         segs[-1].append((base + ws, base + we, w))  # "Garrett Best", "Theresa May"
                         continue
                     if segs[-1]:
@@ -755,16 +1095,21 @@ class Redactor:
                 if seg[-1][2][-2:] in ("'s", "’s") and len(seg[-1][2]) > 3:
                     e -= 2  # "Adebayo's order": the possessive is not part of the name
                 names = [lex.fold(w) for _, _, w in seg if w[0].isupper() or lex.fold(w) not in lex.PARTICLES]
-                cue = title or _CUE_BEFORE.search(text, max(0, s - 48), s) is not None \
-                    or _JSON_KEY.search(text, max(0, s - 40), s) is not None or _CUE_AFTER.match(text, e) is not None \
-                    or _CUE_INTL.search(text, max(0, s - 40), s) is not None or _TITLE_CUE.search(text, max(0, s - 12), s) is not None
+                cue = (
+                    title
+                    or _CUE_BEFORE.search(text, max(0, s - 48), s) is not None
+                    or _JSON_KEY.search(text, max(0, s - 40), s) is not None
+                    or _CUE_AFTER.match(text, e) is not None
+                    or _CUE_INTL.search(text, max(0, s - 40), s) is not None
+                    or _TITLE_CUE.search(text, max(0, s - 12), s) is not None
+                )
                 known = [n for n in names if (n in first or n in last or n.replace("'", "") in last)]
                 if cue:
                     ok = not all(n in common for n in names) or len(names) > 1 or title
                 elif known:
                     plain = [n for n in names if n not in common]
                     ok = bool(plain) and (len(names) > 1 or names[0] in first) and any(n not in common for n in known)
-                    if ok and len(names) == 1 and (re.match(r" \d", text[e:e + 2]) or text[e:e + 1] == ":"):
+                    if ok and len(names) == 1 and (re.match(r" \d", text[e : e + 2]) or text[e : e + 1] == ":"):
                         ok = False  # "Berlin 2 : Munich 1", "Handy: 0171 ...": a lone listed name before a number or a colon
                 else:
                     ok = False
@@ -781,9 +1126,14 @@ class Redactor:
                 if not sur.isupper() or len(sur) < 2 or lex.fold(sur) in common or lex.fold(given.split()[0]) in common:
                     continue
                 s, e = m.start(), m.start(2) + len(given)
-                if (_CUE_BEFORE.search(text, max(0, s - 48), s) or _CUE_INTL.search(text, max(0, s - 40), s)
-                        or _JSON_KEY.search(text, max(0, s - 40), s) or _CUE_AFTER.match(text, e)
-                        or lex.fold(given.split()[0]) in first or lex.fold(sur) in last):
+                if (
+                    _CUE_BEFORE.search(text, max(0, s - 48), s)
+                    or _CUE_INTL.search(text, max(0, s - 40), s)
+                    or _JSON_KEY.search(text, max(0, s - 40), s)
+                    or _CUE_AFTER.match(text, e)
+                    or lex.fold(given.split()[0]) in first
+                    or lex.fold(sur) in last
+                ):
                     out.append(Span(s, e, "PERSON"))
         # lower-case names after a label ("Recipient: katarzyna tamm", "ask for kimura shota")
         low = text.lower()
@@ -799,8 +1149,15 @@ class Redactor:
                 span = self._lower_name(text, m.start(1), m.group(1), strong=True)
                 if span is not None:
                     out.append(span)
-        if ("here" in text or "speaking" in text or "name" in text.lower() or " am " in text or "'m " in text or "'s " in text
-                or " is " in text):
+        if (
+            "here" in text
+            or "speaking" in text
+            or "name" in text.lower()
+            or " am " in text
+            or "'m " in text
+            or "'s " in text
+            or " is " in text
+        ):
             for rx in (_STRONG_LOWER, _HERE_LOWER):
                 for m in rx.finditer(text):
                     span = self._lower_name(text, m.start(1), m.group(1))
@@ -811,7 +1168,10 @@ class Redactor:
     def _lower_name(self, text: str, start: int, group: str, strong: bool = False) -> Span | None:
         first, last, common = self._first, self._last, self._common
         words = group.split(" ")
-        strong = strong or re.search(r"(?i)(?:name(?: is|'s|:)|call me|called)\s+$", text[max(0, start - 16):start]) is not None
+        strong = (
+            strong
+            or re.search(r"(?i)(?:name(?: is|'s|:)|call me|called)\s+$", text[max(0, start - 16) : start]) is not None
+        )
         take = []
         for k, w in enumerate(words):
             f = lex.fold(w.rstrip("."))
@@ -822,24 +1182,39 @@ class Redactor:
                 break  # "juhani lindgren Kontoinhaber: ...": the name ends before the next capitalised word
             if f in lex.FUNCTION_WORDS or f in common or f in lex.COMMON_WORDS:
                 # East Asian family names that are also English words ("my name is do minh", "ha eun")
-                if not (strong and k == 0 and f in _SHORT_FAMILY and len(words) > 1
-                        and lex.fold(words[1]) not in common and lex.fold(words[1]) not in lex.FUNCTION_WORDS):
+                if not (
+                    strong
+                    and k == 0
+                    and f in _SHORT_FAMILY
+                    and len(words) > 1
+                    and lex.fold(words[1]) not in common
+                    and lex.fold(words[1]) not in lex.FUNCTION_WORDS
+                ):
                     break
             take.append(w)
         if take and take[-1].endswith(".") and len(take[-1]) > 2:
             take[-1] = take[-1][:-1]  # "my name is sourav.": the full stop is not part of the name
-        if take and (lex.fold(take[0].rstrip(".")) in lex.TITLES or (len(take[0]) == 2 and take[0][1] == ".")) and len(take) == 1:
+        if (
+            take
+            and (lex.fold(take[0].rstrip(".")) in lex.TITLES or (len(take[0]) == 2 and take[0][1] == "."))
+            and len(take) == 1
+        ):
             return None
         if not take or any(w[0].isupper() for w in take):  # capitalised ones are the main pass's job
             return None
-        here = re.match(r"[,]? (?:here|speaking|from)\b", text[start + len(" ".join(take)):]) is not None
-        strong = strong or (here and re.search(r"(?i)\b(?:this is|it's|it is)\s+$", text[max(0, start - 12):start]) is not None)
-        after = text[start + len(" ".join(take)):start + len(" ".join(take)) + 1]
-        if (len(take) >= 2 and after in ("", ",", ".", "!", "\n")
-                and re.search(r"(?i)\b(?:i'm|i am|this is|it's|it is)\s+$", text[max(0, start - 10):start])):
+        here = re.match(r"[,]? (?:here|speaking|from)\b", text[start + len(" ".join(take)) :]) is not None
+        strong = strong or (
+            here and re.search(r"(?i)\b(?:this is|it's|it is)\s+$", text[max(0, start - 12) : start]) is not None
+        )
+        after = text[start + len(" ".join(take)) : start + len(" ".join(take)) + 1]
+        if (
+            len(take) >= 2
+            and after in ("", ",", ".", "!", "\n")
+            and re.search(r"(?i)\b(?:i'm|i am|this is|it's|it is)\s+$", text[max(0, start - 10) : start])
+        ):
             strong = True  # "I'm giorgos georgiou, booking for two"
         known = any(lex.fold(w) in first or lex.fold(w) in last for w in take)
-        here = re.match(r"[,]? (?:here|speaking)\b", text[start + len(" ".join(take)):]) is not None
+        here = re.match(r"[,]? (?:here|speaking)\b", text[start + len(" ".join(take)) :]) is not None
         if known or strong or here:
             return Span(start, start + len(" ".join(take)), "PERSON")
         return None
@@ -884,34 +1259,53 @@ class Redactor:
             out = "".join(str(rng.randrange(10)) if c.isdigit() else c for c in value)
             if category == "US_SSN":  # area 9xx is never issued: the stand-in cannot be a real SSN
                 i = next(i for i, c in enumerate(out) if c.isdigit())
-                out = out[:i] + "9" + out[i + 1:]
+                out = out[:i] + "9" + out[i + 1 :]
             if category == "CREDIT_CARD" and luhn_ok(re.sub(r"\D", "", out)):  # never emit a valid card number
                 i = max(i for i, c in enumerate(out) if c.isdigit())
-                out = out[:i] + str((int(out[i]) + 1) % 10) + out[i + 1:]
+                out = out[:i] + str((int(out[i]) + 1) % 10) + out[i + 1 :]
             return out
         if category == "NATIONAL_ID":  # same characters classes and case; never a valid number
             for _ in range(20):
-                out = "".join(str(rng.randrange(10)) if c.isdigit() else
-                              (rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") if c.isupper() else rng.choice("abcdefghjkmnprstuvwxyz"))
-                              if c.isalpha() else c for c in value)
+                out = "".join(
+                    str(rng.randrange(10))
+                    if c.isdigit()
+                    else (
+                        rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") if c.isupper() else rng.choice("abcdefghjkmnprstuvwxyz")
+                    )
+                    if c.isalpha()
+                    else c
+                    for c in value
+                )
                 if not national_id_ok(out):
                     return out
             return out
         if category == "IBAN":
-            body = "".join(str(rng.randrange(10)) if c.isdigit() else
-                           ((rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") if c.isupper() else rng.choice("abcdefghjkmnprstuvwxyz"))
-                            if c.isalpha() else c) for c in value[4:])
+            body = "".join(
+                str(rng.randrange(10))
+                if c.isdigit()
+                else (
+                    (rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") if c.isupper() else rng.choice("abcdefghjkmnprstuvwxyz"))
+                    if c.isalpha()
+                    else c
+                )
+                for c in value[4:]
+            )
             fake = f"{value[:2]}00{body}"
             if iban_ok(fake):  # never emit a valid IBAN
                 i = max(i for i, c in enumerate(fake) if c.isdigit())
-                fake = fake[:i] + str((int(fake[i]) + 1) % 10) + fake[i + 1:]
+                fake = fake[:i] + str((int(fake[i]) + 1) % 10) + fake[i + 1 :]
             return fake
         if category == "IP_ADDRESS":
             if ":" in value:
-                out = "".join(rng.choice("0123456789") if c.isdigit() else (rng.choice("abcdef") if c.isalpha() else c) for c in value)
+                out = "".join(
+                    rng.choice("0123456789") if c.isdigit() else (rng.choice("abcdef") if c.isalpha() else c)
+                    for c in value
+                )
                 return out  # same character classes (digits, a-f), so the same token count
             octets = value.split(".")
-            first = {1: "0", 2: "10"}.get(len(octets[0]), "24" + str(rng.randrange(10)))  # 0/8, 10/8, 240/4: never public
+            first = {1: "0", 2: "10"}.get(
+                len(octets[0]), "24" + str(rng.randrange(10))
+            )  # 0/8, 10/8, 240/4: never public
             return ".".join([first] + ["".join(str(rng.randrange(10)) for _ in o) for o in octets[1:]])
         # letters: every word rebuilt (same case, same token count), kept words and punctuation kept
         keep = _KEEP_PERSON if category == "PERSON" else _KEEP_ADDRESS
@@ -922,8 +1316,12 @@ class Redactor:
             if not part:
                 continue
             if part.isdigit():
-                out.append("".join(str(rng.randrange(1, 10)) if j == 0 and len(part) > 1 else str(rng.randrange(10))
-                                   for j in range(len(part))))
+                out.append(
+                    "".join(
+                        str(rng.randrange(1, 10)) if j == 0 and len(part) > 1 else str(rng.randrange(10))
+                        for j in range(len(part))
+                    )
+                )
             elif part[0].isalpha() and len(part) == 1:
                 out.append(part)  # an initial or a unit letter ("39B") identifies nobody
             elif part[0].isalpha():
@@ -953,7 +1351,9 @@ class Redactor:
         pieces = self._piece_pool()
         best, best_gap = None, None
         for _ in range(10):
-            w = case(rng.choice(pieces["head"]) + "".join(rng.choice(pieces["tail"]) for _ in range(max(0, target - 1))))
+            w = case(
+                rng.choice(pieces["head"]) + "".join(rng.choice(pieces["tail"]) for _ in range(max(0, target - 1)))
+            )
             if lex.fold(w) in first or lex.fold(w) in last or w.lower() == word.lower():
                 continue
             gap = abs(self._count(w, space) - target)
@@ -990,7 +1390,9 @@ class Redactor:
                 if tok == core:
                     tail.append(core)
                     head.append(core)
-            head = sorted(h for h in head if self._count(h.capitalize(), True) == 1 and self._count(h, True) <= 2)[:3000]
+            head = sorted(h for h in head if self._count(h.capitalize(), True) == 1 and self._count(h, True) <= 2)[
+                :3000
+            ]
             tail = sorted(t for t in tail if len(t) >= 2)[:3000]
             self._pieces = {"head": tuple(head) or _SYLLABLES, "tail": tuple(tail) or _SYLLABLES}
         return self._pieces
@@ -1013,9 +1415,9 @@ class Redactor:
             return text
         parts, pos = [], 0
         for s in spans:
-            parts.append(text[pos:s.start])
+            parts.append(text[pos : s.start])
             lead = s.start > 0 and text[s.start - 1] == " "
-            parts.append(self.replacement(s.category, text[s.start:s.end], lead))
+            parts.append(self.replacement(s.category, text[s.start : s.end], lead))
             self.counts[s.category] += 1
             pos = s.end
         parts.append(text[pos:])
@@ -1031,8 +1433,14 @@ class Redactor:
             if isinstance(content, str):
                 m2["content"] = self.redact_text(content)
             elif isinstance(content, list):
-                m2["content"] = [({**p, "text": self.redact_text(p["text"])} if isinstance(p, dict) and isinstance(p.get("text"), str) else p)
-                                 for p in content]
+                m2["content"] = [
+                    (
+                        {**p, "text": self.redact_text(p["text"])}
+                        if isinstance(p, dict) and isinstance(p.get("text"), str)
+                        else p
+                    )
+                    for p in content
+                ]
             if isinstance(m.get("name"), str):
                 m2["name"] = self.redact_text(m["name"])
             if m.get("tool_calls"):

@@ -75,8 +75,9 @@ class SessionTracker:
     by_prefix: dict[bytes, list[_Session]] = field(default_factory=dict)
     count: int = 0
 
-    def add(self, arrival_s: float, body: dict, key: str | None = None,
-            latency_s: float | None = None) -> tuple[str, int, float | None]:
+    def add(
+        self, arrival_s: float, body: dict, key: str | None = None, latency_s: float | None = None
+    ) -> tuple[str, int, float | None]:
         """(session id, turn number from 0, think time before this turn in seconds; None for turn 0)."""
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         session = None

@@ -81,20 +81,23 @@ def content_indices(block_ids: list[int], start: int, end: int, text: BlockText)
     parts = []
     for k in range(start // b, (end - 1) // b + 1):
         lo, hi = max(start, k * b), min(end, (k + 1) * b)
-        parts.append(text.words(block_ids[k])[lo - k * b: hi - k * b])
+        parts.append(text.words(block_ids[k])[lo - k * b : hi - k * b])
     return np.concatenate(parts)
 
 
-def synthesise(tok: ChatTokenizer, targets: np.ndarray, block_ids: list[list[int]], block: int, seed: int = 0,
-               max_rounds: int = 4) -> tuple[list[str], np.ndarray, list[np.ndarray]]:
+def synthesise(
+    tok: ChatTokenizer, targets: np.ndarray, block_ids: list[list[int]], block: int, seed: int = 0, max_rounds: int = 4
+) -> tuple[list[str], np.ndarray, list[np.ndarray]]:
     """User-message texts whose templated prompts have ``targets`` tokens; returns
     (texts, actual prompt token counts, token ids). ``block_ids[i]`` must cover
     ceil(targets[i] / block) blocks."""
     words = np.array(single_token_words(tok), dtype=object)
     frame = template_frame(tok)
     if frame.prefix_tokens >= block:
-        raise ValueError(f"the chat template puts {frame.prefix_tokens} tokens before the user text, not fewer than "
-                         f"the (scaled) block of {block} tokens: raise traffic.length_scale")
+        raise ValueError(
+            f"the chat template puts {frame.prefix_tokens} tokens before the user text, not fewer than "
+            f"the (scaled) block of {block} tokens: raise traffic.length_scale"
+        )
     text = BlockText(len(words), block, seed)
     n = len(targets)
     idx: list[np.ndarray] = []

@@ -45,7 +45,9 @@ def chat_messages(body: dict) -> list[dict]:
         m = dict(m)
         content = m.get("content")
         if isinstance(content, list):
-            m["content"] = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+            m["content"] = "\n".join(
+                p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"
+            )
         elif content is None:
             m["content"] = ""
         out.append(m)
@@ -87,15 +89,19 @@ class ChatTokenizer:
         if jinja_file.exists():
             template = jinja_file.read_text()
         if not template:
-            raise ValueError(f"{directory}: no chat template (neither chat_template.jinja nor tokenizer_config.json "
-                             "'chat_template'); the endpoint's prompts cannot be counted without it")
+            raise ValueError(
+                f"{directory}: no chat template (neither chat_template.jinja nor tokenizer_config.json "
+                "'chat_template'); the endpoint's prompts cannot be counted without it"
+            )
         special = {k: _token_str(config.get(k)) or "" for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
         return cls(Tokenizer.from_file(str(tok_file)), template, special, cache_entries)
 
     def render(self, body: dict) -> str:
         """The prompt text the engine builds for a chat-completions request body."""
         tools = body.get("tools") or None
-        return self.template.render(messages=chat_messages(body), tools=tools, add_generation_prompt=True, **self.special)
+        return self.template.render(
+            messages=chat_messages(body), tools=tools, add_generation_prompt=True, **self.special
+        )
 
     def render_messages(self, messages: list[dict]) -> str:
         return self.render({"messages": messages})
@@ -128,7 +134,9 @@ class ChatTokenizer:
 
     def encode_whole(self, texts: list[str]) -> list[np.ndarray]:
         """Whole-prompt encoding (no cache): the reference the segment path must equal."""
-        return [np.asarray(e.ids, dtype=np.uint32) for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        return [
+            np.asarray(e.ids, dtype=np.uint32) for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        ]
 
     def encode_bodies(self, bodies: list[dict]) -> list[np.ndarray]:
         return self.encode_texts([self.render(b) for b in bodies])

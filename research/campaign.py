@@ -34,8 +34,8 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, Field
 
-from autoresearch.config import CampaignSpec, EndpointSpec
-from autoresearch.engine_args import REMOVE, apply_diff, diff_args
+from specs.config import CampaignSpec, EndpointSpec
+from specs.engine_args import REMOVE, apply_diff, diff_args
 from loadgen.results import Comparison, NoiseFloor, SweepResult
 from research.correctness import CorrectnessThresholds
 from research.harness import CandidateResult, Progress, SweepFn, run_candidate, stop_orphan
@@ -110,9 +110,11 @@ class Limits:
 
     @classmethod
     def of(cls, campaign: CampaignSpec, endpoint: EndpointSpec) -> "Limits":
-        return cls(deadline_s=60 * min(campaign.deadline_minutes, endpoint.budget.wall_clock_minutes),
-                   gpu_hours=min(campaign.gpu_hours, endpoint.budget.gpu_hours),
-                   units=endpoint.hardware.capacity_divisor)
+        return cls(
+            deadline_s=60 * min(campaign.deadline_minutes, endpoint.budget.wall_clock_minutes),
+            gpu_hours=min(campaign.gpu_hours, endpoint.budget.gpu_hours),
+            units=endpoint.hardware.capacity_divisor,
+        )
 
 
 #: before this campaign has measured anything: a launch, and per step its duration plus warm-up and
@@ -131,28 +133,37 @@ def estimate_seconds(state: CampaignState, endpoint: EndpointSpec, sweeps: int, 
     if state.sweep_s:
         per_sweep = max(state.sweep_s[-6:])  # recent sweeps; the slowest, since ladders differ in length
     else:
-        steps = (len(endpoint.sweep.rates) + endpoint.sweep.refine_steps) if endpoint.sweep.rates \
+        steps = (
+            (len(endpoint.sweep.rates) + endpoint.sweep.refine_steps)
+            if endpoint.sweep.rates
             else endpoint.sweep.max_steps
+        )
         per_sweep = steps * (endpoint.sweep.step_duration_s * PRIOR_STEP_OVERHEAD + PRIOR_STEP_EXTRA_S)
     return launches * startup + sweeps * per_sweep
 
 
-def budget_problem(state: CampaignState, store: StateStore, limits: Limits, estimate_s: float,
-                   running_s: float = 0.0) -> str | None:
+def budget_problem(
+    state: CampaignState, store: StateStore, limits: Limits, estimate_s: float, running_s: float = 0.0
+) -> str | None:
     """Why the next experiment must not start (launch check), or None when it fits.
 
     ``running_s``: estimated seconds of the experiments still running beside it (parallel candidates);
     not charged yet, their GPU-hours are counted as committed."""
     elapsed = store.elapsed_s(state)
     if elapsed + estimate_s > limits.deadline_s:
-        return (f"deadline: the next experiment (about {estimate_s / 60:.1f} min) would not finish within the "
-                f"{limits.deadline_s / 60:.0f} min deadline ({elapsed / 60:.1f} min used)")
+        return (
+            f"deadline: the next experiment (about {estimate_s / 60:.1f} min) would not finish within the "
+            f"{limits.deadline_s / 60:.0f} min deadline ({elapsed / 60:.1f} min used)"
+        )
     cost = estimate_s / 3600 * limits.units
     committed = state.gpu_hours_used + running_s / 3600 * limits.units
     if committed + cost > limits.gpu_hours:
-        return (f"budget: the next experiment (about {cost:.3f} GPU-h) would exceed the {limits.gpu_hours} GPU-h "
-                f"budget ({state.gpu_hours_used:.3f} used" + (f", {committed - state.gpu_hours_used:.3f} running"
-                                                             if running_s else "") + ")")
+        return (
+            f"budget: the next experiment (about {cost:.3f} GPU-h) would exceed the {limits.gpu_hours} GPU-h "
+            f"budget ({state.gpu_hours_used:.3f} used"
+            + (f", {committed - state.gpu_hours_used:.3f} running" if running_s else "")
+            + ")"
+        )
     return None
 
 
@@ -171,8 +182,13 @@ def total_gain(reference: BaselineRecord | None, best: BaselineRecord | None) ->
 
 def contender(record: ExperimentRecord) -> Contender:
     """An experiment record as the adoption rule (research.loop.pick_winner) sees it."""
-    return Contender(id=record.experiment_id, confirmed=record.confirmed, lossy=record.lossy,
-                     capacity=record.capacity_mean, change_size=len(record.diff))
+    return Contender(
+        id=record.experiment_id,
+        confirmed=record.confirmed,
+        lossy=record.lossy,
+        capacity=record.capacity_mean,
+        change_size=len(record.diff),
+    )
 
 
 def workload_signature(pool: pl.DataFrame) -> str:
@@ -207,13 +223,20 @@ def _default_compare(noise: NoiseFloor, sweeps: list[SweepResult]) -> Comparison
 def _default_diagnose(campaign: CampaignSpec, workdir: Path, progress: Progress) -> DiagnoseFn:
     """research.loop.diagnose_step on the working baseline's own sweeps and the pool."""
 
-    def diagnose(endpoint: EndpointSpec, baseline: BaselineRecord, pool: pl.DataFrame,
-                 state: CampaignState) -> dict[str, Any]:
+    def diagnose(
+        endpoint: EndpointSpec, baseline: BaselineRecord, pool: pl.DataFrame, state: CampaignState
+    ) -> dict[str, Any]:
         from research.loop import diagnose_step
 
         spec = endpoint.with_engine_args(list(baseline.engine_args))
-        found = diagnose_step(spec, pool, baseline.sweeps, profile_seconds=campaign.profile_seconds,
-                              workdir=workdir / f"diagnosis-{len(state.rounds) + 1}", progress=progress)
+        found = diagnose_step(
+            spec,
+            pool,
+            baseline.sweeps,
+            profile_seconds=campaign.profile_seconds,
+            workdir=workdir / f"diagnosis-{len(state.rounds) + 1}",
+            progress=progress,
+        )
         return found.model_dump(mode="json")
 
     return diagnose
@@ -222,27 +245,46 @@ def _default_diagnose(campaign: CampaignSpec, workdir: Path, progress: Progress)
 def proposal_record(proposal: Any) -> ProposalRecord:
     """Reduce a research.proposals.Proposal to what the campaign stores."""
     iv = proposal.intervention
-    return ProposalRecord(proposal_id=proposal.proposal_id, title=iv.describe(), technique=iv.technique,
-                          bottleneck=proposal.bottleneck, engine_arg_diff=dict(iv.engine_arg_diff), lossy=iv.lossy,
-                          explanation=proposal.explanation, prediction=proposal.prediction,
-                          falsification=proposal.falsification, source=proposal.source,
-                          raw=proposal.model_dump(mode="json"))
+    return ProposalRecord(
+        proposal_id=proposal.proposal_id,
+        title=iv.describe(),
+        technique=iv.technique,
+        bottleneck=proposal.bottleneck,
+        engine_arg_diff=dict(iv.engine_arg_diff),
+        lossy=iv.lossy,
+        explanation=proposal.explanation,
+        prediction=proposal.prediction,
+        falsification=proposal.falsification,
+        source=proposal.source,
+        raw=proposal.model_dump(mode="json"),
+    )
 
 
 def _default_propose(mode: str, memory=None) -> ProposeFn:
     """The orchestrator (research.loop.propose_step): LLM subagents when configured, rules otherwise."""
 
-    def propose(endpoint: EndpointSpec, diagnosis: dict[str, Any], state: CampaignState, n: int,
-                skip: list[str]) -> list[ProposalRecord]:
+    def propose(
+        endpoint: EndpointSpec, diagnosis: dict[str, Any], state: CampaignState, n: int, skip: list[str]
+    ) -> list[ProposalRecord]:
         from research.loop import propose_step
         from research.proposals import Diagnosis
 
         working = state.working
-        batch = propose_step(endpoint.with_engine_args(list(working.engine_args)), Diagnosis.model_validate(diagnosis),
-                             n=n, mode=mode, campaign_id=state.campaign_id,
-                             experiment_id=f"round-{len(state.rounds) + 1}", memory=memory, skip=skip,
-                             baseline={"capacity_rps": working.capacity, "noise_threshold": working.noise.threshold,
-                                       "capacities": working.noise.capacities})
+        batch = propose_step(
+            endpoint.with_engine_args(list(working.engine_args)),
+            Diagnosis.model_validate(diagnosis),
+            n=n,
+            mode=mode,
+            campaign_id=state.campaign_id,
+            experiment_id=f"round-{len(state.rounds) + 1}",
+            memory=memory,
+            skip=skip,
+            baseline={
+                "capacity_rps": working.capacity,
+                "noise_threshold": working.noise.threshold,
+                "capacities": working.noise.capacities,
+            },
+        )
         return [proposal_record(p) for p in batch.proposals]
 
     return propose
@@ -254,10 +296,23 @@ class Paused(Exception):
 
 
 class _Campaign:
-    def __init__(self, campaign: CampaignSpec, endpoint: EndpointSpec, state_dir: Path, memory, proposer: str,
-                 progress: Progress, pool: pl.DataFrame | None, sweep_fn: SweepFn | None, noise_fn: NoiseFn | None,
-                 compare_fn: CompareFn | None, diagnose_fn: DiagnoseFn | None, propose_fn: ProposeFn | None,
-                 thresholds: CorrectnessThresholds | None, stop_after_s: float | None = None):
+    def __init__(
+        self,
+        campaign: CampaignSpec,
+        endpoint: EndpointSpec,
+        state_dir: Path,
+        memory,
+        proposer: str,
+        progress: Progress,
+        pool: pl.DataFrame | None,
+        sweep_fn: SweepFn | None,
+        noise_fn: NoiseFn | None,
+        compare_fn: CompareFn | None,
+        diagnose_fn: DiagnoseFn | None,
+        propose_fn: ProposeFn | None,
+        thresholds: CorrectnessThresholds | None,
+        stop_after_s: float | None = None,
+    ):
         self.campaign, self.endpoint, self.memory, self.progress = campaign, endpoint, memory, progress
         self.stop_after_s, self.call_started = stop_after_s, time.monotonic()
         self.state_dir = Path(state_dir)
@@ -270,8 +325,10 @@ class _Campaign:
             from engines.gpu_lease import host_gpus
 
             if not host_gpus():  # nothing to pin engines to: parallel engines would share GPUs
-                progress(f"no GPUs known on this host (AUTORESEARCH_GPUS unset, no NVML): experiments run "
-                         f"one at a time, not {self.concurrent}")
+                progress(
+                    f"no GPUs known on this host (AUTORESEARCH_GPUS unset, no NVML): experiments run "
+                    f"one at a time, not {self.concurrent}"
+                )
                 self.concurrent = 1
         self.sweep_fn, self.thresholds = sweep_fn, thresholds
         self.noise_fn = noise_fn or _default_noise
@@ -290,11 +347,16 @@ class _Campaign:
         if loaded is not None:
             loaded.resumes += 1
             self.state = loaded
-            progress(f"resuming campaign {campaign.name} ({len(loaded.experiments)} experiments recorded, "
-                     f"{loaded.active_seconds / 60:.1f} min used)")
+            progress(
+                f"resuming campaign {campaign.name} ({len(loaded.experiments)} experiments recorded, "
+                f"{loaded.active_seconds / 60:.1f} min used)"
+            )
         else:
-            self.state = CampaignState(campaign=campaign.name, endpoint=endpoint.name,
-                                       campaign_id=f"{campaign.name}-{time.strftime('%Y%m%dT%H%M%S')}")
+            self.state = CampaignState(
+                campaign=campaign.name,
+                endpoint=endpoint.name,
+                campaign_id=f"{campaign.name}-{time.strftime('%Y%m%dT%H%M%S')}",
+            )
         self.pool = pool if pool is not None else self._pool()
         self.signature = workload_signature(self.pool)
 
@@ -307,14 +369,16 @@ class _Campaign:
         path = self.state_dir / f"{self.campaign.name}.pool.parquet"
         if path.exists():
             return pl.read_parquet(path)
-        from autoresearch.models import tokenizer_dir
+        from specs.models import tokenizer_dir
         from replay.build import build_pool
 
         self.progress(f"building the replay pool for {self.endpoint.name}")
         build = build_pool(self.endpoint, tokenizer_dir(self.endpoint.model.path), self.state_dir / "pool")
         if not build.fidelity.passed:
-            self.progress("  warning: the replay pool fails its fidelity check: "
-                          + ", ".join(r.name for r in build.fidelity.failures))
+            self.progress(
+                "  warning: the replay pool fails its fidelity check: "
+                + ", ".join(r.name for r in build.fidelity.failures)
+            )
         pool = build.pool
         pool.write_parquet(path)
         return pool
@@ -341,9 +405,11 @@ class _Campaign:
         if problem is None and self.stop_after_s is not None:
             used = time.monotonic() - self.call_started
             if used + estimate_s > self.stop_after_s:
-                raise Paused(f"paused: the next experiment (about {estimate_s / 60:.1f} min) does not fit the "
-                             f"{self.stop_after_s / 60:.1f} min left to this call ({used / 60:.1f} min used); "
-                             "run the campaign again to resume")
+                raise Paused(
+                    f"paused: the next experiment (about {estimate_s / 60:.1f} min) does not fit the "
+                    f"{self.stop_after_s / 60:.1f} min left to this call ({used / 60:.1f} min used); "
+                    "run the campaign again to resume"
+                )
         return problem
 
     def _charge(self, result: CandidateResult) -> None:
@@ -353,22 +419,47 @@ class _Campaign:
             self.state.startup_s.append(round(result.startup_s, 2))
         self.state.sweep_s.extend(round(t, 2) for t in result.sweep_wall_s)
 
-    def _measure(self, args: list[str], repeats: int, *, noise: NoiseFloor | None, lossy: bool = False,
-                 capture: bool = False, check: bool = True, progress: Progress | None = None) -> CandidateResult:
+    def _measure(
+        self,
+        args: list[str],
+        repeats: int,
+        *,
+        noise: NoiseFloor | None,
+        lossy: bool = False,
+        capture: bool = False,
+        check: bool = True,
+        progress: Progress | None = None,
+    ) -> CandidateResult:
         reference = None
         if check and not capture and self.state.reference is not None:
             reference = self.state.reference_outputs.get(_config_hash(self.endpoint, self.state.reference.engine_args))
-        label = "baseline" if capture else experiment_id("run", self.state.working.engine_args if self.state.working
-                                                         else [], args, repeats)
+        label = (
+            "baseline"
+            if capture
+            else experiment_id("run", self.state.working.engine_args if self.state.working else [], args, repeats)
+        )
         workdir = self.workdir / f"{label}-{len(self.state.experiments)}-{int(time.time())}"
         # one active file per engine: parallel experiments each record their own (see stop_orphan)
-        return run_candidate(self.endpoint, args, self.pool, noise, repeats, lossy=lossy, reference=reference,
-                             capture=capture, thresholds=self.thresholds, workdir=workdir,
-                             active_file=self.workdir / f"active_engine.{label}.json", sweep_fn=self.sweep_fn,
-                             compare_fn=self.compare_fn, progress=progress or self.progress,
-                             extra_repeats=self.campaign.extra_repeats,
-                             baseline_sustained=self.state.working.soak.sustained_rate
-                             if self.state.working is not None and self.state.working.soak is not None else None)
+        return run_candidate(
+            self.endpoint,
+            args,
+            self.pool,
+            noise,
+            repeats,
+            lossy=lossy,
+            reference=reference,
+            capture=capture,
+            thresholds=self.thresholds,
+            workdir=workdir,
+            active_file=self.workdir / f"active_engine.{label}.json",
+            sweep_fn=self.sweep_fn,
+            compare_fn=self.compare_fn,
+            progress=progress or self.progress,
+            extra_repeats=self.campaign.extra_repeats,
+            baseline_sustained=self.state.working.soak.sustained_rate
+            if self.state.working is not None and self.state.working.soak is not None
+            else None,
+        )
 
     # -- steps --------------------------------------------------------------------------------
     def baseline(self) -> str | None:
@@ -387,13 +478,21 @@ class _Campaign:
             self.save()
             return f"baseline invalid: {result.invalid_reason or 'no reference outputs'}"
         noise = self.noise_fn(result.sweeps)
-        record = BaselineRecord(engine_args=args, sweeps=result.sweeps, noise=noise, identity=result.identity,
-                                wall_s=result.wall_s, soak=result.soak)
+        record = BaselineRecord(
+            engine_args=args,
+            sweeps=result.sweeps,
+            noise=noise,
+            identity=result.identity,
+            wall_s=result.wall_s,
+            soak=result.soak,
+        )
         self.state.reference = self.state.working = record
         self.state.baselines.append(record)
         self.state.reference_outputs[_config_hash(self.endpoint, args)] = result.reference
-        self.progress(f"baseline capacity {noise.capacity_mean:.3g} req/s (spread {noise.capacity_rel_spread:.1%} "
-                      f"over {noise.repeats} sweeps: {noise.capacities})")
+        self.progress(
+            f"baseline capacity {noise.capacity_mean:.3g} req/s (spread {noise.capacity_rel_spread:.1%} "
+            f"over {noise.repeats} sweeps: {noise.capacities})"
+        )
         self._memory("campaign", lambda: self.memory.record_campaign(self._campaign_record("running")))
         for i, sweep in enumerate(result.sweeps):
             self._record_run(sweep, f"{self.state.campaign_id}-baseline-{i}", "baseline", None)
@@ -405,23 +504,40 @@ class _Campaign:
             return
         from memory_db.records import RunRecord
 
-        self._memory("run", lambda: self.memory.record_run(RunRecord.from_sweep(
-            sweep, run_id=run_id, kind=kind, campaign_id=self.state.campaign_id, experiment_id=experiment,
-            price_per_gpu_hour_usd=self.endpoint.hardware.price_per_gpu_hour_usd)))
+        self._memory(
+            "run",
+            lambda: self.memory.record_run(
+                RunRecord.from_sweep(
+                    sweep,
+                    run_id=run_id,
+                    kind=kind,
+                    campaign_id=self.state.campaign_id,
+                    experiment_id=experiment,
+                    price_per_gpu_hour_usd=self.endpoint.hardware.price_per_gpu_hour_usd,
+                )
+            ),
+        )
 
     def _campaign_record(self, status: str):
         from memory_db.records import CampaignRecord
 
         ref, best = self.state.reference, self.state.working
         return CampaignRecord(
-            campaign_id=self.state.campaign_id, campaign=self.campaign.name, endpoint=self.endpoint.name, status=status,
+            campaign_id=self.state.campaign_id,
+            campaign=self.campaign.name,
+            endpoint=self.endpoint.name,
+            status=status,
             stop_reason=self.state.end_reason,
             baseline_config_hash=_config_hash(self.endpoint, ref.engine_args) if ref else None,
-            baseline_engine_args=ref.engine_args if ref else [], baseline_capacity=ref.capacity if ref else None,
+            baseline_engine_args=ref.engine_args if ref else [],
+            baseline_capacity=ref.capacity if ref else None,
             best_config_hash=_config_hash(self.endpoint, best.engine_args) if best else None,
-            best_engine_args=best.engine_args if best else [], best_capacity=best.capacity if best else None,
-            total_gain_ratio=total_gain(ref, best)[0], dagster_run_ids=list(self.state.dagster_run_ids),
-            notes="; ".join(self.state.open_questions[:5]))
+            best_engine_args=best.engine_args if best else [],
+            best_capacity=best.capacity if best else None,
+            total_gain_ratio=total_gain(ref, best)[0],
+            dagster_run_ids=list(self.state.dagster_run_ids),
+            notes="; ".join(self.state.open_questions[:5]),
+        )
 
     def current_round(self) -> RoundRecord | str:
         """The unfinished round, or a new one (diagnosis + proposals); a string = why the campaign ends."""
@@ -432,10 +548,19 @@ class _Campaign:
             return f"max rounds: {self.campaign.max_rounds} rounds done"
         working = self.state.working
         previous = rounds[-1] if rounds else None
-        tried = sorted({json.dumps(e.diff, sort_keys=True) for e in self.state.experiments.values()
-                        if e.baseline_args == working.engine_args}
-                       | {json.dumps(p.engine_arg_diff, sort_keys=True) for r in rounds
-                          if r.baseline_args == working.engine_args for p in r.proposals})
+        tried = sorted(
+            {
+                json.dumps(e.diff, sort_keys=True)
+                for e in self.state.experiments.values()
+                if e.baseline_args == working.engine_args
+            }
+            | {
+                json.dumps(p.engine_arg_diff, sort_keys=True)
+                for r in rounds
+                if r.baseline_args == working.engine_args
+                for p in r.proposals
+            }
+        )
         if previous is not None and previous.baseline_args == working.engine_args:
             diagnosis = previous.diagnosis  # same baseline: the diagnosis stands
         else:
@@ -448,14 +573,20 @@ class _Campaign:
         if not proposals and previous is not None and previous.baseline_args == working.engine_args:
             proposals = [p for p in self._alternatives(previous) if not self._already_tried(p, working.engine_args)]
         proposals = self._below_mde(proposals, working)
-        record = RoundRecord(round=len(rounds) + 1, baseline_args=list(working.engine_args), diagnosis=diagnosis,
-                             proposals=proposals[: self.campaign.subagents])
+        record = RoundRecord(
+            round=len(rounds) + 1,
+            baseline_args=list(working.engine_args),
+            diagnosis=diagnosis,
+            proposals=proposals[: self.campaign.subagents],
+        )
         if not proposals:  # the round is kept: the review shows what was diagnosed and why nothing ran
             named = ", ".join(b.get("name", "?") for b in diagnosis.get("bottlenecks", [])) or "no bottleneck"
             record.finished = True
-            record.outcome = (f"no experiment to run: diagnosed {named}; " + (
-                f"all {len(offered)} proposal(s) for this baseline were tried already" if offered else
-                f"no technique of the {self.endpoint.engine.kind} engine addresses it (or every one was tried)"))
+            record.outcome = f"no experiment to run: diagnosed {named}; " + (
+                f"all {len(offered)} proposal(s) for this baseline were tried already"
+                if offered
+                else f"no technique of the {self.endpoint.engine.kind} engine addresses it (or every one was tried)"
+            )
             rounds.append(record)
             self.save()
             self.progress(f"  {record.outcome}")
@@ -476,14 +607,24 @@ class _Campaign:
             except Exception:  # noqa: BLE001 - a record without a full proposal has no alternatives
                 continue
             for i, alt in enumerate(proposal.alternatives):
-                out.append(proposal_record(proposal.model_copy(update={
-                    "proposal_id": f"{proposal.proposal_id}-alt{i + 1}", "intervention": alt, "alternatives": []})))
+                out.append(
+                    proposal_record(
+                        proposal.model_copy(
+                            update={
+                                "proposal_id": f"{proposal.proposal_id}-alt{i + 1}",
+                                "intervention": alt,
+                                "alternatives": [],
+                            }
+                        )
+                    )
+                )
         return out
 
     def _already_tried(self, proposal: ProposalRecord, base: list[str]) -> bool:
         after = apply_diff(base, proposal.engine_arg_diff)
-        return after == base or any(e.baseline_args == base and e.engine_args == after
-                                    for e in self.state.experiments.values())
+        return after == base or any(
+            e.baseline_args == base and e.engine_args == after for e in self.state.experiments.values()
+        )
 
     def run_round(self, rnd: RoundRecord) -> str | None:
         """Run the round's proposals, then combinations; adopt the best win. Returns an end reason or None."""
@@ -491,9 +632,13 @@ class _Campaign:
         reason = self._run_proposals(rnd, working)
         if reason:
             return reason
-        winners = [self.state.experiments[e] for e in rnd.experiment_ids
-                   if self.state.experiments[e].confirmed and not self.state.experiments[e].lossy
-                   and self.state.experiments[e].kind == "candidate"]
+        winners = [
+            self.state.experiments[e]
+            for e in rnd.experiment_ids
+            if self.state.experiments[e].confirmed
+            and not self.state.experiments[e].lossy
+            and self.state.experiments[e].kind == "candidate"
+        ]
         winners.sort(key=lambda e: -(e.capacity_mean or 0))
         candidates = list(winners)
         if len(winners) >= 2:
@@ -504,8 +649,11 @@ class _Campaign:
                 candidates.append(combo)
         for e in (self.state.experiments[e] for e in rnd.experiment_ids):
             if e.confirmed and e.lossy:
-                self._question(f"Lossy change {e.title} beat the noise floor ({self._ratio(e)}); a person must "
-                               f"review its correctness evidence before it is used.", e)
+                self._question(
+                    f"Lossy change {e.title} beat the noise floor ({self._ratio(e)}); a person must "
+                    f"review its correctness evidence before it is used.",
+                    e,
+                )
         winner = pick_winner(contender(e) for e in candidates)
         if winner is not None:
             reason = self._adopt(rnd, self.state.experiments[winner.id])
@@ -513,8 +661,11 @@ class _Campaign:
                 return reason
         else:
             verdicts = [self.state.experiments[e].verdict for e in rnd.experiment_ids]
-            rnd.outcome = ("no lossless change beat the noise floor in every repeat (verdicts: "
-                           + (", ".join(verdicts) or "none") + ")")
+            rnd.outcome = (
+                "no lossless change beat the noise floor in every repeat (verdicts: "
+                + (", ".join(verdicts) or "none")
+                + ")"
+            )
         rnd.finished = True
         self.save()
         return None
@@ -537,9 +688,11 @@ class _Campaign:
         below = sorted((p for p in proposals if p not in visible), key=lambda p: -(p.predicted_capacity_ratio or 0))
         slots = max(0, self.campaign.subagents - len(visible))
         for p in below[slots:]:
-            self._question(f"{p.title} is predicted to gain {p.predicted_capacity_ratio - 1:+.1%}, below the "
-                           f"harness's minimum detectable effect {mde:.1%} at this noise: queued until the harness "
-                           "can see it (more repeats, longer steps, a quieter host)")
+            self._question(
+                f"{p.title} is predicted to gain {p.predicted_capacity_ratio - 1:+.1%}, below the "
+                f"harness's minimum detectable effect {mde:.1%} at this noise: queued until the harness "
+                "can see it (more repeats, longer steps, a quieter host)"
+            )
         return visible + below[:slots]
 
     def _question(self, text: str, e: ExperimentRecord | None = None) -> None:
@@ -547,8 +700,9 @@ class _Campaign:
             return
         self.state.open_questions.append(text)
 
-    def _prepare(self, rnd: RoundRecord, proposal: ProposalRecord, working: BaselineRecord
-                 ) -> tuple[str, ExperimentRecord | None]:
+    def _prepare(
+        self, rnd: RoundRecord, proposal: ProposalRecord, working: BaselineRecord
+    ) -> tuple[str, ExperimentRecord | None]:
         """(experiment id, the experiment to measure) for a proposal; None when nothing is to be
         measured: already run (resume), rejected before launch, or skipped on a prior decision in
         memory (recorded here)."""
@@ -556,10 +710,12 @@ class _Campaign:
         from research.proposals import Intervention
 
         base = working.engine_args
-        intervention = Intervention(technique=proposal.technique, engine_arg_diff=proposal.engine_arg_diff,
-                                    lossy=proposal.lossy)
-        check = validate_intervention(intervention, base, self.endpoint.engine.kind,
-                                      gpu_count=self.endpoint.hardware.gpu_count)
+        intervention = Intervention(
+            technique=proposal.technique, engine_arg_diff=proposal.engine_arg_diff, lossy=proposal.lossy
+        )
+        check = validate_intervention(
+            intervention, base, self.endpoint.engine.kind, gpu_count=self.endpoint.hardware.gpu_count
+        )
         after = check.args_after or apply_diff(base, proposal.engine_arg_diff)
         lossy = check.lossy
         eid = experiment_id("candidate", base, after, self.repeats)
@@ -567,10 +723,19 @@ class _Campaign:
             if eid not in rnd.experiment_ids:
                 rnd.experiment_ids.append(eid)
             return eid, None
-        record = ExperimentRecord(experiment_id=eid, round=rnd.round, kind="candidate",
-                                  proposal_ids=[proposal.proposal_id], title=proposal.title, baseline_args=list(base),
-                                  engine_args=list(after), diff=diff_args(base, after), lossy=lossy, verdict="skipped",
-                                  started_at=time.time())
+        record = ExperimentRecord(
+            experiment_id=eid,
+            round=rnd.round,
+            kind="candidate",
+            proposal_ids=[proposal.proposal_id],
+            title=proposal.title,
+            baseline_args=list(base),
+            engine_args=list(after),
+            diff=diff_args(base, after),
+            lossy=lossy,
+            verdict="skipped",
+            started_at=time.time(),
+        )
         if not check.ok:
             record.verdict, record.invalid_reason = "invalid", "rejected before launch: " + "; ".join(check.reasons)
             self.progress(f"  {proposal.proposal_id}: {record.invalid_reason}")
@@ -579,9 +744,17 @@ class _Campaign:
         if prior is not None:
             record.skip_reason = f"memory: {prior.reason}"
             self.progress(f"  {proposal.proposal_id}: skipped ({record.skip_reason})")
-            self._memory("skip", lambda: self.memory.record_skip(
-                endpoint=self.endpoint.name, campaign_id=self.state.campaign_id, conditions=self._conditions(),
-                technique=proposal.technique, change=record.diff, prior=prior))
+            self._memory(
+                "skip",
+                lambda: self.memory.record_skip(
+                    endpoint=self.endpoint.name,
+                    campaign_id=self.state.campaign_id,
+                    conditions=self._conditions(),
+                    technique=proposal.technique,
+                    change=record.diff,
+                    prior=prior,
+                ),
+            )
             return eid, self._finish(rnd, record, proposal, memory=False)
         return eid, record
 
@@ -618,8 +791,10 @@ class _Campaign:
                     record.started_at = time.time()
                     self.progress(f"experiment {record.experiment_id}: {proposal.title}")
                     if self.concurrent == 1:  # serial: measured in this thread, exactly as before
-                        self._fill(record, self._measure(record.engine_args, self.repeats, noise=working.noise,
-                                                         lossy=record.lossy))
+                        self._fill(
+                            record,
+                            self._measure(record.engine_args, self.repeats, noise=working.noise, lossy=record.lossy),
+                        )
                         self._finish(rnd, record, proposal)
                         continue
                     running[record.experiment_id] = (record, proposal, estimate)
@@ -647,13 +822,20 @@ class _Campaign:
 
         Daemon threads: an interrupted campaign stops the engines (_stop_running) and exits without
         waiting for sweeps to end."""
+
         def progress(message: str) -> None:
             self.progress(f"  [{record.experiment_id}] {message.strip()}")
 
         def work() -> None:
             try:
-                results.put((record.experiment_id, self._measure(
-                    record.engine_args, self.repeats, noise=working.noise, lossy=record.lossy, progress=progress)))
+                results.put(
+                    (
+                        record.experiment_id,
+                        self._measure(
+                            record.engine_args, self.repeats, noise=working.noise, lossy=record.lossy, progress=progress
+                        ),
+                    )
+                )
             except BaseException as exc:  # noqa: BLE001 - handed to the campaign's thread
                 results.put((record.experiment_id, exc))
 
@@ -686,8 +868,9 @@ class _Campaign:
         """
         if self.memory is None:
             return None
-        prior = self._memory("prior decision", lambda: self.memory.prior_decision(
-            self.endpoint.name, record.diff, self._conditions()))
+        prior = self._memory(
+            "prior decision", lambda: self.memory.prior_decision(self.endpoint.name, record.diff, self._conditions())
+        )
         if prior is None or not prior.should_skip or prior.verdict not in ("same", "worse"):
             return None
         if prior.campaign_id == self.state.campaign_id:
@@ -709,15 +892,19 @@ class _Campaign:
             record.capacity_ratio_vs_reference = record.capacity_mean / ref if ref > 0 else None
         self._charge(result)
 
-    def _finish(self, rnd: RoundRecord, record: ExperimentRecord, proposal: ProposalRecord | None,
-                memory: bool = True) -> None:
+    def _finish(
+        self, rnd: RoundRecord, record: ExperimentRecord, proposal: ProposalRecord | None, memory: bool = True
+    ) -> None:
         record.finished_at = record.finished_at or time.time()
         self.state.experiments[record.experiment_id] = record
         if record.experiment_id not in rnd.experiment_ids:
             rnd.experiment_ids.append(record.experiment_id)
         if record.verdict == "invalid" and record.invalid_reason and not record.invalid_reason.startswith("rejected"):
-            self._question(f"{record.title} was invalid ({record.invalid_reason.splitlines()[0][:200]}): "
-                           f"fix or rule out the cause before trying it again.", record)
+            self._question(
+                f"{record.title} was invalid ({record.invalid_reason.splitlines()[0][:200]}): "
+                f"fix or rule out the cause before trying it again.",
+                record,
+            )
         if memory and record.verdict != "skipped":
             self._record_experiment(record, proposal)
         self.save()
@@ -735,77 +922,117 @@ class _Campaign:
         c, corr = record.comparison, record.correctness
         noise = self.state.working.noise if self.state.working else None
         mem = MemExperiment(
-            experiment_id=self._memory_id(record), endpoint=self.endpoint.name, campaign_id=self.state.campaign_id,
-            conditions=self._conditions(), bottleneck=proposal.bottleneck if proposal else "combination",
-            technique=proposal.technique if proposal else record.kind, change=record.diff,
+            experiment_id=self._memory_id(record),
+            endpoint=self.endpoint.name,
+            campaign_id=self.state.campaign_id,
+            conditions=self._conditions(),
+            bottleneck=proposal.bottleneck if proposal else "combination",
+            technique=proposal.technique if proposal else record.kind,
+            change=record.diff,
             base_config_hash=_config_hash(self.endpoint, record.baseline_args),
             candidate_config_hash=_config_hash(self.endpoint, record.engine_args),
             hypothesis=proposal.explanation if proposal else record.title,
-            prediction=proposal.prediction if proposal else "", falsification=proposal.falsification if proposal else "",
-            verdict=record.verdict, invalid_reason=record.invalid_reason,
-            capacity_ratio=c.capacity_ratio if c else None, baseline_capacity=c.baseline_capacity if c else None,
-            candidate_capacity=record.capacity_mean, noise_threshold=c.threshold if c else None,
-            noise_rel_spread=noise.capacity_rel_spread if noise else None, repeats=len(record.sweeps),
-            effect=c.effect if c else None, effect_low=c.effect_low if c else None,
-            effect_high=c.effect_high if c else None, mde=c.mde if c else None,
+            prediction=proposal.prediction if proposal else "",
+            falsification=proposal.falsification if proposal else "",
+            verdict=record.verdict,
+            invalid_reason=record.invalid_reason,
+            capacity_ratio=c.capacity_ratio if c else None,
+            baseline_capacity=c.baseline_capacity if c else None,
+            candidate_capacity=record.capacity_mean,
+            noise_threshold=c.threshold if c else None,
+            noise_rel_spread=noise.capacity_rel_spread if noise else None,
+            repeats=len(record.sweeps),
+            effect=c.effect if c else None,
+            effect_low=c.effect_low if c else None,
+            effect_high=c.effect_high if c else None,
+            mde=c.mde if c else None,
             lossless=not record.lossy,
             correctness=corr.model_dump(mode="json", exclude={"sequences"}) if corr else {},
             soak=record.soak.metadata() if record.soak else None,
             needs_review=bool(record.lossy or (corr and corr.flag_for_review)),
             evidence=(c.evidence if c else record.invalid_reason or ""),
-            run_ids=[f"{self._memory_id(record)}-s{i}" for i in range(len(record.sweeps))])
+            run_ids=[f"{self._memory_id(record)}-s{i}" for i in range(len(record.sweeps))],
+        )
         self._memory("experiment", lambda: self.memory.record_experiment(mem))
         if proposal is not None and proposal.technique == drafter.TECHNIQUE:
-            self._memory("drafter verdict", lambda: drafter.record_judgement(
-                self.memory, self.endpoint, record.diff, record.verdict, corr.label if corr else None, record.sweeps))
+            self._memory(
+                "drafter verdict",
+                lambda: drafter.record_judgement(
+                    self.memory, self.endpoint, record.diff, record.verdict, corr.label if corr else None, record.sweeps
+                ),
+            )
         for i, sweep in enumerate(record.sweeps):
             self._record_run(sweep, f"{self._memory_id(record)}-s{i}", "candidate", self._memory_id(record))
 
-    def _combination(self, rnd: RoundRecord, winners: list[ExperimentRecord], working: BaselineRecord
-                     ) -> tuple[ExperimentRecord | None, str | None]:
+    def _combination(
+        self, rnd: RoundRecord, winners: list[ExperimentRecord], working: BaselineRecord
+    ) -> tuple[ExperimentRecord | None, str | None]:
         """Run the winners together, with ablations (the combination minus each member)."""
         base = working.engine_args
         merged: dict[str, str | None] = {}
         members: list[ExperimentRecord] = []
         for w in winners:
             if any(flag in merged and merged[flag] != value for flag, value in w.diff.items()):
-                self._question(f"{w.title} conflicts with another winning change on the same flag; "
-                               f"only the better one was combined.", w)
+                self._question(
+                    f"{w.title} conflicts with another winning change on the same flag; "
+                    f"only the better one was combined.",
+                    w,
+                )
                 continue
             merged.update(w.diff)
             members.append(w)
         if len(members) < 2:
             return None, None
         combo_args = apply_diff(base, merged)
-        combo = self._run_extra(rnd, "combination", combo_args, [m.experiment_id for m in members],
-                                " + ".join(m.title for m in members), working)
+        combo = self._run_extra(
+            rnd,
+            "combination",
+            combo_args,
+            [m.experiment_id for m in members],
+            " + ".join(m.title for m in members),
+            working,
+        )
         if isinstance(combo, str):
             return None, combo
         for m in members:  # ablation: the combination without member m
             rest = {f: v for o in members if o is not m for f, v in o.diff.items()}
             ablated_args = apply_diff(base, rest)
-            same = next((e for e in self.state.experiments.values()
-                         if e.baseline_args == base and e.engine_args == ablated_args and e.verdict != "skipped"), None)
+            same = next(
+                (
+                    e
+                    for e in self.state.experiments.values()
+                    if e.baseline_args == base and e.engine_args == ablated_args and e.verdict != "skipped"
+                ),
+                None,
+            )
             if same is None:
-                ablation = self._run_extra(rnd, "ablation", ablated_args, [m.experiment_id],
-                                           f"combination without {m.title}", working)
+                ablation = self._run_extra(
+                    rnd, "ablation", ablated_args, [m.experiment_id], f"combination without {m.title}", working
+                )
                 if isinstance(ablation, str):
                     return combo, ablation
                 same = ablation
-            combo.notes.append(f"ablation without {m.title}: experiment {same.experiment_id}, "
-                               f"capacity {same.capacity_mean} req/s, verdict {same.verdict}")
-        combo.notes.append(f"control: the working baseline's {len(working.sweeps)} sweeps "
-                           f"(capacity {working.capacity:.3g} req/s, spread {working.noise.capacity_rel_spread:.1%})")
+            combo.notes.append(
+                f"ablation without {m.title}: experiment {same.experiment_id}, "
+                f"capacity {same.capacity_mean} req/s, verdict {same.verdict}"
+            )
+        combo.notes.append(
+            f"control: the working baseline's {len(working.sweeps)} sweeps "
+            f"(capacity {working.capacity:.3g} req/s, spread {working.noise.capacity_rel_spread:.1%})"
+        )
         best_single = max(m.capacity_mean or 0 for m in members)
         if combo.capacity_mean is not None and combo.capacity_mean <= best_single:
-            self._question(f"Combining {' + '.join(m.title for m in members)} gave {combo.capacity_mean:.3g} req/s, "
-                           f"not more than the best single change ({best_single:.3g}): do they compete for one resource?",
-                           combo)
+            self._question(
+                f"Combining {' + '.join(m.title for m in members)} gave {combo.capacity_mean:.3g} req/s, "
+                f"not more than the best single change ({best_single:.3g}): do they compete for one resource?",
+                combo,
+            )
         self.save()
         return combo, None
 
-    def _run_extra(self, rnd: RoundRecord, kind: str, args: list[str], members: list[str], title: str,
-                   working: BaselineRecord) -> ExperimentRecord | str:
+    def _run_extra(
+        self, rnd: RoundRecord, kind: str, args: list[str], members: list[str], title: str, working: BaselineRecord
+    ) -> ExperimentRecord | str:
         base = working.engine_args
         eid = experiment_id(kind, base, args, self.repeats)
         if eid in self.state.experiments:
@@ -815,9 +1042,19 @@ class _Campaign:
             return problem
         lossy = any(self.state.experiments[m].lossy for m in members if m in self.state.experiments)
         self.progress(f"{kind} {eid}: {title}")
-        record = ExperimentRecord(experiment_id=eid, round=rnd.round, kind=kind, proposal_ids=members, title=title,
-                                  baseline_args=list(base), engine_args=list(args), diff=diff_args(base, args),
-                                  lossy=lossy, verdict="skipped", started_at=time.time())
+        record = ExperimentRecord(
+            experiment_id=eid,
+            round=rnd.round,
+            kind=kind,
+            proposal_ids=members,
+            title=title,
+            baseline_args=list(base),
+            engine_args=list(args),
+            diff=diff_args(base, args),
+            lossy=lossy,
+            verdict="skipped",
+            started_at=time.time(),
+        )
         self._fill(record, self._measure(args, self.repeats, noise=working.noise, lossy=lossy))
         self._finish(rnd, record, None)
         return record
@@ -835,20 +1072,33 @@ class _Campaign:
             extra = self._measure(best.engine_args, more, noise=None, check=False)
             self._charge(extra)
             if extra.verdict == "invalid":
-                self._question(f"{best.title} won its repeats but failed its extra baseline sweeps "
-                               f"({extra.invalid_reason}); not adopted.", best)
+                self._question(
+                    f"{best.title} won its repeats but failed its extra baseline sweeps "
+                    f"({extra.invalid_reason}); not adopted.",
+                    best,
+                )
                 return None
             sweeps += extra.sweeps
             wall += extra.wall_s
-        record = BaselineRecord(engine_args=list(best.engine_args), sweeps=sweeps, noise=self.noise_fn(sweeps),
-                                source_experiment=best.experiment_id, identity=best.identity, wall_s=wall,
-                                soak=best.soak)
+        record = BaselineRecord(
+            engine_args=list(best.engine_args),
+            sweeps=sweeps,
+            noise=self.noise_fn(sweeps),
+            source_experiment=best.experiment_id,
+            identity=best.identity,
+            wall_s=wall,
+            soak=best.soak,
+        )
         self.state.working = record
         self.state.baselines.append(record)
         rnd.adopted = best.experiment_id
         gain, bound = total_gain(self.state.reference, record)
-        self.progress(f"adopted {best.title}: capacity {record.capacity:.3g} req/s "
-                      f"(x{'>=' if bound else ''}{gain:.2f} vs the campaign's reference)" if gain else f"adopted {best.title}")
+        self.progress(
+            f"adopted {best.title}: capacity {record.capacity:.3g} req/s "
+            f"(x{'>=' if bound else ''}{gain:.2f} vs the campaign's reference)"
+            if gain
+            else f"adopted {best.title}"
+        )
         self._memory("confirmation", lambda: self.memory.record_confirmation(self._confirmation(best)))
         return None
 
@@ -856,9 +1106,13 @@ class _Campaign:
         from memory_db.records import ConfirmationRecord
 
         return ConfirmationRecord(
-            experiment_id=self._memory_id(best), endpoint=self.endpoint.name, campaign_id=self.state.campaign_id,
-            new_config_hash=_config_hash(self.endpoint, best.engine_args), engine_args=list(best.engine_args),
-            note=f"{best.title}: {self._ratio(best)}")
+            experiment_id=self._memory_id(best),
+            endpoint=self.endpoint.name,
+            campaign_id=self.state.campaign_id,
+            new_config_hash=_config_hash(self.endpoint, best.engine_args),
+            engine_args=list(best.engine_args),
+            note=f"{best.title}: {self._ratio(best)}",
+        )
 
     # -- ending ---------------------------------------------------------------------------------
     def finish(self, reason: str) -> CampaignOutcome:
@@ -875,12 +1129,23 @@ class _Campaign:
         if write:
             if ref is not None:
                 best_path = self.state_dir / f"{s.campaign}.best.json"
-                best_path.write_text(json.dumps({
-                    "endpoint": self.endpoint.name, "campaign_id": s.campaign_id, "engine_args": best.engine_args,
-                    "diff_vs_reference": diff_args(ref.engine_args, best.engine_args),
-                    "capacity_rps": best.capacity, "reference_capacity_rps": ref.capacity,
-                    "total_gain": gain, "total_gain_is_lower_bound": gain_is_bound,
-                    "lossless": True, "deployed": False}, indent=2))
+                best_path.write_text(
+                    json.dumps(
+                        {
+                            "endpoint": self.endpoint.name,
+                            "campaign_id": s.campaign_id,
+                            "engine_args": best.engine_args,
+                            "diff_vs_reference": diff_args(ref.engine_args, best.engine_args),
+                            "capacity_rps": best.capacity,
+                            "reference_capacity_rps": ref.capacity,
+                            "total_gain": gain,
+                            "total_gain_is_lower_bound": gain_is_bound,
+                            "lossless": True,
+                            "deployed": False,
+                        },
+                        indent=2,
+                    )
+                )
             from research.review import write_report
 
             try:
@@ -890,25 +1155,43 @@ class _Campaign:
             for q in s.open_questions if self.memory is not None else []:
                 from memory_db.records import OpenQuestion
 
-                self._memory("open question", lambda q=q: self.memory.record_question(OpenQuestion(
-                    endpoint=self.endpoint.name, campaign_id=s.campaign_id, question=q)))
-            self._memory("campaign", lambda: self.memory.record_campaign(
-                self._campaign_record("finished" if s.finished else "stopped")))
+                self._memory(
+                    "open question",
+                    lambda q=q: self.memory.record_question(
+                        OpenQuestion(endpoint=self.endpoint.name, campaign_id=s.campaign_id, question=q)
+                    ),
+                )
+            self._memory(
+                "campaign",
+                lambda: self.memory.record_campaign(self._campaign_record("finished" if s.finished else "stopped")),
+            )
         experiments = list(s.experiments.values())
         out = CampaignOutcome(
-            campaign=s.campaign, campaign_id=s.campaign_id, endpoint=s.endpoint, finished=s.finished,
-            end_reason=s.end_reason, reference_args=ref.engine_args if ref else [],
-            reference_capacity=ref.capacity if ref else None, best_args=best.engine_args if best else [],
+            campaign=s.campaign,
+            campaign_id=s.campaign_id,
+            endpoint=s.endpoint,
+            finished=s.finished,
+            end_reason=s.end_reason,
+            reference_args=ref.engine_args if ref else [],
+            reference_capacity=ref.capacity if ref else None,
+            best_args=best.engine_args if best else [],
             best_capacity=best.capacity if best else None,
-            total_gain=gain, total_gain_is_lower_bound=gain_is_bound,
+            total_gain=gain,
+            total_gain_is_lower_bound=gain_is_bound,
             adopted_experiments=[b.source_experiment for b in s.baselines if b.source_experiment],
-            experiments_run=sum(e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail)
-                                for e in experiments),
+            experiments_run=sum(
+                e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail) for e in experiments
+            ),
             experiments_measured=sum(e.verdict in ("better", "same", "worse") for e in experiments),
-            experiments_skipped=sum(e.verdict == "skipped" for e in experiments), resumed=s.resumes,
-            gpu_hours_used=s.gpu_hours_used, active_minutes=s.active_seconds / 60,
-            open_questions=list(s.open_questions), state_path=str(self.store.path),
-            report_path=str(report_path) if report_path else None, best_config_path=str(best_path) if best_path else None)
+            experiments_skipped=sum(e.verdict == "skipped" for e in experiments),
+            resumed=s.resumes,
+            gpu_hours_used=s.gpu_hours_used,
+            active_minutes=s.active_seconds / 60,
+            open_questions=list(s.open_questions),
+            state_path=str(self.store.path),
+            report_path=str(report_path) if report_path else None,
+            best_config_path=str(best_path) if best_path else None,
+        )
         if write:
             (self.state_dir / f"{s.campaign}.outcome.json").write_text(out.model_dump_json(indent=2))
         return out
@@ -936,13 +1219,24 @@ class _Campaign:
         return self.finish(reason)
 
 
-def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: Path | str,
-                 memory=None, proposer: str = "auto", progress: Progress = print,
-                 pool: pl.DataFrame | None = None, sweep_fn: SweepFn | None = None,
-                 noise_fn: NoiseFn | None = None, compare_fn: CompareFn | None = None,
-                 diagnose_fn: DiagnoseFn | None = None, propose_fn: ProposeFn | None = None,
-                 thresholds: CorrectnessThresholds | None = None,
-                 stop_after_s: float | None = None, run_id: str | None = None) -> CampaignOutcome:
+def run_campaign(
+    campaign: CampaignSpec,
+    endpoint: EndpointSpec,
+    *,
+    state_dir: Path | str,
+    memory=None,
+    proposer: str = "auto",
+    progress: Progress = print,
+    pool: pl.DataFrame | None = None,
+    sweep_fn: SweepFn | None = None,
+    noise_fn: NoiseFn | None = None,
+    compare_fn: CompareFn | None = None,
+    diagnose_fn: DiagnoseFn | None = None,
+    propose_fn: ProposeFn | None = None,
+    thresholds: CorrectnessThresholds | None = None,
+    stop_after_s: float | None = None,
+    run_id: str | None = None,
+) -> CampaignOutcome:
     """Run (or resume) ``campaign`` on ``endpoint`` headless until it ends; return its outcome.
 
     ``run_id``: the Dagster run this call is (the memory's campaign record lists every run of it).
@@ -958,20 +1252,48 @@ def run_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: P
     """
     if campaign.endpoint != endpoint.name:
         raise ValueError(f"campaign {campaign.name!r} targets endpoint {campaign.endpoint!r}, not {endpoint.name!r}")
-    c = _Campaign(campaign, endpoint, Path(state_dir), memory, proposer, progress, pool, sweep_fn, noise_fn,
-                  compare_fn, diagnose_fn, propose_fn, thresholds, stop_after_s)
+    c = _Campaign(
+        campaign,
+        endpoint,
+        Path(state_dir),
+        memory,
+        proposer,
+        progress,
+        pool,
+        sweep_fn,
+        noise_fn,
+        compare_fn,
+        diagnose_fn,
+        propose_fn,
+        thresholds,
+        stop_after_s,
+    )
     if run_id and run_id not in c.state.dagster_run_ids:
         c.state.dagster_run_ids.append(run_id)
     return c.run()
 
 
-def record_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: Path | str, memory,
-                    pool: pl.DataFrame) -> CampaignOutcome:
+def record_campaign(
+    campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: Path | str, memory, pool: pl.DataFrame
+) -> CampaignOutcome:
     """Record a campaign measured elsewhere (its state folder brought back from a GPU machine) into
     this host's research memory: the campaign, baseline runs, every experiment with its proposal,
     the adopted changes and the open questions, exactly as the campaign would have recorded them."""
-    c = _Campaign(campaign, endpoint, Path(state_dir), memory, "rules", lambda message: None, pool, None, None, None,
-                  None, lambda *a: [], None)
+    c = _Campaign(
+        campaign,
+        endpoint,
+        Path(state_dir),
+        memory,
+        "rules",
+        lambda message: None,
+        pool,
+        None,
+        None,
+        None,
+        None,
+        lambda *a: [],
+        None,
+    )
     s = c.state
     s.resumes = max(0, s.resumes - 1)  # loading it here is not a resume
     if s.reference is None:
@@ -990,5 +1312,14 @@ def record_campaign(campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir
     return c.outcome(write=True)
 
 
-__all__ = ["CampaignOutcome", "record_campaign", "Limits", "REMOVE", "budget_problem", "estimate_seconds", "proposal_record",
-           "run_campaign", "workload_signature"]
+__all__ = [
+    "CampaignOutcome",
+    "record_campaign",
+    "Limits",
+    "REMOVE",
+    "budget_problem",
+    "estimate_seconds",
+    "proposal_record",
+    "run_campaign",
+    "workload_signature",
+]

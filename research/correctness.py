@@ -45,7 +45,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, Field
 
-from autoresearch.engine_args import parse_args
+from specs.engine_args import parse_args
 
 #: what a correctness check rests on (see the module docstring)
 Evidence = Literal["logprobs", "greedy_text", "none"]
@@ -63,7 +63,7 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
     "The invoice lists three items: a keyboard, a mouse and a monitor. The total is",
     "List three ways to reduce latency in a web service:\n1.",
     "Translate to French: thank you for your patience, your ticket has been updated.",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
 )
 
 
@@ -215,26 +215,41 @@ class CorrectnessReport(BaseModel):
             return f"{self.mode} correctness NOT checked (evidence: none). {self.reason}"
         if self.evidence == "greedy_text":
             diverged = [s for s in self.sequences if not s.identical]
-            where = (", first divergences at " + ", ".join(f"prompt {s.prompt_index}: {self.unit[:-1]} "
-                                                             f"{s.first_divergence}" for s in diverged[:4])
-                     if diverged else "")
-            prefix = (f", mean matched prefix {self.mean_matched_prefix_fraction:.0%}"
-                      if self.mean_matched_prefix_fraction is not None else "")
-            return (f"{self.mode} check {'passed' if self.passed else 'FAILED'} (evidence: greedy text): "
-                    f"{self.greedy_identical}/{self.greedy_total} greedy outputs identical as {self.unit}{where}"
-                    f"{prefix}; no distribution data (the engine gives no logprobs). {self.reason}")
+            where = (
+                ", first divergences at "
+                + ", ".join(f"prompt {s.prompt_index}: {self.unit[:-1]} {s.first_divergence}" for s in diverged[:4])
+                if diverged
+                else ""
+            )
+            prefix = (
+                f", mean matched prefix {self.mean_matched_prefix_fraction:.0%}"
+                if self.mean_matched_prefix_fraction is not None
+                else ""
+            )
+            return (
+                f"{self.mode} check {'passed' if self.passed else 'FAILED'} (evidence: greedy text): "
+                f"{self.greedy_identical}/{self.greedy_total} greedy outputs identical as {self.unit}{where}"
+                f"{prefix}; no distribution data (the engine gives no logprobs). {self.reason}"
+            )
         d = self.distribution
-        dist = (f"mean KL {d.mean_kl:.2e}, top-1 {d.top1_agreement:.3f} (tie-tolerant {d.top1_agreement_tolerant:.3f}), "
-                f"ppl ratio {d.ppl_ratio:.4f}, max |dlogprob| {d.max_abs_logprob_diff:.2e} over {d.positions} positions"
-                if d else "no distribution data")
+        dist = (
+            f"mean KL {d.mean_kl:.2e}, top-1 {d.top1_agreement:.3f} (tie-tolerant {d.top1_agreement_tolerant:.3f}), "
+            f"ppl ratio {d.ppl_ratio:.4f}, max |dlogprob| {d.max_abs_logprob_diff:.2e} over {d.positions} positions"
+            if d
+            else "no distribution data"
+        )
         sampled = ""
         if self.sampled is not None:
             c = self.sampled
-            sampled = (f"; sampled at T={c.candidate.temperature:g}: mean NLL {c.candidate.mean_nll:.2f} vs "
-                       f"{c.reference.mean_nll:.2f} nats/token (shift {c.shift:+.2f}, limit {c.limit:.2f})")
-        return (f"{self.mode} check {'passed' if self.passed else 'FAILED'} (evidence: logprobs): greedy "
-                f"{self.greedy_identical}/{self.greedy_total} identical{' (float32)' if self.float32 else ''}; "
-                f"{dist}{sampled}. {self.reason}")
+            sampled = (
+                f"; sampled at T={c.candidate.temperature:g}: mean NLL {c.candidate.mean_nll:.2f} vs "
+                f"{c.reference.mean_nll:.2f} nats/token (shift {c.shift:+.2f}, limit {c.limit:.2f})"
+            )
+        return (
+            f"{self.mode} check {'passed' if self.passed else 'FAILED'} (evidence: logprobs): greedy "
+            f"{self.greedy_identical}/{self.greedy_total} identical{' (float32)' if self.float32 else ''}; "
+            f"{dist}{sampled}. {self.reason}"
+        )
 
 
 class CorrectnessUnavailable(RuntimeError):
@@ -262,7 +277,7 @@ def tokenizer_for(adapter: Any) -> str | None:
     if spec is None:
         return None
     try:
-        from autoresearch.models import tokenizer_dir
+        from specs.models import tokenizer_dir
 
         directory = tokenizer_dir(spec.model.path)
     except Exception:  # noqa: BLE001 - no local model folder: compare characters instead
@@ -340,9 +355,16 @@ class _Client:
     def greedy_text(self, prompt: str, max_tokens: int, route: str) -> str:
         """The temperature-0 output text of ``prompt`` (raw completion, or one user turn on chat)."""
         if route == "chat":
-            choice = self.post("/v1/chat/completions", {
-                "model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
-                "seed": 0, "max_tokens": max_tokens})
+            choice = self.post(
+                "/v1/chat/completions",
+                {
+                    "model": self.model,
+                    "messages": [{"role": "user", "content": prompt}],
+                    "temperature": 0.0,
+                    "seed": 0,
+                    "max_tokens": max_tokens,
+                },
+            )
             return (choice.get("message") or {}).get("content") or ""
         return self.complete(prompt, max_tokens=max_tokens).get("text") or ""
 
@@ -354,11 +376,18 @@ def _omit_fields(adapter: Any, omit_fields: Collection[str]) -> frozenset[str]:
     return frozenset(omit_fields) | frozenset(getattr(adapter, "rejected_request_fields", ()) or ())
 
 
-def capture_reference(base_url: str, model: str, engine_args: list[str], *,
-                      prompts: tuple[str, ...] | list[str] = DEFAULT_PROMPTS,
-                      thresholds: CorrectnessThresholds | None = None, adapter: Any = None,
-                      evidence: Evidence | None = None, tokenizer: str | Path | None = None,
-                      omit_fields: Collection[str] = ()) -> ReferenceOutputs:
+def capture_reference(
+    base_url: str,
+    model: str,
+    engine_args: list[str],
+    *,
+    prompts: tuple[str, ...] | list[str] = DEFAULT_PROMPTS,
+    thresholds: CorrectnessThresholds | None = None,
+    adapter: Any = None,
+    evidence: Evidence | None = None,
+    tokenizer: str | Path | None = None,
+    omit_fields: Collection[str] = (),
+) -> ReferenceOutputs:
     """The reference outputs of ``prompts``, one request at a time (sequential so batch composition
     cannot perturb them), on the strongest evidence the engine gives.
 
@@ -384,26 +413,48 @@ def capture_reference(base_url: str, model: str, engine_args: list[str], *,
         return _capture_greedy_text(base_url, model, engine_args, prompts, t, omit, tok, note)
     except CorrectnessUnavailable as exc:
         why = f"greedy outputs unavailable too ({str(exc).splitlines()[0][:200]})"
-        return ReferenceOutputs(engine_args=list(engine_args), float32=is_float32(engine_args), top_k=t.top_k,
-                                max_tokens=t.max_tokens, sequences=[], evidence="none",
-                                note=f"{note}; {why}" if note else why)
+        return ReferenceOutputs(
+            engine_args=list(engine_args),
+            float32=is_float32(engine_args),
+            top_k=t.top_k,
+            max_tokens=t.max_tokens,
+            sequences=[],
+            evidence="none",
+            note=f"{note}; {why}" if note else why,
+        )
 
 
-def _capture_logprobs(base_url: str, model: str, engine_args: list[str], prompts, t: CorrectnessThresholds,
-                      omit: frozenset[str]) -> ReferenceOutputs:
+def _capture_logprobs(
+    base_url: str, model: str, engine_args: list[str], prompts, t: CorrectnessThresholds, omit: frozenset[str]
+) -> ReferenceOutputs:
     client = _Client(base_url, model, t.request_timeout_s, omit)
     try:
         sequences = []
         for prompt in prompts:
             prompt_ids, output_ids, text = client.greedy(prompt, t.max_tokens)
             ids = prompt_ids + output_ids
-            sequences.append(SequenceRef(prompt=prompt, prompt_ids=prompt_ids, output_ids=output_ids, output_text=text,
-                                         positions=client.teacher_forced(ids, t.top_k), actual_ids=ids[1:]))
+            sequences.append(
+                SequenceRef(
+                    prompt=prompt,
+                    prompt_ids=prompt_ids,
+                    output_ids=output_ids,
+                    output_text=text,
+                    positions=client.teacher_forced(ids, t.top_k),
+                    actual_ids=ids[1:],
+                )
+            )
         sampled = sampled_stats(client, prompts, t)
     finally:
         client.close()
-    return ReferenceOutputs(engine_args=list(engine_args), float32=is_float32(engine_args), top_k=t.top_k,
-                            max_tokens=t.max_tokens, sequences=sequences, evidence="logprobs", sampled=sampled)
+    return ReferenceOutputs(
+        engine_args=list(engine_args),
+        float32=is_float32(engine_args),
+        top_k=t.top_k,
+        max_tokens=t.max_tokens,
+        sequences=sequences,
+        evidence="logprobs",
+        sampled=sampled,
+    )
 
 
 def sampled_stats(client: "_Client", prompts, t: CorrectnessThresholds) -> SampledStats | None:
@@ -426,8 +477,14 @@ def sampled_stats(client: "_Client", prompts, t: CorrectnessThresholds) -> Sampl
     n = len(nlls)
     mean = sum(nlls) / n if n else 0.0
     var = sum((x - mean) ** 2 for x in nlls) / (n - 1) if n > 1 else 0.0
-    return SampledStats(temperature=t.sample_temperature, sequences=len(texts), tokens=n, mean_nll=mean,
-                        se=math.sqrt(var / n) if n else 0.0, texts=[x[:200] for x in texts[:3]])
+    return SampledStats(
+        temperature=t.sample_temperature,
+        sequences=len(texts),
+        tokens=n,
+        mean_nll=mean,
+        se=math.sqrt(var / n) if n else 0.0,
+        texts=[x[:200] for x in texts[:3]],
+    )
 
 
 #: Fewer scored sampled tokens than this on either side: the sampled check is not measured (fails).
@@ -440,12 +497,21 @@ def compare_sampled(reference: SampledStats, candidate: SampledStats, t: Correct
     limit = max(t.sampled_max_nll_shift, t.sampled_se_multiple * math.hypot(reference.se, candidate.se))
     # a side that sampled (almost) nothing was not measured: no pass on a mean of no tokens
     measured = min(reference.tokens, candidate.tokens) >= MIN_SAMPLED_TOKENS
-    return SampledComparison(reference=reference, candidate=candidate, shift=shift, limit=limit,
-                             passed=measured and abs(shift) <= limit)
+    return SampledComparison(
+        reference=reference, candidate=candidate, shift=shift, limit=limit, passed=measured and abs(shift) <= limit
+    )
 
 
-def _capture_greedy_text(base_url: str, model: str, engine_args: list[str], prompts, t: CorrectnessThresholds,
-                         omit: frozenset[str], tokenizer: str | None, note: str | None) -> ReferenceOutputs:
+def _capture_greedy_text(
+    base_url: str,
+    model: str,
+    engine_args: list[str],
+    prompts,
+    t: CorrectnessThresholds,
+    omit: frozenset[str],
+    tokenizer: str | None,
+    note: str | None,
+) -> ReferenceOutputs:
     encoder = _TextEncoder(tokenizer)
     client = _Client(base_url, model, t.request_timeout_s, omit)
     route = "completions"
@@ -459,17 +525,33 @@ def _capture_greedy_text(base_url: str, model: str, engine_args: list[str], prom
                     raise
                 route = "chat"  # an engine without the legacy completions route
                 text = client.greedy_text(prompt, t.max_tokens, route)
-            sequences.append(SequenceRef(prompt=prompt, prompt_ids=encoder.encode(prompt),
-                                         output_ids=encoder.encode(text), output_text=text, positions=[],
-                                         actual_ids=[]))
+            sequences.append(
+                SequenceRef(
+                    prompt=prompt,
+                    prompt_ids=encoder.encode(prompt),
+                    output_ids=encoder.encode(text),
+                    output_text=text,
+                    positions=[],
+                    actual_ids=[],
+                )
+            )
         batched = _concurrent_texts(client, [seq.prompt for seq in sequences], t.max_tokens, route)
     finally:
         client.close()
     if encoder.directory is None:
         note = (f"{note}; " if note else "") + "no tokenizer.json at hand: outputs compared as characters"
-    return ReferenceOutputs(engine_args=list(engine_args), float32=is_float32(engine_args), top_k=0,
-                            max_tokens=t.max_tokens, sequences=sequences, evidence="greedy_text", route=route,
-                            tokenizer=encoder.directory, note=note, batched_texts=batched)
+    return ReferenceOutputs(
+        engine_args=list(engine_args),
+        float32=is_float32(engine_args),
+        top_k=0,
+        max_tokens=t.max_tokens,
+        sequences=sequences,
+        evidence="greedy_text",
+        route=route,
+        tokenizer=encoder.directory,
+        note=note,
+        batched_texts=batched,
+    )
 
 
 def _concurrent_texts(client: "_Client", prompts: list[str], max_tokens: int, route: str) -> list[str]:
@@ -507,8 +589,9 @@ def _argmax(d: dict[int, float]) -> int:
     return max(d.items(), key=lambda kv: kv[1])[0]
 
 
-def distribution_stats(reference: ReferenceOutputs, candidate_positions: list[list[dict[int, float]]],
-                       tie_margin: float) -> DistributionStats:
+def distribution_stats(
+    reference: ReferenceOutputs, candidate_positions: list[list[dict[int, float]]], tie_margin: float
+) -> DistributionStats:
     """Compare the reference's teacher-forced distributions with the candidate's on the same sequences."""
     kls, agree, agree_tol, diffs = [], 0, 0, []
     ref_nll, cand_nll = 0.0, 0.0
@@ -525,30 +608,62 @@ def distribution_stats(reference: ReferenceOutputs, candidate_positions: list[li
                 diffs.append(abs(lp_ref - lp_cand))
     n = max(len(kls), 1)
     count = max(len(diffs), 1)
-    return DistributionStats(positions=len(kls), mean_kl=sum(kls) / n, max_kl=max(kls, default=0.0),
-                             top1_agreement=agree / n, top1_agreement_tolerant=agree_tol / n,
-                             ppl_ratio=math.exp((cand_nll - ref_nll) / count), max_abs_logprob_diff=max(diffs, default=0.0))
+    return DistributionStats(
+        positions=len(kls),
+        mean_kl=sum(kls) / n,
+        max_kl=max(kls, default=0.0),
+        top1_agreement=agree / n,
+        top1_agreement_tolerant=agree_tol / n,
+        ppl_ratio=math.exp((cand_nll - ref_nll) / count),
+        max_abs_logprob_diff=max(diffs, default=0.0),
+    )
 
 
-def _compare_greedy(index: int, seq: SequenceRef, output_ids: list[int], text: str, tie_margin: float) -> SequenceComparison:
+def _compare_greedy(
+    index: int, seq: SequenceRef, output_ids: list[int], text: str, tie_margin: float
+) -> SequenceComparison:
     if output_ids == seq.output_ids:
-        return SequenceComparison(prompt_index=index, identical=True, reference_text=seq.output_text, candidate_text=text,
-                                  matched_prefix=len(output_ids), reference_length=len(seq.output_ids))
-    pos = next((i for i, (a, b) in enumerate(zip(seq.output_ids, output_ids)) if a != b),
-               min(len(seq.output_ids), len(output_ids)))
+        return SequenceComparison(
+            prompt_index=index,
+            identical=True,
+            reference_text=seq.output_text,
+            candidate_text=text,
+            matched_prefix=len(output_ids),
+            reference_length=len(seq.output_ids),
+        )
+    pos = next(
+        (i for i, (a, b) in enumerate(zip(seq.output_ids, output_ids)) if a != b),
+        min(len(seq.output_ids), len(output_ids)),
+    )
     tie = False
     if pos < len(seq.output_ids) and pos < len(output_ids):
         dist = seq.positions[len(seq.prompt_ids) - 1 + pos]  # distribution that chose output token ``pos``
         ref_tok, cand_tok = seq.output_ids[pos], output_ids[pos]
         tie = cand_tok in dist and ref_tok in dist and dist[ref_tok] - dist[cand_tok] <= tie_margin
-    return SequenceComparison(prompt_index=index, identical=False, first_divergence=pos, divergence_is_tie=tie,
-                              reference_text=seq.output_text, candidate_text=text, matched_prefix=pos,
-                              reference_length=len(seq.output_ids))
+    return SequenceComparison(
+        prompt_index=index,
+        identical=False,
+        first_divergence=pos,
+        divergence_is_tie=tie,
+        reference_text=seq.output_text,
+        candidate_text=text,
+        matched_prefix=pos,
+        reference_length=len(seq.output_ids),
+    )
 
 
-def check_candidate(base_url: str, model: str, reference: ReferenceOutputs, candidate_args: list[str], *,
-                    lossy: bool, thresholds: CorrectnessThresholds | None = None, adapter: Any = None,
-                    tokenizer: str | Path | None = None, omit_fields: Collection[str] = ()) -> CorrectnessReport:
+def check_candidate(
+    base_url: str,
+    model: str,
+    reference: ReferenceOutputs,
+    candidate_args: list[str],
+    *,
+    lossy: bool,
+    thresholds: CorrectnessThresholds | None = None,
+    adapter: Any = None,
+    tokenizer: str | Path | None = None,
+    omit_fields: Collection[str] = (),
+) -> CorrectnessReport:
     """Check a live candidate engine against ``reference`` and judge it (lossless or lossy mode).
 
     The evidence is the reference's, weakened to greedy text when the candidate's ``adapter`` cannot
@@ -571,8 +686,9 @@ def check_candidate(base_url: str, model: str, reference: ReferenceOutputs, cand
             if reference.sampled is not None:
                 st = t.model_copy(update={"sample_temperature": reference.sampled.temperature})
                 sampled = sampled_stats(client, [seq.prompt for seq in reference.sequences], st)
-            return judge(reference, candidate_args, comparisons, cand_positions, lossy=lossy, thresholds=t,
-                         sampled=sampled)
+            return judge(
+                reference, candidate_args, comparisons, cand_positions, lossy=lossy, thresholds=t, sampled=sampled
+            )
         tok = reference.tokenizer or (str(tokenizer) if tokenizer is not None else tokenizer_for(adapter))
         encoder = _TextEncoder(tok)
         texts = [client.greedy_text(seq.prompt, reference.max_tokens, reference.route) for seq in reference.sequences]
@@ -583,22 +699,45 @@ def check_candidate(base_url: str, model: str, reference: ReferenceOutputs, cand
         c = compare_greedy_text(i, encoder.encode(seq.output_text), seq.output_text, encoder.encode(text), text)
         batched = reference.batched_texts[i] if i < len(reference.batched_texts) else None
         if not c.identical and batched is not None and encoder.encode(batched) == encoder.encode(text):
-            c = c.model_copy(update={"identical": True, "first_divergence": None, "matched_prefix": c.reference_length,
-                                     "matches_batched_reference": True})
+            c = c.model_copy(
+                update={
+                    "identical": True,
+                    "first_divergence": None,
+                    "matched_prefix": c.reference_length,
+                    "matches_batched_reference": True,
+                }
+            )
         comparisons.append(c)
-    return judge_greedy_text(reference, candidate_args, comparisons, lossy=lossy, thresholds=t, unit=encoder.unit,
-                             self_fraction=reference.self_matched_fraction(encoder.encode))
+    return judge_greedy_text(
+        reference,
+        candidate_args,
+        comparisons,
+        lossy=lossy,
+        thresholds=t,
+        unit=encoder.unit,
+        self_fraction=reference.self_matched_fraction(encoder.encode),
+    )
 
 
-def compare_greedy_text(index: int, reference_ids: list[int], reference_text: str, candidate_ids: list[int],
-                        candidate_text: str) -> SequenceComparison:
+def compare_greedy_text(
+    index: int, reference_ids: list[int], reference_text: str, candidate_ids: list[int], candidate_text: str
+) -> SequenceComparison:
     """Two greedy outputs as token sequences: identical, or where they first differ and how much agrees."""
-    matched = next((i for i, (a, b) in enumerate(zip(reference_ids, candidate_ids)) if a != b),
-                   min(len(reference_ids), len(candidate_ids)))
+    matched = next(
+        (i for i, (a, b) in enumerate(zip(reference_ids, candidate_ids)) if a != b),
+        min(len(reference_ids), len(candidate_ids)),
+    )
     identical = reference_ids == candidate_ids
-    return SequenceComparison(prompt_index=index, identical=identical, first_divergence=None if identical else matched,
-                              divergence_is_tie=None, reference_text=reference_text, candidate_text=candidate_text,
-                              matched_prefix=matched, reference_length=len(reference_ids))
+    return SequenceComparison(
+        prompt_index=index,
+        identical=identical,
+        first_divergence=None if identical else matched,
+        divergence_is_tie=None,
+        reference_text=reference_text,
+        candidate_text=candidate_text,
+        matched_prefix=matched,
+        reference_length=len(reference_ids),
+    )
 
 
 #: The least the baseline must agree with itself (solo vs batched, matched prefix of an output) for its
@@ -606,9 +745,16 @@ def compare_greedy_text(index: int, reference_ids: list[int], reference_text: st
 MIN_SELF_AGREEMENT = 0.5
 
 
-def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], comparisons: list[SequenceComparison],
-                      *, lossy: bool, thresholds: CorrectnessThresholds | None = None,
-                      unit: str = "tokens", self_fraction: float = 1.0) -> CorrectnessReport:
+def judge_greedy_text(
+    reference: ReferenceOutputs,
+    candidate_args: list[str],
+    comparisons: list[SequenceComparison],
+    *,
+    lossy: bool,
+    thresholds: CorrectnessThresholds | None = None,
+    unit: str = "tokens",
+    self_fraction: float = 1.0,
+) -> CorrectnessReport:
     """Verdict on greedy-text evidence (pure).
 
     Lossless: every output identical to the baseline's (solo or batched), or, where the baseline's
@@ -621,69 +767,135 @@ def judge_greedy_text(reference: ReferenceOutputs, candidate_args: list[str], co
     empty = sum(1 for c in comparisons if not c.reference_length)
     if not comparisons or empty == len(comparisons):  # nothing to compare: never a pass
         return CorrectnessReport(
-            mode="lossy" if lossy else "lossless", passed=False, lossless_equivalent=False, float32=False,
-            flag_for_review=True, thresholds=t, evidence="greedy_text", checked=False, unit=unit,
-            greedy_identical=0, greedy_total=len(comparisons), sequences=comparisons,
-            reason=("no output was compared" if not comparisons else
-                    f"the baseline's {len(comparisons)} reference outputs are all empty (a reasoning model "
-                    "spending its tokens on hidden thinking, a null content): nothing to compare; raise the "
-                    "check's max_tokens or review by hand"))
+            mode="lossy" if lossy else "lossless",
+            passed=False,
+            lossless_equivalent=False,
+            float32=False,
+            flag_for_review=True,
+            thresholds=t,
+            evidence="greedy_text",
+            checked=False,
+            unit=unit,
+            greedy_identical=0,
+            greedy_total=len(comparisons),
+            sequences=comparisons,
+            reason=(
+                "no output was compared"
+                if not comparisons
+                else f"the baseline's {len(comparisons)} reference outputs are all empty (a reasoning model "
+                "spending its tokens on hidden thinking, a null content): nothing to compare; raise the "
+                "check's max_tokens or review by hand"
+            ),
+        )
     identical = sum(c.identical for c in comparisons)
     equivalent = identical == len(comparisons)
-    fractions = [(c.matched_prefix or 0) / c.reference_length if c.reference_length else (1.0 if c.identical else 0.0)
-                 for c in comparisons]
+    fractions = [
+        (c.matched_prefix or 0) / c.reference_length if c.reference_length else (1.0 if c.identical else 0.0)
+        for c in comparisons
+    ]
     mean_prefix = sum(fractions) / len(fractions) if fractions else 1.0
-    diverged = [f"prompt {c.prompt_index} at {unit[:-1]} {c.first_divergence} "
-                f"({c.matched_prefix}/{c.reference_length} matched)" for c in comparisons if not c.identical]
-    why = (f"greedy-text check under the model's tokenizer: {identical}/{len(comparisons)} outputs identical as {unit}"
-           + (f"; first divergence {', '.join(diverged[:4])}" if diverged else ""))
+    diverged = [
+        f"prompt {c.prompt_index} at {unit[:-1]} {c.first_divergence} ({c.matched_prefix}/{c.reference_length} matched)"
+        for c in comparisons
+        if not c.identical
+    ]
+    why = (
+        f"greedy-text check under the model's tokenizer: {identical}/{len(comparisons)} outputs identical as {unit}"
+        + (f"; first divergence {', '.join(diverged[:4])}" if diverged else "")
+    )
     if not lossy:
         # the baseline's own batch variance is a bar only while it agreed with itself on most of each
         # output: below MIN_SELF_AGREEMENT (an empty batched output agrees on nothing) it bars nothing
-        within_noise = (not equivalent and MIN_SELF_AGREEMENT <= self_fraction < 1.0
-                        and min(fractions, default=1.0) >= self_fraction)
+        within_noise = (
+            not equivalent
+            and MIN_SELF_AGREEMENT <= self_fraction < 1.0
+            and min(fractions, default=1.0) >= self_fraction
+        )
         passed = equivalent or within_noise
         if equivalent:
             reason = "outputs kept; " + why
         elif within_noise:
-            reason = (f"outputs kept within the baseline's own batch variance (it agreed with itself on at least "
-                      f"{self_fraction:.0%} of each output; the candidate on at least {min(fractions):.0%}); " + why)
+            reason = (
+                f"outputs kept within the baseline's own batch variance (it agreed with itself on at least "
+                f"{self_fraction:.0%} of each output; the candidate on at least {min(fractions):.0%}); " + why
+            )
         else:
-            reason = ("outputs CHANGED by a change declared lossless"
-                      + (f" (beyond the baseline's own batch variance, {self_fraction:.0%})"
-                         if MIN_SELF_AGREEMENT <= self_fraction < 1 else
-                         f" (the baseline agreed with itself on only {self_fraction:.0%} of an output when batched: "
-                         "too noisy a bar to pass a changed output against)" if self_fraction < 1 else "")
-                      + "; " + why)
+            reason = (
+                "outputs CHANGED by a change declared lossless"
+                + (
+                    f" (beyond the baseline's own batch variance, {self_fraction:.0%})"
+                    if MIN_SELF_AGREEMENT <= self_fraction < 1
+                    else f" (the baseline agreed with itself on only {self_fraction:.0%} of an output when batched: "
+                    "too noisy a bar to pass a changed output against)"
+                    if self_fraction < 1
+                    else ""
+                )
+                + "; "
+                + why
+            )
     else:
         passed = mean_prefix >= t.greedy_lossy_min_prefix_fraction
-        reason = (f"lossy change, mean matched prefix {mean_prefix:.0%} {'>=' if passed else 'BELOW'} "
-                  f"{t.greedy_lossy_min_prefix_fraction:.0%} of the reference outputs ({why}); no distribution "
-                  f"check is possible without logprobs; flagged for human review")
+        reason = (
+            f"lossy change, mean matched prefix {mean_prefix:.0%} {'>=' if passed else 'BELOW'} "
+            f"{t.greedy_lossy_min_prefix_fraction:.0%} of the reference outputs ({why}); no distribution "
+            f"check is possible without logprobs; flagged for human review"
+        )
     float32 = reference.float32 and is_float32(candidate_args)
-    return CorrectnessReport(mode="lossy" if lossy else "lossless", passed=passed, lossless_equivalent=equivalent,
-                             float32=float32, flag_for_review=lossy or not equivalent, reason=reason,
-                             greedy_identical=identical, greedy_total=len(comparisons), sequences=comparisons,
-                             distribution=None, thresholds=t, evidence="greedy_text", checked=True, unit=unit,
-                             mean_matched_prefix_fraction=mean_prefix)
+    return CorrectnessReport(
+        mode="lossy" if lossy else "lossless",
+        passed=passed,
+        lossless_equivalent=equivalent,
+        float32=float32,
+        flag_for_review=lossy or not equivalent,
+        reason=reason,
+        greedy_identical=identical,
+        greedy_total=len(comparisons),
+        sequences=comparisons,
+        distribution=None,
+        thresholds=t,
+        evidence="greedy_text",
+        checked=True,
+        unit=unit,
+        mean_matched_prefix_fraction=mean_prefix,
+    )
 
 
-def unchecked_report(reference: ReferenceOutputs, candidate_args: list[str], *, lossy: bool,
-                     thresholds: CorrectnessThresholds | None = None) -> CorrectnessReport:
+def unchecked_report(
+    reference: ReferenceOutputs,
+    candidate_args: list[str],
+    *,
+    lossy: bool,
+    thresholds: CorrectnessThresholds | None = None,
+) -> CorrectnessReport:
     """The report when there is no evidence to check against: it says so, never "checked", and is
     flagged for review; it does not fail the candidate (the engine's missing API is not its fault),
     but the adoption rule never adopts an unchecked change by itself (research.loop.pick_winner)."""
-    return CorrectnessReport(mode="lossy" if lossy else "lossless", passed=True, lossless_equivalent=False,
-                             float32=reference.float32 and is_float32(candidate_args), flag_for_review=True,
-                             reason=f"no correctness evidence: {reference.note or 'the engine answered no request'}; "
-                                    "outputs were not compared; review before use",
-                             greedy_identical=0, greedy_total=0, thresholds=thresholds or CorrectnessThresholds(),
-                             evidence="none", checked=False)
+    return CorrectnessReport(
+        mode="lossy" if lossy else "lossless",
+        passed=True,
+        lossless_equivalent=False,
+        float32=reference.float32 and is_float32(candidate_args),
+        flag_for_review=True,
+        reason=f"no correctness evidence: {reference.note or 'the engine answered no request'}; "
+        "outputs were not compared; review before use",
+        greedy_identical=0,
+        greedy_total=0,
+        thresholds=thresholds or CorrectnessThresholds(),
+        evidence="none",
+        checked=False,
+    )
 
 
-def judge(reference: ReferenceOutputs, candidate_args: list[str], comparisons: list[SequenceComparison],
-          cand_positions: list[list[dict[int, float]]], *, lossy: bool,
-          thresholds: CorrectnessThresholds | None = None, sampled: SampledStats | None = None) -> CorrectnessReport:
+def judge(
+    reference: ReferenceOutputs,
+    candidate_args: list[str],
+    comparisons: list[SequenceComparison],
+    cand_positions: list[list[dict[int, float]]],
+    *,
+    lossy: bool,
+    thresholds: CorrectnessThresholds | None = None,
+    sampled: SampledStats | None = None,
+) -> CorrectnessReport:
     """Turn raw comparisons into a verdict (pure: unit-testable without an engine). ``sampled``: the
     candidate's sampled outputs, judged against the reference's (a lossless change must keep them)."""
     t = thresholds or CorrectnessThresholds()
@@ -692,21 +904,33 @@ def judge(reference: ReferenceOutputs, candidate_args: list[str], comparisons: l
     identical = sum(c.identical for c in comparisons)
     if float32:
         equivalent = identical == len(comparisons) and stats.max_abs_logprob_diff <= t.exact_logprob_atol
-        why = (f"float32 exact check: {identical}/{len(comparisons)} identical, max |dlogprob| "
-               f"{stats.max_abs_logprob_diff:.2e} (limit {t.exact_logprob_atol:.0e})")
+        why = (
+            f"float32 exact check: {identical}/{len(comparisons)} identical, max |dlogprob| "
+            f"{stats.max_abs_logprob_diff:.2e} (limit {t.exact_logprob_atol:.0e})"
+        )
     else:
         untied = [c.prompt_index for c in comparisons if not c.identical and not c.divergence_is_tie]
-        equivalent = (not untied and stats.mean_kl <= t.lossless_max_mean_kl
-                      and stats.top1_agreement_tolerant >= t.lossless_min_top1)
-        why = (f"tolerance check: divergences beyond a tie in prompts {untied or 'none'}, mean KL {stats.mean_kl:.2e} "
-               f"(limit {t.lossless_max_mean_kl:.0e}), tie-tolerant top-1 {stats.top1_agreement_tolerant:.3f} "
-               f"(min {t.lossless_min_top1})")
-    samples = (compare_sampled(reference.sampled, sampled, t)
-               if reference.sampled is not None and sampled is not None else None)
+        equivalent = (
+            not untied
+            and stats.mean_kl <= t.lossless_max_mean_kl
+            and stats.top1_agreement_tolerant >= t.lossless_min_top1
+        )
+        why = (
+            f"tolerance check: divergences beyond a tie in prompts {untied or 'none'}, mean KL {stats.mean_kl:.2e} "
+            f"(limit {t.lossless_max_mean_kl:.0e}), tie-tolerant top-1 {stats.top1_agreement_tolerant:.3f} "
+            f"(min {t.lossless_min_top1})"
+        )
+    samples = (
+        compare_sampled(reference.sampled, sampled, t)
+        if reference.sampled is not None and sampled is not None
+        else None
+    )
     if samples is not None:
-        why += (f"; sampled outputs (T={sampled.temperature:g}): mean NLL {sampled.mean_nll:.2f} vs the reference's "
-                f"{reference.sampled.mean_nll:.2f} nats/token, shift {samples.shift:+.2f} "
-                f"({'within' if samples.passed else 'BEYOND'} {samples.limit:.2f})")
+        why += (
+            f"; sampled outputs (T={sampled.temperature:g}): mean NLL {sampled.mean_nll:.2f} vs the reference's "
+            f"{reference.sampled.mean_nll:.2f} nats/token, shift {samples.shift:+.2f} "
+            f"({'within' if samples.passed else 'BEYOND'} {samples.limit:.2f})"
+        )
         equivalent = equivalent and samples.passed
     elif reference.sampled is None:
         why += "; sampled outputs not checked (the reference has no samples)"
@@ -714,14 +938,34 @@ def judge(reference: ReferenceOutputs, candidate_args: list[str], comparisons: l
         passed = equivalent
         reason = ("outputs kept; " if equivalent else "outputs CHANGED by a change declared lossless; ") + why
     else:
-        within = (stats.mean_kl <= t.lossy_max_mean_kl and stats.top1_agreement >= t.lossy_min_top1
-                  and stats.ppl_ratio <= t.lossy_max_ppl_ratio)
+        within = (
+            stats.mean_kl <= t.lossy_max_mean_kl
+            and stats.top1_agreement >= t.lossy_min_top1
+            and stats.ppl_ratio <= t.lossy_max_ppl_ratio
+        )
         passed = within and (samples is None or samples.passed)  # a broken sampler fails either way
-        reason = (f"lossy change, distribution {'within' if within else 'OUTSIDE'} thresholds (KL <= {t.lossy_max_mean_kl}, "
-                  f"top-1 >= {t.lossy_min_top1}, ppl ratio <= {t.lossy_max_ppl_ratio})"
-                  + (f", sampled outputs' NLL shift {samples.shift:+.2f} ({'within' if samples.passed else 'BEYOND'} "
-                     f"{samples.limit:.2f})" if samples is not None else "") + "; flagged for human review")
-    return CorrectnessReport(mode="lossy" if lossy else "lossless", passed=passed, lossless_equivalent=equivalent,
-                             float32=float32, flag_for_review=lossy or not equivalent, reason=reason,
-                             greedy_identical=identical, greedy_total=len(comparisons), sequences=comparisons,
-                             distribution=stats, thresholds=t, sampled=samples)
+        reason = (
+            f"lossy change, distribution {'within' if within else 'OUTSIDE'} thresholds (KL <= {t.lossy_max_mean_kl}, "
+            f"top-1 >= {t.lossy_min_top1}, ppl ratio <= {t.lossy_max_ppl_ratio})"
+            + (
+                f", sampled outputs' NLL shift {samples.shift:+.2f} ({'within' if samples.passed else 'BEYOND'} "
+                f"{samples.limit:.2f})"
+                if samples is not None
+                else ""
+            )
+            + "; flagged for human review"
+        )
+    return CorrectnessReport(
+        mode="lossy" if lossy else "lossless",
+        passed=passed,
+        lossless_equivalent=equivalent,
+        float32=float32,
+        flag_for_review=lossy or not equivalent,
+        reason=reason,
+        greedy_identical=identical,
+        greedy_total=len(comparisons),
+        sequences=comparisons,
+        distribution=stats,
+        thresholds=t,
+        sampled=samples,
+    )

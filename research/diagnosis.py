@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import polars as pl
 
-from autoresearch.engine_args import parse_args
+from specs.engine_args import parse_args
 from engines.base import Vocabulary
 from engines.registry import ADAPTERS
 from loadgen.results import StepResult, SweepResult
@@ -36,6 +36,7 @@ TOKENIZED_ROWS = 1000  # rows tokenized for the exact prefix-reuse simulation (t
 
 
 # ---------------------------------------------------------------- request-log statistics
+
 
 def _prompt_text(body: dict) -> str:
     """The prompt as the model sees it, roughly: tools, then every message's text, in order."""
@@ -104,17 +105,21 @@ def request_stats(pool: pl.DataFrame, tokenizer=None, block_size: int = 16) -> d
         "decode_share": float(output.sum() / max(output.sum() + prompt.sum(), 1.0)),
         "long_prompt_fraction": float((prompt > 4 * max(np.median(prompt), 1.0)).mean()),
         "tool_use_fraction": float(np.mean([bool(b.get("tools")) for b in bodies])),
-        "tool_result_fraction": float(np.mean([any(m.get("role") == "tool" for m in b.get("messages") or [])
-                                               for b in bodies])),
-        "structured_output_fraction": float(np.mean([(b.get("response_format") or {}).get("type") in
-                                                     ("json_schema", "json_object") for b in bodies])),
-        "multi_turn_fraction": float(np.mean([sum(m.get("role") == "assistant" for m in b.get("messages") or []) > 0
-                                              for b in bodies])),
+        "tool_result_fraction": float(
+            np.mean([any(m.get("role") == "tool" for m in b.get("messages") or []) for b in bodies])
+        ),
+        "structured_output_fraction": float(
+            np.mean([(b.get("response_format") or {}).get("type") in ("json_schema", "json_object") for b in bodies])
+        ),
+        "multi_turn_fraction": float(
+            np.mean([sum(m.get("role") == "assistant" for m in b.get("messages") or []) > 0 for b in bodies])
+        ),
         "prefix_groups": float(pool["prefix_group"].n_unique()),
     }
     groups = sample["prefix_group"].fill_null("none").to_list()
     stats["shared_prefix_request_fraction"] = float(
-        sample.group_by("prefix_group").len().filter(pl.col("len") > 1)["len"].sum() / sample.height)
+        sample.group_by("prefix_group").len().filter(pl.col("len") > 1)["len"].sum() / sample.height
+    )
     if tokenizer is not None:
         from replay.prefix import cached_fraction
 
@@ -137,6 +142,7 @@ def request_stats(pool: pl.DataFrame, tokenizer=None, block_size: int = 16) -> d
 
 
 # ---------------------------------------------------------------- engine statistics over sweeps
+
 
 def _valid_steps(sweep: SweepResult) -> list[StepResult]:
     return sorted((s for s in sweep.steps if s.validity == "valid"), key=lambda s: s.target_rate)
@@ -193,14 +199,26 @@ def engine_stats(sweeps: Sequence[SweepResult]) -> dict[str, float]:
             # Independent of engine gauges, which vLLM's CPU build often reads as 0 between steps.
             e2e_s = (step.e2e_ms.mean or step.e2e_ms.p50 or 0.0) / 1000
             rows[f"{label}_in_flight_mean"].append(step.achieved_rate * e2e_s if e2e_s else None)
-            for key in ("requests_running_mean", "requests_running_max", "requests_waiting_mean",
-                        "requests_waiting_max", "kv_cache_usage_mean", "kv_cache_usage_max"):
+            for key in (
+                "requests_running_mean",
+                "requests_running_max",
+                "requests_waiting_mean",
+                "requests_waiting_max",
+                "kv_cache_usage_mean",
+                "kv_cache_usage_max",
+            ):
                 rows[f"{label}_{key}"].append(m.get(key))
         for step in steps:
             m = step.engine_metrics
-            for key in ("preemptions_delta", "prefix_cache_queries_delta", "prefix_cache_hits_delta",
-                        "spec_decode_draft_tokens_delta", "spec_decode_accepted_tokens_delta",
-                        "prompt_tokens_delta", "generation_tokens_delta"):
+            for key in (
+                "preemptions_delta",
+                "prefix_cache_queries_delta",
+                "prefix_cache_hits_delta",
+                "spec_decode_draft_tokens_delta",
+                "spec_decode_accepted_tokens_delta",
+                "prompt_tokens_delta",
+                "generation_tokens_delta",
+            ):
                 if m.get(key) is not None:
                     totals[key] += m[key]
             if step.cached_prompt_fraction is not None:
@@ -212,8 +230,9 @@ def engine_stats(sweeps: Sequence[SweepResult]) -> dict[str, float]:
     if totals.get("prefix_cache_queries_delta"):
         out["prefix_cache_hit_rate"] = totals.get("prefix_cache_hits_delta", 0.0) / totals["prefix_cache_queries_delta"]
     if totals.get("spec_decode_draft_tokens_delta"):
-        out["spec_decode_acceptance_rate"] = (totals.get("spec_decode_accepted_tokens_delta", 0.0)
-                                              / totals["spec_decode_draft_tokens_delta"])
+        out["spec_decode_acceptance_rate"] = (
+            totals.get("spec_decode_accepted_tokens_delta", 0.0) / totals["spec_decode_draft_tokens_delta"]
+        )
     for metric, count in violated.items():
         out[f"sla_violations_{metric}"] = count
     out["sweeps"] = float(len([s for s in sweeps if _valid_steps(s)]))
@@ -221,6 +240,7 @@ def engine_stats(sweeps: Sequence[SweepResult]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- rules
+
 
 def _flag_int(args: dict[str, str | None], flag: str | None) -> int | None:
     try:
@@ -250,8 +270,7 @@ def _batch_limit(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
     evidence: list[str] = []
     severities: list[float] = []
     if running is not None and waiting is not None:
-        saturated = (limit is not None and running_max is not None and running_max >= limit
-                     and running >= 0.8 * limit)
+        saturated = limit is not None and running_max is not None and running_max >= limit and running >= 0.8 * limit
         if limit is None and running_max is not None:  # default limit: look for a plateau instead
             at_cap_max = e.get("at_cap_requests_running_max")
             saturated = at_cap_max is not None and running_max <= at_cap_max and waiting > running
@@ -260,34 +279,48 @@ def _batch_limit(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
         waiting_max = e.get("over_requests_waiting_max") or 0.0
         queue_past_small_limit = limit is not None and limit <= 4 and waiting_max >= 2 * limit
         if (saturated or queue_past_small_limit) and waiting >= 0.5:
-            evidence.append(f"at {_f(e.get('over_rate'))} req/s the queue builds: {_f(waiting, 1)} requests waiting on "
-                            f"average (max {_f(e.get('over_requests_waiting_max'), 0)}) while {_f(running, 1)} run "
-                            f"(max {_f(running_max, 0)})")
+            evidence.append(
+                f"at {_f(e.get('over_rate'))} req/s the queue builds: {_f(waiting, 1)} requests waiting on "
+                f"average (max {_f(e.get('over_requests_waiting_max'), 0)}) while {_f(running, 1)} run "
+                f"(max {_f(running_max, 0)})"
+            )
             if limit is not None:
                 evidence.append(f"running requests sit at the limit {limit_flag} {limit}")
             severities.append(min(1.0, 0.4 + 0.6 * waiting / (waiting + running)))
     # Client side: more requests in flight than the limit lets run, and TTFT (queueing) breaks the SLA.
     if limit is not None and in_flight is not None and ttft_breaks and in_flight >= 1.2 * limit:
-        evidence.append(f"TTFT breaks the SLA while {in_flight:.1f} requests are in flight on average at "
-                        f"{_f(e.get('over_rate'))} req/s (rate x mean end-to-end latency) against a limit of "
-                        f"{limit} ({limit_flag} {limit}): the rest wait")
+        evidence.append(
+            f"TTFT breaks the SLA while {in_flight:.1f} requests are in flight on average at "
+            f"{_f(e.get('over_rate'))} req/s (rate x mean end-to-end latency) against a limit of "
+            f"{limit} ({limit_flag} {limit}): the rest wait"
+        )
         severities.append(min(1.0, 0.5 + 0.5 * (in_flight - limit) / limit))
     # Client side, without any count: TTFT grows with the offered load while ITL stays flat, so
     # requests wait before they start (a queue), not while they decode.
     ttft_low, ttft_over = e.get("low_ttft_p95_ms"), e.get("over_ttft_p95_ms")
     itl_low, itl_over = e.get("low_itl_p95_ms"), e.get("over_itl_p95_ms")
-    if (limit is not None and ttft_breaks and ttft_low and ttft_over and ttft_over >= 2 * ttft_low
-            and (not itl_low or not itl_over or itl_over <= 1.5 * itl_low)):
+    if (
+        limit is not None
+        and ttft_breaks
+        and ttft_low
+        and ttft_over
+        and ttft_over >= 2 * ttft_low
+        and (not itl_low or not itl_over or itl_over <= 1.5 * itl_low)
+    ):
         growth = ttft_over / ttft_low
-        evidence.append(f"TTFT p95 grows {growth:.1f}x from the lowest load ({_f(e.get('low_rate'))} req/s) to "
-                        f"{_f(e.get('over_rate'))} req/s while ITL p95 stays flat ({_f(itl_low, 0)} -> "
-                        f"{_f(itl_over, 0)} ms): requests wait before they start, behind {limit_flag} {limit}")
+        evidence.append(
+            f"TTFT p95 grows {growth:.1f}x from the lowest load ({_f(e.get('low_rate'))} req/s) to "
+            f"{_f(e.get('over_rate'))} req/s while ITL p95 stays flat ({_f(itl_low, 0)} -> "
+            f"{_f(itl_over, 0)} ms): requests wait before they start, behind {limit_flag} {limit}"
+        )
         severities.append(min(0.9, 0.4 + 0.2 * float(np.log2(growth))))
     if not severities:
         if not (limit is not None and limit <= 4 and ttft_breaks):
             return None
-        evidence.append(f"{limit_flag} {limit} is very small and TTFT (queueing) breaks the SLA first; "
-                        "neither the engine's gauges nor the client's in-flight count confirm the queue")
+        evidence.append(
+            f"{limit_flag} {limit} is very small and TTFT (queueing) breaks the SLA first; "
+            "neither the engine's gauges nor the client's in-flight count confirm the queue"
+        )
         severities.append(0.45)
     kv = e.get("over_kv_cache_usage_max")
     if kv is not None and kv < 0.6:
@@ -308,13 +341,16 @@ def _prefix_cache(r: dict, e: dict, args: dict, vocab: Vocabulary) -> Bottleneck
         off_flag = "the engine has no prefix cache"
     hit = e.get("prefix_cache_hit_rate")
     how = "simulated per KV block" if r.get("prefix_reuse_method", 0) > 0 else "estimated from prompt text"
-    evidence = [f"{reuse:.0%} of prompt tokens repeat an earlier prompt's prefix ({how}); "
-                f"{r.get('shared_prefix_request_fraction', 0):.0%} of requests share a prefix group"]
+    evidence = [
+        f"{reuse:.0%} of prompt tokens repeat an earlier prompt's prefix ({how}); "
+        f"{r.get('shared_prefix_request_fraction', 0):.0%} of requests share a prefix group"
+    ]
     if disabled:
         evidence.append(f"prefix caching is off ({off_flag})")
     if hit is not None:
-        evidence.append(f"engine prefix-cache hit rate {hit:.0%} over {e.get('prefix_cache_queries_delta', 0):.0f} "
-                        "queried tokens")
+        evidence.append(
+            f"engine prefix-cache hit rate {hit:.0%} over {e.get('prefix_cache_queries_delta', 0):.0f} queried tokens"
+        )
     if not disabled and (hit is None or hit >= 0.6 * reuse):
         return None
     gap = reuse - (hit or 0.0)
@@ -339,24 +375,34 @@ def _kv_pressure(e: dict) -> Bottleneck | None:
     return Bottleneck(name="kv_cache_pressure", severity=round(severity, 3), evidence=evidence)
 
 
-def _workload_ratio(workloads: Sequence[WorkloadResult], vary: str, metric: str) -> tuple[float, WorkloadResult, WorkloadResult] | None:
+def _workload_ratio(
+    workloads: Sequence[WorkloadResult], vary: str, metric: str
+) -> tuple[float, WorkloadResult, WorkloadResult] | None:
     rows = sorted((w for w in workloads if w.vary == vary and getattr(w, metric) is not None), key=lambda w: w.value)
     if len(rows) < 2 or not getattr(rows[0], metric):
         return None
     return getattr(rows[-1], metric) / getattr(rows[0], metric), rows[0], rows[-1]
 
 
-def _prefill(e: dict, r: dict, profile: ProfileBreakdown | None, workloads: Sequence[WorkloadResult]) -> list[Bottleneck]:
+def _prefill(
+    e: dict, r: dict, profile: ProfileBreakdown | None, workloads: Sequence[WorkloadResult]
+) -> list[Bottleneck]:
     found: list[Bottleneck] = []
     evidence, severity = [], 0.0
     if profile is not None and profile.prefill_interrupts_decode:
-        evidence.append(f"profile: {profile.mixed_step_fraction:.0%} of engine steps mix prefill into decode; those "
-                        f"take {_f(profile.mixed_step_ms, 0)} ms vs {_f(profile.decode_step_ms, 0)} ms for decode-only steps")
-        severity = max(severity, min(0.8, 0.2 + 0.1 * (profile.mixed_step_ms or 0) / max(profile.decode_step_ms or 1, 1e-9)))
+        evidence.append(
+            f"profile: {profile.mixed_step_fraction:.0%} of engine steps mix prefill into decode; those "
+            f"take {_f(profile.mixed_step_ms, 0)} ms vs {_f(profile.decode_step_ms, 0)} ms for decode-only steps"
+        )
+        severity = max(
+            severity, min(0.8, 0.2 + 0.1 * (profile.mixed_step_ms or 0) / max(profile.decode_step_ms or 1, 1e-9))
+        )
     ratio = _workload_ratio(workloads, "long_prompt_interference", "itl_p95_ms")
     if ratio and ratio[0] > 1.3:
-        evidence.append(f"diagnostic workload: ITL p95 rises {ratio[0]:.1f}x ({ratio[1].itl_p95_ms:.0f} -> "
-                        f"{ratio[2].itl_p95_ms:.0f} ms) when {ratio[2].value:.0%} of prompts are long")
+        evidence.append(
+            f"diagnostic workload: ITL p95 rises {ratio[0]:.1f}x ({ratio[1].itl_p95_ms:.0f} -> "
+            f"{ratio[2].itl_p95_ms:.0f} ms) when {ratio[2].value:.0%} of prompts are long"
+        )
         severity = max(severity, min(0.9, 0.3 + 0.2 * ratio[0]))
     if e.get("sla_violations_itl") and r.get("long_prompt_fraction", 0) > 0.05:
         evidence.append(f"ITL breaks the SLA and {r['long_prompt_fraction']:.0%} of prompts are long (>4x median)")
@@ -368,10 +414,16 @@ def _prefill(e: dict, r: dict, profile: ProfileBreakdown | None, workloads: Sequ
     ratio = _workload_ratio(workloads, "prompt_tokens", "ttft_p50_ms")
     if ratio and ratio[0] > 2.0:
         length_ratio = ratio[2].value / max(ratio[1].value, 1.0)
-        evidence.append(f"diagnostic workload: TTFT p50 grows {ratio[0]:.1f}x for {length_ratio:.0f}x longer prompts "
-                        f"({ratio[1].value:.0f} -> {ratio[2].value:.0f} tokens)")
+        evidence.append(
+            f"diagnostic workload: TTFT p50 grows {ratio[0]:.1f}x for {length_ratio:.0f}x longer prompts "
+            f"({ratio[1].value:.0f} -> {ratio[2].value:.0f} tokens)"
+        )
         severity = min(0.8, 0.2 * ratio[0] / max(length_ratio, 1.0) + 0.3)
-    if r.get("decode_share", 1.0) < 0.1 and e.get("sla_violations_ttft") and (e.get("over_requests_waiting_mean") or 0) < 1:
+    if (
+        r.get("decode_share", 1.0) < 0.1
+        and e.get("sla_violations_ttft")
+        and (e.get("over_requests_waiting_mean") or 0) < 1
+    ):
         evidence.append(f"prompts are {1 - r['decode_share']:.0%} of tokens and TTFT breaks the SLA without a queue")
         severity = max(severity, 0.5)
     if evidence:
@@ -386,11 +438,15 @@ def _decode(e: dict, r: dict) -> Bottleneck | None:
     decode_part = 1 - ttft / e2e if ttft and e2e else None
     if decode_part is None or decode_part < 0.6:
         return None
-    evidence = [f"decode is {decode_part:.0%} of end-to-end latency at capacity; ITL/E2E break the SLA first",
-                f"outputs average {r.get('output_tokens_mean', 0):.0f} tokens"]
+    evidence = [
+        f"decode is {decode_part:.0%} of end-to-end latency at capacity; ITL/E2E break the SLA first",
+        f"outputs average {r.get('output_tokens_mean', 0):.0f} tokens",
+    ]
     if r.get("structured_output_fraction", 0) + r.get("tool_result_fraction", 0) > 0.2:
-        evidence.append(f"{r.get('structured_output_fraction', 0):.0%} structured outputs and "
-                        f"{r.get('tool_result_fraction', 0):.0%} tool results: outputs repeat prompt text (n-gram friendly)")
+        evidence.append(
+            f"{r.get('structured_output_fraction', 0):.0%} structured outputs and "
+            f"{r.get('tool_result_fraction', 0):.0%} tool results: outputs repeat prompt text (n-gram friendly)"
+        )
     return Bottleneck(name="decode_bound", severity=round(min(0.8, decode_part * 0.8), 3), evidence=evidence)
 
 
@@ -401,18 +457,36 @@ def _profile_rules(profile: ProfileBreakdown | None) -> list[Bottleneck]:
     where = f"profile ({profile.device}, {profile.window_us / 1e6:.1f} s window)"
     sched = profile.share("cpu_scheduling")
     if sched > 0.15 or profile.idle_gap_fraction > 0.15:
-        out.append(Bottleneck(name="cpu_overhead", severity=round(min(0.8, max(sched, profile.idle_gap_fraction) * 1.5), 3),
-                              evidence=[f"{where}: {sched:.0%} of time is host-side scheduling / input preparation",
-                                        f"device idle {profile.idle_gap_fraction:.0%} of the window in "
-                                        f"{profile.idle_gaps} gaps (p95 {profile.idle_gap_p95_us / 1000:.1f} ms)"]))
-    for name, category, threshold in (("communication", "communication", 0.1), ("matmul_bound", "matmul", 0.5),
-                                      ("attention_bound", "attention", 0.35), ("sampling_overhead", "sampling", 0.12)):
+        out.append(
+            Bottleneck(
+                name="cpu_overhead",
+                severity=round(min(0.8, max(sched, profile.idle_gap_fraction) * 1.5), 3),
+                evidence=[
+                    f"{where}: {sched:.0%} of time is host-side scheduling / input preparation",
+                    f"device idle {profile.idle_gap_fraction:.0%} of the window in "
+                    f"{profile.idle_gaps} gaps (p95 {profile.idle_gap_p95_us / 1000:.1f} ms)",
+                ],
+            )
+        )
+    for name, category, threshold in (
+        ("communication", "communication", 0.1),
+        ("matmul_bound", "matmul", 0.5),
+        ("attention_bound", "attention", 0.35),
+        ("sampling_overhead", "sampling", 0.12),
+    ):
         share = profile.share(category)
         if share > threshold:
             top = [op for op, cat, _ in profile.top_ops if cat == category][:2]
-            out.append(Bottleneck(name=name, severity=round(min(0.7, share * 0.8), 3),
-                                  evidence=[f"{where}: {category} takes {share:.0%} of categorised time"
-                                            + (f" (top: {', '.join(top)})" if top else "")]))
+            out.append(
+                Bottleneck(
+                    name=name,
+                    severity=round(min(0.7, share * 0.8), 3),
+                    evidence=[
+                        f"{where}: {category} takes {share:.0%} of categorised time"
+                        + (f" (top: {', '.join(top)})" if top else "")
+                    ],
+                )
+            )
     return out
 
 
@@ -427,10 +501,13 @@ def _roofline(e: dict, roofline: Roofline | None) -> Bottleneck | None:
     e["roofline_decode_ms"], e["roofline_ratio"] = bound, ratio
     if ratio < ROOFLINE_OVERHEAD_RATIO:
         return None
-    evidence = [f"time per output token (p50) at the lowest load ({_f(rate)} req/s) is {itl:.1f} ms, {ratio:.0f}x the roofline "
-                f"({roofline.describe()})",
-                "a decode step this far above the bandwidth bound at a small batch is launch or CPU overhead"
-                if ratio >= 20 else "the decode step is well above the bandwidth bound at a small batch"]
+    evidence = [
+        f"time per output token (p50) at the lowest load ({_f(rate)} req/s) is {itl:.1f} ms, {ratio:.0f}x the roofline "
+        f"({roofline.describe()})",
+        "a decode step this far above the bandwidth bound at a small batch is launch or CPU overhead"
+        if ratio >= 20
+        else "the decode step is well above the bandwidth bound at a small batch",
+    ]
     util = e.get("low_gpu_util_mean")
     if util is not None:
         evidence.append(f"NVML: the GPU is busy {util:.0f}% of the time at that load")
@@ -448,14 +525,26 @@ def _speculation(e: dict, args: dict, vocab: Vocabulary) -> Bottleneck | None:
     rate = e.get("spec_decode_acceptance_rate")
     if rate is None or vocab.speculation_flag not in args or rate >= 0.3:
         return None
-    return Bottleneck(name="speculation_waste", severity=round(0.6 - rate, 3),
-                      evidence=[f"only {rate:.0%} of {e.get('spec_decode_draft_tokens_delta', 0):.0f} draft tokens accepted"])
+    return Bottleneck(
+        name="speculation_waste",
+        severity=round(0.6 - rate, 3),
+        evidence=[f"only {rate:.0%} of {e.get('spec_decode_draft_tokens_delta', 0):.0f} draft tokens accepted"],
+    )
 
 
-def diagnose(pool: pl.DataFrame, sweeps: Sequence[SweepResult], engine_args: list[str], *, endpoint: str | None = None,
-             engine_kind: str, profile: ProfileBreakdown | None = None,
-             workloads: Sequence[WorkloadResult] = (), tokenizer=None, block_size: int = 16,
-             roofline: Roofline | None = None) -> Diagnosis:
+def diagnose(
+    pool: pl.DataFrame,
+    sweeps: Sequence[SweepResult],
+    engine_args: list[str],
+    *,
+    endpoint: str | None = None,
+    engine_kind: str,
+    profile: ProfileBreakdown | None = None,
+    workloads: Sequence[WorkloadResult] = (),
+    tokenizer=None,
+    block_size: int = 16,
+    roofline: Roofline | None = None,
+) -> Diagnosis:
     """Name the suspected bottlenecks of one endpoint, worst first, with their evidence.
 
     What the engine cannot give (metrics, a profile) is replaced by what every engine gives:
@@ -471,8 +560,17 @@ def diagnose(pool: pl.DataFrame, sweeps: Sequence[SweepResult], engine_args: lis
         notes.append("no engine queue metrics in the sweeps: queueing rules used latency only")
     if profile is None:
         notes.append("no profile: time breakdown by operation not available")
-    found = [b for b in (_batch_limit(e, args, vocab), _prefix_cache(r, e, args, vocab), _kv_pressure(e),
-                         _decode(e, r), _speculation(e, args, vocab)) if b is not None]
+    found = [
+        b
+        for b in (
+            _batch_limit(e, args, vocab),
+            _prefix_cache(r, e, args, vocab),
+            _kv_pressure(e),
+            _decode(e, r),
+            _speculation(e, args, vocab),
+        )
+        if b is not None
+    ]
     found += _prefill(e, r, profile, workloads)
     profiled = _profile_rules(profile)
     found += profiled
@@ -484,14 +582,40 @@ def diagnose(pool: pl.DataFrame, sweeps: Sequence[SweepResult], engine_args: lis
         if same is None:
             found.append(overhead)
         else:  # profile and roofline agree: one bottleneck with both kinds of evidence
-            found[found.index(same)] = same.model_copy(update={"severity": max(same.severity, overhead.severity),
-                                                                "evidence": same.evidence + overhead.evidence})
+            found[found.index(same)] = same.model_copy(
+                update={
+                    "severity": max(same.severity, overhead.severity),
+                    "evidence": same.evidence + overhead.evidence,
+                }
+            )
     found.sort(key=lambda b: -b.severity)
-    traits = {k: r[k] for k in ("prompt_tokens_mean", "output_tokens_mean", "decode_share", "prefix_reuse",
-                                "tool_use_fraction", "structured_output_fraction", "multi_turn_fraction",
-                                "long_prompt_fraction", "arrival_rate", "interarrival_cv") if k in r}
+    traits = {
+        k: r[k]
+        for k in (
+            "prompt_tokens_mean",
+            "output_tokens_mean",
+            "decode_share",
+            "prefix_reuse",
+            "tool_use_fraction",
+            "structured_output_fraction",
+            "multi_turn_fraction",
+            "long_prompt_fraction",
+            "arrival_rate",
+            "interarrival_cv",
+        )
+        if k in r
+    }
     if "capacity_rps" in e:
         traits["capacity_rps"] = e["capacity_rps"]
-    return Diagnosis(endpoint=endpoint or (sweeps[0].endpoint if sweeps else "unknown"), engine_kind=engine_kind,
-                     engine_args=list(engine_args), bottlenecks=found, traits=traits, request_stats=r,
-                     engine_stats=e, profile=profile, workloads=list(workloads), notes=notes)
+    return Diagnosis(
+        endpoint=endpoint or (sweeps[0].endpoint if sweeps else "unknown"),
+        engine_kind=engine_kind,
+        engine_args=list(engine_args),
+        bottlenecks=found,
+        traits=traits,
+        request_stats=r,
+        engine_stats=e,
+        profile=profile,
+        workloads=list(workloads),
+        notes=notes,
+    )

@@ -35,7 +35,7 @@ import httpx
 import polars as pl
 from pydantic import BaseModel, Field
 
-from autoresearch.paths import REPO_ROOT, engine_python
+from specs.paths import REPO_ROOT, engine_python
 from research.harness import Progress
 
 TORCH_SCRIPT = REPO_ROOT / "research" / "drafter_torch.py"
@@ -46,6 +46,7 @@ class DrafterError(RuntimeError):
 
 
 # ---------------------------------------------------------------- 1. on-policy data
+
 
 class OnPolicyExample(BaseModel):
     """One request of the pool and the target's reply, as token ids the engine used."""
@@ -69,9 +70,17 @@ def _body_for(raw: str, served_model: str, max_tokens: int | None) -> dict[str, 
     return body
 
 
-def generate_onpolicy(base_url: str, served_model: str, pool: pl.DataFrame, *, limit: int | None = None,
-                      max_tokens: int | None = None, concurrency: int = 2, timeout_s: float = 600.0,
-                      progress: Progress = print) -> list[OnPolicyExample]:
+def generate_onpolicy(
+    base_url: str,
+    served_model: str,
+    pool: pl.DataFrame,
+    *,
+    limit: int | None = None,
+    max_tokens: int | None = None,
+    concurrency: int = 2,
+    timeout_s: float = 600.0,
+    progress: Progress = print,
+) -> list[OnPolicyExample]:
     """The target's replies to the pool's requests (``limit`` first ones), at each request's own
     sampling settings; ``max_tokens`` overrides the pool's reply length (more tokens per prompt)."""
     rows = pool.head(limit) if limit else pool
@@ -90,8 +99,13 @@ def generate_onpolicy(base_url: str, served_model: str, pool: pl.DataFrame, *, l
         prompt_ids, output_ids = data.get("prompt_token_ids"), choice.get("token_ids")
         if prompt_ids is None or output_ids is None:
             raise DrafterError("the engine returned no token ids (return_token_ids): on-policy data needs vLLM")
-        return OnPolicyExample(request_id=row["request_id"], prompt_ids=prompt_ids, output_ids=output_ids,
-                               finish_reason=choice.get("finish_reason"), temperature=body.get("temperature"))
+        return OnPolicyExample(
+            request_id=row["request_id"],
+            prompt_ids=prompt_ids,
+            output_ids=output_ids,
+            finish_reason=choice.get("finish_reason"),
+            temperature=body.get("temperature"),
+        )
 
     out: list[OnPolicyExample] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
@@ -143,6 +157,7 @@ def split(examples: list[OnPolicyExample], heldout: int) -> tuple[list[OnPolicyE
 
 # ---------------------------------------------------------------- 2./3. training and offline evaluation
 
+
 class TrainResult(BaseModel):
     draft_dir: str
     layers: int
@@ -171,12 +186,19 @@ def _run_torch(args: list[str], progress: Progress, timeout_s: float) -> dict[st
     """Run research/drafter_torch.py under the engine environment's python; its last stdout line is JSON."""
     py = engine_python()
     if not py.exists():
-        raise DrafterError(f"{py} not found: the drafter trains with the engine environment's torch "
-                           "(scripts/setup.sh creates .venv-engine)")
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([str(py), str(TORCH_SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env, cwd=REPO_ROOT)
+        raise DrafterError(
+            f"{py} not found: the drafter trains with the engine environment's torch "
+            "(scripts/setup.sh creates .venv-engine)"
+        )
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen(
+        [str(py), str(TORCH_SCRIPT), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+    )
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None
@@ -184,7 +206,7 @@ def _run_torch(args: list[str], progress: Progress, timeout_s: float) -> dict[st
         line = line.rstrip()
         lines.append(line)
         if line.startswith("progress:"):
-            progress("  " + line[len("progress:"):].strip())
+            progress("  " + line[len("progress:") :].strip())
         if time.monotonic() > deadline:
             proc.kill()
             raise DrafterError(f"drafter_torch {args[0]} ran past {timeout_s:.0f} s")
@@ -192,27 +214,61 @@ def _run_torch(args: list[str], progress: Progress, timeout_s: float) -> dict[st
     results = [ln for ln in lines if ln.startswith("result:")]
     if rc != 0 or not results:
         raise DrafterError(f"drafter_torch {args[0]} failed (exit {rc}):\n" + "\n".join(lines[-25:]))
-    return json.loads(results[-1][len("result:"):])
+    return json.loads(results[-1][len("result:") :])
 
 
-def train(target_dir: Path, examples: list[OnPolicyExample], out_dir: Path, *, layers: int = 4, steps: int = 200,
-          lr: float = 3e-4, seed: int = 0, max_context: int = 0, train_embeddings: bool = False,
-          timeout_s: float = 3600.0, progress: Progress = print) -> TrainResult:
+def train(
+    target_dir: Path,
+    examples: list[OnPolicyExample],
+    out_dir: Path,
+    *,
+    layers: int = 4,
+    steps: int = 200,
+    lr: float = 3e-4,
+    seed: int = 0,
+    max_context: int = 0,
+    train_embeddings: bool = False,
+    timeout_s: float = 3600.0,
+    progress: Progress = print,
+) -> TrainResult:
     """Fine-tune the target's first ``layers`` layers (+ embeddings and head) on ``examples``; a HF
     checkpoint vLLM's ``draft_model`` method loads is written to ``out_dir``."""
     if not examples:
         raise DrafterError("no training examples")
     out_dir.mkdir(parents=True, exist_ok=True)
     data = write_examples(examples, out_dir / "train.jsonl")
-    args = ["train", "--target", str(target_dir), "--data", str(data), "--out", str(out_dir),
-            "--layers", str(layers), "--steps", str(steps), "--lr", str(lr), "--seed", str(seed),
-            "--max-context", str(max_context)] + (["--train-embeddings"] if train_embeddings else [])
+    args = [
+        "train",
+        "--target",
+        str(target_dir),
+        "--data",
+        str(data),
+        "--out",
+        str(out_dir),
+        "--layers",
+        str(layers),
+        "--steps",
+        str(steps),
+        "--lr",
+        str(lr),
+        "--seed",
+        str(seed),
+        "--max-context",
+        str(max_context),
+    ] + (["--train-embeddings"] if train_embeddings else [])
     res = _run_torch(args, progress, timeout_s)
     return TrainResult(draft_dir=str(out_dir), layers=layers, **res)
 
 
-def evaluate(draft_dir: Path, examples: list[OnPolicyExample], out_dir: Path, *, k: int = 3,
-             timeout_s: float = 3600.0, progress: Progress = print) -> OfflineAcceptance:
+def evaluate(
+    draft_dir: Path,
+    examples: list[OnPolicyExample],
+    out_dir: Path,
+    *,
+    k: int = 3,
+    timeout_s: float = 3600.0,
+    progress: Progress = print,
+) -> OfflineAcceptance:
     """Acceptance per position of ``draft_dir`` on held-out ``examples`` (greedy target replies)."""
     if not examples:
         raise DrafterError("no held-out examples to evaluate on")
@@ -221,15 +277,18 @@ def evaluate(draft_dir: Path, examples: list[OnPolicyExample], out_dir: Path, *,
     return OfflineAcceptance(k=k, **res)
 
 
-def truncated_copy(target_dir: Path, out_dir: Path, layers: int, *, timeout_s: float = 600.0,
-                   progress: Progress = print) -> Path:
+def truncated_copy(
+    target_dir: Path, out_dir: Path, layers: int, *, timeout_s: float = 600.0, progress: Progress = print
+) -> Path:
     """The untrained truncated draft (the control a trained drafter must beat)."""
-    _run_torch(["truncate", "--target", str(target_dir), "--out", str(out_dir), "--layers", str(layers)],
-               progress, timeout_s)
+    _run_torch(
+        ["truncate", "--target", str(target_dir), "--out", str(out_dir), "--layers", str(layers)], progress, timeout_s
+    )
     return out_dir
 
 
 # ---------------------------------------------------------------- 4. the candidate
+
 
 def draft_model_diff(engine_kind: str, draft_dir: Path, k: int) -> dict[str, str]:
     """The engine's argument diff that serves ``draft_dir`` as a ``k``-token drafter (its adapter knows
@@ -259,7 +318,7 @@ def cannot_serve_drafter(engine_kind: str) -> str | None:
 
 def candidate_args(engine_args: list[str], draft_dir: Path, k: int, engine_kind: str) -> list[str]:
     """``engine_args`` with the drafter's arguments at the end (replacing any earlier speculation settings)."""
-    from autoresearch.engine_args import REMOVE, apply_diff
+    from specs.engine_args import REMOVE, apply_diff
 
     diff = draft_model_diff(engine_kind, draft_dir, k)
     return apply_diff(apply_diff(engine_args, {flag: REMOVE for flag in diff}), diff)
@@ -306,8 +365,20 @@ def read_metrics(base_url: str, engine_kind: str) -> dict[str, float]:
     return adapter_class(engine_kind).speculative_counters(r.text)
 
 
-def run_drafter_candidate(spec, engine_args: list[str], draft_dir: Path, k: int, pool: pl.DataFrame, noise,
-                          repeats: int, *, reference=None, sweep_fn=None, progress: Progress = print, **kwargs):
+def run_drafter_candidate(
+    spec,
+    engine_args: list[str],
+    draft_dir: Path,
+    k: int,
+    pool: pl.DataFrame,
+    noise,
+    repeats: int,
+    *,
+    reference=None,
+    sweep_fn=None,
+    progress: Progress = print,
+    **kwargs,
+):
     """The drafter through research.harness.run_candidate (lossless: never declared lossy), with vLLM's
     acceptance counters read around every sweep. Returns (CandidateResult, ServedAcceptance)."""
     from research.harness import default_sweep_fn, run_candidate
@@ -324,12 +395,14 @@ def run_drafter_candidate(spec, engine_args: list[str], draft_dir: Path, k: int,
 
     args = candidate_args(engine_args, draft_dir, k, spec.engine.kind)
     kwargs.setdefault("soak", sweep_fn is None)  # the wrapper below counts acceptance; the sweep is ours
-    result = run_candidate(spec, args, pool, noise, repeats, lossy=False, reference=reference, sweep_fn=sweep,
-                           progress=progress, **kwargs)
+    result = run_candidate(
+        spec, args, pool, noise, repeats, lossy=False, reference=reference, sweep_fn=sweep, progress=progress, **kwargs
+    )
     return result, served
 
 
 # ---------------------------------------------------------------- when it pays off
+
 
 def draft_cost_ratio(target_dir: Path, draft_dir: Path | None = None, *, draft_layers: int | None = None) -> float:
     """Cost of one draft step relative to one target step, from the bytes each reads (memory-bound
@@ -357,15 +430,15 @@ def break_even_acceptance(k: int, draft_cost: float, verify_cost: float = 1.0) -
     return k * draft_cost + verify_cost
 
 
-
 # ---------------------------------------------------------------- in the proposal round
 
 TECHNIQUE = "trained_drafter"  # the technique name of a drafter candidate, in proposals and memory
 QUESTION = "Would a draft model trained on {endpoint}'s own traffic pay off?"
 
 
-def propose_drafter(spec, diagnosis, batch, *, n: int, memory=None, campaign_id: str | None = None,
-                    skip=(), k: int = 3, layers: int = 4):
+def propose_drafter(
+    spec, diagnosis, batch, *, n: int, memory=None, campaign_id: str | None = None, skip=(), k: int = 3, layers: int = 4
+):
     """The drafter rule (research.rules.drafter_training) in a proposal round; returns the batch updated.
 
     When the rule says a drafter would pay at this load and memory holds a fresh drafter of the
@@ -383,8 +456,13 @@ def propose_drafter(spec, diagnosis, batch, *, n: int, memory=None, campaign_id:
     ready = usable_drafter(memory, spec) if memory is not None else None
     why_not: list[str] = []
     cost, note = _draft_cost(spec, ready, layers)
-    suggestion = drafter_training(diagnosis, k=ready.num_speculative_tokens if ready else k, draft_cost_ratio=cost,
-                                  gpu_count=spec.hardware.gpu_count, why_not=why_not)
+    suggestion = drafter_training(
+        diagnosis,
+        k=ready.num_speculative_tokens if ready else k,
+        draft_cost_ratio=cost,
+        gpu_count=spec.hardware.gpu_count,
+        why_not=why_not,
+    )
     if suggestion is None:
         return batch.model_copy(update={"drafter": None, "drafter_why_not": why_not[0] if why_not else None})
     if note:
@@ -393,12 +471,17 @@ def propose_drafter(spec, diagnosis, batch, *, n: int, memory=None, campaign_id:
     if ready is not None and TECHNIQUE not in skip and n > 0:
         # a drafter someone trained for this endpoint comes before the round's last-ranked proposal,
         # which stays untried and can come back next round
-        proposals = proposals[:n - 1] + [drafter_proposal(spec, ready, suggestion)]
+        proposals = proposals[: n - 1] + [drafter_proposal(spec, ready, suggestion)]
     elif memory is not None:
-        memory.record_question(OpenQuestion(
-            endpoint=spec.name, campaign_id=campaign_id, bottleneck="decode_bound",
-            question=QUESTION.format(endpoint=spec.name),
-            rationale=f"{suggestion.explanation} Train one with: {suggestion.command}"))
+        memory.record_question(
+            OpenQuestion(
+                endpoint=spec.name,
+                campaign_id=campaign_id,
+                bottleneck="decode_bound",
+                question=QUESTION.format(endpoint=spec.name),
+                rationale=f"{suggestion.explanation} Train one with: {suggestion.command}",
+            )
+        )
     return batch.model_copy(update={"proposals": proposals, "drafter": suggestion, "drafter_why_not": None})
 
 
@@ -416,7 +499,7 @@ def usable_drafter(memory, spec):
 def _draft_cost(spec, ready, layers: int) -> tuple[float, str | None]:
     """A draft step's cost in target steps from the bytes each reads; a stated guess when the target's
     config cannot be read (a remote model)."""
-    from autoresearch.models import ModelUnavailable, ensure_model
+    from specs.models import ModelUnavailable, ensure_model
 
     try:
         target = ensure_model(spec.model.path)
@@ -437,22 +520,31 @@ def drafter_proposal(spec, rec, suggestion=None):
         be, why, evidence = suggestion.break_even_acceptance_length, suggestion.explanation, list(suggestion.evidence)
     else:
         be = break_even_acceptance(k, rec.train.get("draft_cost_ratio") or 0.3)
-        why, evidence = (f"A draft reading {rec.train.get('draft_cost_ratio') or 0.3:.0%} of the target's bytes pays "
-                         f"off above an acceptance length of {be:.2f} when decode is memory-bound."), []
+        why, evidence = (
+            (
+                f"A draft reading {rec.train.get('draft_cost_ratio') or 0.3:.0%} of the target's bytes pays "
+                f"off above an acceptance length of {be:.2f} when decode is memory-bound."
+            ),
+            [],
+        )
     diff = draft_model_diff(spec.engine.kind, Path(rec.path), k)
     return Proposal(
         proposal_id=f"rules-drafter-{rec.drafter_id.removeprefix('drafter_')[:12]}",
-        question=QUESTION.format(endpoint=spec.name), bottleneck="decode_bound",
+        question=QUESTION.format(endpoint=spec.name),
+        bottleneck="decode_bound",
         explanation=f"{why} Drafter {rec.drafter_id} ({rec.layers} layers, {rec.steps} steps on "
-                    f"{rec.train_examples} of the endpoint's own replies) reached an offline acceptance length of "
-                    f"{offline:.2f} (k={k}).",
-        observations=evidence, intervention=Intervention(technique=TECHNIQUE, engine_arg_diff=diff),
+        f"{rec.train_examples} of the endpoint's own replies) reached an offline acceptance length of "
+        f"{offline:.2f} (k={k}).",
+        observations=evidence,
+        intervention=Intervention(technique=TECHNIQUE, engine_arg_diff=diff),
         prediction=f"served acceptance length near the offline {offline:.2f}; capacity "
-                   + ("up" if offline > be else "not up") + f", since the break-even is {be:.2f}",
+        + ("up" if offline > be else "not up")
+        + f", since the break-even is {be:.2f}",
         predicted_capacity_ratio=round(offline / be, 2) if be else None,
         falsification=f"capacity within the noise floor or below it, or a served acceptance length "
-                      f"(the engine's speculative-decoding counters) under the break-even {be:.2f}",
-        source="rules")
+        f"(the engine's speculative-decoding counters) under the break-even {be:.2f}",
+        source="rules",
+    )
 
 
 def record_judgement(memory, spec, diff: dict, verdict: str, correctness: str | None, sweeps) -> str | None:
@@ -462,25 +554,33 @@ def record_judgement(memory, spec, diff: dict, verdict: str, correctness: str | 
         if draft_model_diff(spec.engine.kind, Path(rec.path), rec.num_speculative_tokens) != diff:
             continue
         drafted = sum(st.engine_metrics.get("spec_decode_draft_tokens_delta", 0.0) for s in sweeps for st in s.steps)
-        accepted = sum(st.engine_metrics.get("spec_decode_accepted_tokens_delta", 0.0) for s in sweeps for st in s.steps)
+        accepted = sum(
+            st.engine_metrics.get("spec_decode_accepted_tokens_delta", 0.0) for s in sweeps for st in s.steps
+        )
         served = dict(rec.acceptance_served)
         if drafted:
             rate = accepted / drafted
-            served |= {"source": "the harness's sweeps (engine /metrics deltas per step)", "draft_tokens": drafted,
-                       "accepted_tokens": accepted, "acceptance_rate": round(rate, 4),
-                       "acceptance_length": round(1.0 + rate * rec.num_speculative_tokens, 3)}
-        memory.record_drafter(rec.model_copy(update={"verdict": verdict, "correctness": correctness,
-                                                     "acceptance_served": served}))
+            served |= {
+                "source": "the harness's sweeps (engine /metrics deltas per step)",
+                "draft_tokens": drafted,
+                "accepted_tokens": accepted,
+                "acceptance_rate": round(rate, 4),
+                "acceptance_length": round(1.0 + rate * rec.num_speculative_tokens, 3),
+            }
+        memory.record_drafter(
+            rec.model_copy(update={"verdict": verdict, "correctness": correctness, "acceptance_served": served})
+        )
         return rec.drafter_id
     return None
 
 
 # ---------------------------------------------------------------- the whole stage, for one endpoint
 
+
 def data_engine_args(engine_args: list[str], concurrency: int) -> list[str]:
     """The endpoint's arguments for generating data: prefix caching on (the pool's prompts share long
     system prompts) and room for ``concurrency`` sequences. The model and sampling are unchanged."""
-    from autoresearch.engine_args import REMOVE, apply_diff
+    from specs.engine_args import REMOVE, apply_diff
 
     args = apply_diff(engine_args, {"--no-enable-prefix-caching": REMOVE, "--enable-prefix-caching": None})
     current = parse_int_arg(args, "--max-num-seqs")
@@ -490,7 +590,7 @@ def data_engine_args(engine_args: list[str], concurrency: int) -> list[str]:
 
 
 def parse_int_arg(args: list[str], flag: str) -> int | None:
-    from autoresearch.engine_args import parse_args
+    from specs.engine_args import parse_args
 
     value = parse_args(args).get(flag)
     try:
@@ -499,8 +599,16 @@ def parse_int_arg(args: list[str], flag: str) -> int | None:
         return None
 
 
-def collect(spec, pool: pl.DataFrame, out: Path, *, examples: int, max_tokens: int | None = None,
-            concurrency: int = 4, progress: Progress = print) -> tuple[list[OnPolicyExample], float]:
+def collect(
+    spec,
+    pool: pl.DataFrame,
+    out: Path,
+    *,
+    examples: int,
+    max_tokens: int | None = None,
+    concurrency: int = 4,
+    progress: Progress = print,
+) -> tuple[list[OnPolicyExample], float]:
     """Start the endpoint's engine, ask it for ``examples`` replies, stop it; (examples, seconds).
     Replies already in ``out`` (an interrupted run) are kept and not asked again."""
     from engines import start_engine
@@ -510,13 +618,20 @@ def collect(spec, pool: pl.DataFrame, out: Path, *, examples: int, max_tokens: i
         return have[:examples], 0.0
     started = time.monotonic()
     rows = pool.slice(len(have), examples - len(have))
-    engine = start_engine(spec, args_override=data_engine_args(spec.engine.args, concurrency),
-                          workdir=out.parent / "data_engine")
+    engine = start_engine(
+        spec, args_override=data_engine_args(spec.engine.args, concurrency), workdir=out.parent / "data_engine"
+    )
     try:
         with out.open("a") as f:
             for offset in range(0, rows.height, 10):  # written in chunks: an interruption keeps what was asked
-                got = generate_onpolicy(engine.base_url, engine.served_model, rows.slice(offset, 10),
-                                        max_tokens=max_tokens, concurrency=concurrency, progress=progress)
+                got = generate_onpolicy(
+                    engine.base_url,
+                    engine.served_model,
+                    rows.slice(offset, 10),
+                    max_tokens=max_tokens,
+                    concurrency=concurrency,
+                    progress=progress,
+                )
                 f.write("".join(e.model_dump_json() + "\n" for e in got))
                 f.flush()
                 have += got
@@ -537,55 +652,121 @@ class OnPolicyData(BaseModel):
     max_tokens: int | None = None
 
 
-def onpolicy_data(spec, pool: pl.DataFrame, workdir: Path, *, examples: int = 120, max_tokens: int | None = None,
-                  concurrency: int = 4, progress: Progress = print) -> OnPolicyData:
+def onpolicy_data(
+    spec,
+    pool: pl.DataFrame,
+    workdir: Path,
+    *,
+    examples: int = 120,
+    max_tokens: int | None = None,
+    concurrency: int = 4,
+    progress: Progress = print,
+) -> OnPolicyData:
     """Step 1 for one endpoint: ``examples`` replies of its engine to its replay pool, on file in ``workdir``."""
     workdir.mkdir(parents=True, exist_ok=True)
     progress(f"on-policy data: {examples} replies of {spec.name}'s engine to its replay pool")
     out = workdir / "onpolicy.jsonl"
-    data, data_s = collect(spec, pool, out, examples=examples, max_tokens=max_tokens, concurrency=concurrency,
-                           progress=progress)
+    data, data_s = collect(
+        spec, pool, out, examples=examples, max_tokens=max_tokens, concurrency=concurrency, progress=progress
+    )
     if len(data) < examples:
         raise DrafterError(f"the replay pool gave {len(data)} replies, {examples} were asked for")
-    return OnPolicyData(path=str(out), examples=len(data), reply_tokens=sum(len(e.output_ids) for e in data),
-                        prompt_tokens_mean=sum(len(e.prompt_ids) for e in data) / len(data),
-                        signature=data_signature(data), data_s=round(data_s, 1), max_tokens=max_tokens)
+    return OnPolicyData(
+        path=str(out),
+        examples=len(data),
+        reply_tokens=sum(len(e.output_ids) for e in data),
+        prompt_tokens_mean=sum(len(e.prompt_ids) for e in data) / len(data),
+        signature=data_signature(data),
+        data_s=round(data_s, 1),
+        max_tokens=max_tokens,
+    )
 
 
-def train_drafter(spec, data: OnPolicyData, workdir: Path, *, heldout: int = 20, layers: int = 4, steps: int = 300,
-                  lr: float = 1e-3, k: int = 3, baseline: bool = True, progress: Progress = print):
+def train_drafter(
+    spec,
+    data: OnPolicyData,
+    workdir: Path,
+    *,
+    heldout: int = 20,
+    layers: int = 4,
+    steps: int = 300,
+    lr: float = 1e-3,
+    k: int = 3,
+    baseline: bool = True,
+    progress: Progress = print,
+):
     """Steps 2 and 3: train on ``data`` (less the held-out tail), then offline acceptance of the trained
     draft and, with ``baseline``, of the untrained truncation (the control). Returns a
     ``memory_db.DrafterRecord`` (not yet stored)."""
-    from autoresearch.models import ensure_model
+    from specs.models import ensure_model
     from memory_db.records import DrafterRecord
     from research.drift import model_fingerprint
 
     target = ensure_model(spec.model.path)
-    train_set, held = split(read_examples(Path(data.path))[:data.examples], heldout)
+    train_set, held = split(read_examples(Path(data.path))[: data.examples], heldout)
     draft = workdir / f"draft-{data.signature}-L{layers}-s{steps}"
     progress(f"training: {layers} layers, {steps} steps on {len(train_set)} examples")
     trained = train(target, train_set, draft, layers=layers, steps=steps, lr=lr, progress=progress)
     progress(f"offline acceptance on {len(held)} held-out replies (k={k})")
     offline = evaluate(draft, held, workdir, k=k, progress=progress)
-    extra: dict[str, Any] = {"lr": lr, "loss_first": trained.loss_first, "loss_last": trained.loss_last,
-                             "params_m": trained.params_m, "data_s": data.data_s, "max_tokens": data.max_tokens,
-                             "draft_cost_ratio": round(draft_cost_ratio(target, draft), 3)}
+    extra: dict[str, Any] = {
+        "lr": lr,
+        "loss_first": trained.loss_first,
+        "loss_last": trained.loss_last,
+        "params_m": trained.params_m,
+        "data_s": data.data_s,
+        "max_tokens": data.max_tokens,
+        "draft_cost_ratio": round(draft_cost_ratio(target, draft), 3),
+    }
     if baseline:
         control = truncated_copy(target, workdir / f"untrained-L{layers}", layers, progress=progress)
         extra["untrained"] = evaluate(control, held, workdir, k=k, progress=progress).model_dump()
-    return DrafterRecord(endpoint=spec.name, model_signature=model_fingerprint(spec), data_signature=data.signature,
-                         path=str(draft), num_speculative_tokens=k, layers=layers, steps=steps,
-                         train_examples=trained.train_examples, train_tokens=trained.train_tokens,
-                         heldout_examples=len(held), train_s=trained.train_s, train=extra,
-                         acceptance_offline=offline.model_dump())
+    return DrafterRecord(
+        endpoint=spec.name,
+        model_signature=model_fingerprint(spec),
+        data_signature=data.signature,
+        path=str(draft),
+        num_speculative_tokens=k,
+        layers=layers,
+        steps=steps,
+        train_examples=trained.train_examples,
+        train_tokens=trained.train_tokens,
+        heldout_examples=len(held),
+        train_s=trained.train_s,
+        train=extra,
+        acceptance_offline=offline.model_dump(),
+    )
 
 
-def train_for_endpoint(spec, pool: pl.DataFrame, workdir: Path, *, examples: int = 120, heldout: int = 20,
-                       max_tokens: int | None = None, layers: int = 4, steps: int = 300, lr: float = 1e-3,
-                       k: int = 3, concurrency: int = 4, baseline: bool = True, progress: Progress = print):
+def train_for_endpoint(
+    spec,
+    pool: pl.DataFrame,
+    workdir: Path,
+    *,
+    examples: int = 120,
+    heldout: int = 20,
+    max_tokens: int | None = None,
+    layers: int = 4,
+    steps: int = 300,
+    lr: float = 1e-3,
+    k: int = 3,
+    concurrency: int = 4,
+    baseline: bool = True,
+    progress: Progress = print,
+):
     """The drafter stage for one endpoint without Dagster (the CLI): data, training, offline acceptance."""
-    data = onpolicy_data(spec, pool, workdir, examples=examples, max_tokens=max_tokens, concurrency=concurrency,
-                         progress=progress)
-    return train_drafter(spec, data, workdir, heldout=heldout, layers=layers, steps=steps, lr=lr, k=k,
-                         baseline=baseline, progress=progress)
+    data = onpolicy_data(
+        spec, pool, workdir, examples=examples, max_tokens=max_tokens, concurrency=concurrency, progress=progress
+    )
+    return train_drafter(
+        spec,
+        data,
+        workdir,
+        heldout=heldout,
+        layers=layers,
+        steps=steps,
+        lr=lr,
+        k=k,
+        baseline=baseline,
+        progress=progress,
+    )

@@ -26,8 +26,13 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import torch  # noqa: E402
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                   "chat_template.jinja")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "chat_template.jinja",
+)
 
 
 def say(msg: str) -> None:
@@ -102,11 +107,11 @@ def cmd_train(a) -> dict:
         e = data[order.pop()]
         prompt, reply = e["prompt_ids"], e["output_ids"]
         if a.max_context and len(prompt) > a.max_context:
-            prompt = prompt[-a.max_context:]
+            prompt = prompt[-a.max_context :]
         ids = torch.tensor([prompt + reply])
         # Hidden states at the positions that predict the reply tokens only; the head runs on those
         # (a 49k-vocabulary head over a 600-token prompt would cost more than the layers).
-        hidden = model.model(input_ids=ids).last_hidden_state[0, len(prompt) - 1:-1]
+        hidden = model.model(input_ids=ids).last_hidden_state[0, len(prompt) - 1 : -1]
         logits = model.lm_head(hidden)
         loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(reply))
         opt.zero_grad()
@@ -116,16 +121,21 @@ def cmd_train(a) -> dict:
         sched.step()
         losses.append(loss.item())
         if (step + 1) % max(1, a.steps // 10) == 0 or step == 0:
-            recent = losses[-max(1, a.steps // 10):]
+            recent = losses[-max(1, a.steps // 10) :]
             say(f"step {step + 1}/{a.steps} loss {sum(recent) / len(recent):.3f} ({time.monotonic() - started:.0f} s)")
     train_s = time.monotonic() - started
     model.eval()
     save(model, target, out, save_dtype)
     window = max(1, min(20, len(losses) // 5))
-    return {"steps": a.steps, "train_examples": len(data), "train_tokens": sum(len(e["output_ids"]) for e in data),
-            "train_s": round(train_s, 1), "loss_first": sum(losses[:window]) / window,
-            "loss_last": sum(losses[-window:]) / window,
-            "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2)}
+    return {
+        "steps": a.steps,
+        "train_examples": len(data),
+        "train_tokens": sum(len(e["output_ids"]) for e in data),
+        "train_s": round(train_s, 1),
+        "loss_first": sum(losses[:window]) / window,
+        "loss_last": sum(losses[-window:]) / window,
+        "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+    }
 
 
 @torch.no_grad()
@@ -145,7 +155,7 @@ def cmd_eval(a) -> dict:
         # One pass over prompt+reply gives every round's first draft token (teacher-forced argmax) and
         # the KV cache; each round crops a copy of it to its verified prefix and drafts the rest.
         full = model(input_ids=torch.tensor([prompt + reply]), use_cache=True)
-        first = full.logits[0, len(prompt) - 1:-1].argmax(-1).tolist()
+        first = full.logits[0, len(prompt) - 1 : -1].argmax(-1).tolist()
         agree += sum(int(a == b) for a, b in zip(first, reply))  # top-1 agreement, teacher-forced
         positions += len(reply)
         i = 0
@@ -171,9 +181,14 @@ def cmd_eval(a) -> dict:
         if (n + 1) % 10 == 0:
             say(f"eval {n + 1}/{len(data)} ({time.monotonic() - started:.0f} s)")
     per_pos = [c / rounds if rounds else 0.0 for c in accepted]
-    return {"examples": len(data), "drafts": rounds, "accepted_per_position": per_pos,
-            "acceptance_length": 1.0 + (sum(accepted) / rounds if rounds else 0.0),
-            "top1_agreement": agree / positions if positions else 0.0, "eval_s": round(time.monotonic() - started, 1)}
+    return {
+        "examples": len(data),
+        "drafts": rounds,
+        "accepted_per_position": per_pos,
+        "acceptance_length": 1.0 + (sum(accepted) / rounds if rounds else 0.0),
+        "top1_agreement": agree / positions if positions else 0.0,
+        "eval_s": round(time.monotonic() - started, 1),
+    }
 
 
 def main(argv: list[str]) -> int:

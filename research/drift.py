@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 
 
 def sla_fingerprint(spec: EndpointSpec) -> str:
@@ -27,7 +27,7 @@ def model_fingerprint(spec: EndpointSpec) -> str:
     """
     parts = {"path": spec.model.path, "revision": spec.model.revision}
     if not spec.model.path.startswith("builtin:"):
-        from autoresearch.paths import resolve_path
+        from specs.paths import resolve_path
 
         folder = resolve_path(spec.model.path)
         if folder.is_dir():
@@ -35,7 +35,9 @@ def model_fingerprint(spec: EndpointSpec) -> str:
             parts["config"] = hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else None
             parts["weights"] = sorted(
                 (p.name, p.stat().st_size, int(p.stat().st_mtime))
-                for p in folder.iterdir() if p.suffix in {".safetensors", ".bin", ".gguf", ".pt"})
+                for p in folder.iterdir()
+                if p.suffix in {".safetensors", ".bin", ".gguf", ".pt"}
+            )
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -53,8 +55,9 @@ class TrafficDrift:
         return bool(self.exceeded)
 
     def summary(self) -> str:
-        return ", ".join(f"{k}={v:.3f} (max {self.thresholds.get(k, float('nan')):.3f})"
-                         for k, v in sorted(self.distances.items()))
+        return ", ".join(
+            f"{k}={v:.3f} (max {self.thresholds.get(k, float('nan')):.3f})" for k, v in sorted(self.distances.items())
+        )
 
 
 def source_signature(path: Path) -> str:
@@ -69,7 +72,7 @@ def source_signature(path: Path) -> str:
 def current_traffic_profile(spec: EndpointSpec):
     """Profile of the endpoint's traffic source as it is now, computed exactly as a pool build
     computes its production profile (nothing is persisted)."""
-    from autoresearch.models import tokenizer_dir
+    from specs.models import tokenizer_dir
     from replay.build import profile_from_source
     from replay.tokenize import ChatTokenizer
 
@@ -85,6 +88,9 @@ def traffic_drift(spec: EndpointSpec, reference) -> TrafficDrift:
     report = fidelity_report(reference, current_traffic_profile(spec), spec.fidelity)
     distances = {r.name: r.distance for r in report.rows if r.distance is not None}
     thresholds = {r.name: r.threshold for r in report.rows}
-    return TrafficDrift(distances=distances, thresholds=thresholds,
-                        source_signature=source_signature(traffic_source(spec.traffic)),
-                        exceeded=[r.name for r in report.failures])
+    return TrafficDrift(
+        distances=distances,
+        thresholds=thresholds,
+        source_signature=source_signature(traffic_source(spec.traffic)),
+        exceeded=[r.name for r in report.failures],
+    )

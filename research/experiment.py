@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, Field
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from loadgen.results import NoiseFloor
 from research.correctness import ReferenceOutputs
 from research.harness import CandidateResult, Progress, default_sweep_fn, run_candidate
@@ -83,12 +83,14 @@ class ExperimentSpec(BaseModel):
         return spec
 
     def load_pool(self) -> pl.DataFrame:
-        from replay.schema import check_pool
+        from specs.pool_schema import check_pool
 
         path = Path(self.pool)
         if not path.exists():
-            raise FileNotFoundError(f"experiment {self.label!r}: replay pool {path} not found (it travels next to "
-                                    f"the spec file as {POOL_FILE})")
+            raise FileNotFoundError(
+                f"experiment {self.label!r}: replay pool {path} not found (it travels next to "
+                f"the spec file as {POOL_FILE})"
+            )
         return check_pool(pl.read_parquet(path))
 
 
@@ -141,12 +143,16 @@ def _cuda_devices(devices: str | None) -> Iterator[None]:
 
 def _sweep_progress(progress: Progress) -> Callable:
     """One line per finished sweep step (the harness reports sweeps, this reports their steps)."""
+
     def report(event) -> None:
         if event.phase == "step_done" and event.step is not None:
             s = event.step
-            progress(f"    step {event.step_index}: {s.target_rate:g} req/s, TTFT p95 {s.ttft_ms.p95 or 0:.0f} ms, "
-                     f"errors {s.error_rate:.1%}, {'within SLA' if s.within_sla else 'over SLA'}"
-                     + (f" (invalid: {s.invalid_reason})" if s.validity != "valid" else ""))
+            progress(
+                f"    step {event.step_index}: {s.target_rate:g} req/s, TTFT p95 {s.ttft_ms.p95 or 0:.0f} ms, "
+                f"errors {s.error_rate:.1%}, {'within SLA' if s.within_sla else 'over SLA'}"
+                + (f" (invalid: {s.invalid_reason})" if s.validity != "valid" else "")
+            )
+
     return report
 
 
@@ -154,8 +160,14 @@ class LogFollower:
     """Follows a growing log file on a thread and hands each new line to ``sink`` (engine logs to
     the launcher while the engine runs). ``keep`` filters lines; at most ``limit`` are handed on."""
 
-    def __init__(self, path: Path, sink: Callable[[str], None], keep: Callable[[str], bool] = lambda line: True,
-                 limit: int = 2000, interval_s: float = 0.5):
+    def __init__(
+        self,
+        path: Path,
+        sink: Callable[[str], None],
+        keep: Callable[[str], bool] = lambda line: True,
+        limit: int = 2000,
+        interval_s: float = 0.5,
+    ):
         self.path, self.sink, self.keep, self.limit, self.interval_s = Path(path), sink, keep, limit, interval_s
         self.sent = self.dropped = 0
         self._stop = threading.Event()
@@ -203,9 +215,15 @@ class LogFollower:
             self.dropped += 1
 
 
-def run_experiment(spec: ExperimentSpec, out_dir: Path, progress: Progress = print, *,
-                   engine_log_sink: Callable[[str], None] | None = None,
-                   keep_log_line: Callable[[str], bool] = lambda line: True, **harness_kwargs) -> ExperimentResult:
+def run_experiment(
+    spec: ExperimentSpec,
+    out_dir: Path,
+    progress: Progress = print,
+    *,
+    engine_log_sink: Callable[[str], None] | None = None,
+    keep_log_line: Callable[[str], bool] = lambda line: True,
+    **harness_kwargs,
+) -> ExperimentResult:
     """Run the unit: the harness on ``spec`` with its engine files in ``out_dir``; write ``result.json``.
 
     ``engine_log_sink`` receives the engine's log lines while it runs (those ``keep_log_line``
@@ -215,28 +233,48 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, progress: Progress = pri
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started, clock = time.time(), time.monotonic()
-    progress(f"experiment {spec.label} on {spec.endpoint.name}: {' '.join(spec.engine_args)} "
-             f"({spec.repeats} repeat(s))")
+    progress(
+        f"experiment {spec.label} on {spec.endpoint.name}: {' '.join(spec.engine_args)} ({spec.repeats} repeat(s))"
+    )
     harness_kwargs.setdefault("soak", "sweep_fn" not in harness_kwargs)  # the unit's own sweep is soaked
     harness_kwargs.setdefault("sweep_fn", default_sweep_fn(progress=_sweep_progress(progress)))
-    follower = (LogFollower(out_dir / ENGINE_LOG, engine_log_sink, keep_log_line) if engine_log_sink
-                else contextlib.nullcontext())
+    follower = (
+        LogFollower(out_dir / ENGINE_LOG, engine_log_sink, keep_log_line)
+        if engine_log_sink
+        else contextlib.nullcontext()
+    )
     try:
         pool = spec.load_pool()
     except (OSError, ValueError) as exc:
-        candidate = CandidateResult(engine_args=list(spec.engine_args), verdict="invalid",
-                                    invalid_reason=f"replay pool unreadable: {exc}")
+        candidate = CandidateResult(
+            engine_args=list(spec.engine_args), verdict="invalid", invalid_reason=f"replay pool unreadable: {exc}"
+        )
         progress(f"  invalid: {candidate.invalid_reason}")
     else:
         with _cuda_devices(spec.cuda_visible_devices), follower:
-            candidate = run_candidate(spec.endpoint, list(spec.engine_args), pool, spec.noise_floor, spec.repeats,
-                                      lossy=spec.lossy, reference=spec.reference, capture=spec.capture_reference,
-                                      workdir=out_dir, progress=progress, extra_repeats=spec.extra_repeats,
-                                      **harness_kwargs)
-    result = ExperimentResult(label=spec.label, endpoint=spec.endpoint.name, candidate=candidate,
-                              cuda_visible_devices=spec.cuda_visible_devices, started_at=started,
-                              wall_s=time.monotonic() - clock,
-                              engine_log=ENGINE_LOG if (out_dir / ENGINE_LOG).exists() else None)
+            candidate = run_candidate(
+                spec.endpoint,
+                list(spec.engine_args),
+                pool,
+                spec.noise_floor,
+                spec.repeats,
+                lossy=spec.lossy,
+                reference=spec.reference,
+                capture=spec.capture_reference,
+                workdir=out_dir,
+                progress=progress,
+                extra_repeats=spec.extra_repeats,
+                **harness_kwargs,
+            )
+    result = ExperimentResult(
+        label=spec.label,
+        endpoint=spec.endpoint.name,
+        candidate=candidate,
+        cuda_visible_devices=spec.cuda_visible_devices,
+        started_at=started,
+        wall_s=time.monotonic() - clock,
+        engine_log=ENGINE_LOG if (out_dir / ENGINE_LOG).exists() else None,
+    )
     tmp = out_dir / (RESULT_FILE + ".tmp")
     tmp.write_text(result.model_dump_json(indent=1))
     tmp.replace(out_dir / RESULT_FILE)

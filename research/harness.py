@@ -22,7 +22,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, Field
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from loadgen.results import Comparison, NoiseFloor, SweepResult, Verdict
 from loadgen.soak import SoakResult
 from research.correctness import (
@@ -80,8 +80,9 @@ def soak_rate(sweeps: list[SweepResult]) -> float | None:
     return sum(rates) / len(rates) if rates else None
 
 
-def _soak(engine, pool: pl.DataFrame, spec: EndpointSpec, sweeps: list[SweepResult],
-          progress: Progress) -> SoakResult | None:
+def _soak(
+    engine, pool: pl.DataFrame, spec: EndpointSpec, sweeps: list[SweepResult], progress: Progress
+) -> SoakResult | None:
     from loadgen.soak import run_soak
 
     rate = soak_rate(sweeps)
@@ -91,19 +92,28 @@ def _soak(engine, pool: pl.DataFrame, spec: EndpointSpec, sweeps: list[SweepResu
     return run_soak(engine, pool, spec, rate, progress=progress)
 
 
-def _sustained(judged, soak: SoakResult, baseline_sustained: float | None, baseline_noise: NoiseFloor | None,
-               progress: Progress):
+def _sustained(
+    judged, soak: SoakResult, baseline_sustained: float | None, baseline_noise: NoiseFloor | None, progress: Progress
+):
     """A confirmed ``better`` whose soak backed off: kept only when the rate it sustained beats the
     baseline's sustained rate (its measured capacity when its soak is unknown); else ``same``."""
-    floor = baseline_sustained if baseline_sustained is not None else (
-        baseline_noise.capacity_mean if baseline_noise is not None else None)
+    floor = (
+        baseline_sustained
+        if baseline_sustained is not None
+        else (baseline_noise.capacity_mean if baseline_noise is not None else None)
+    )
     if floor is None or soak.rate > floor:
-        progress(f"  sustained {soak.rate:.3g} req/s, above the baseline's {floor:.3g}" if floor else
-                 f"  sustained {soak.rate:.3g} req/s")
+        progress(
+            f"  sustained {soak.rate:.3g} req/s, above the baseline's {floor:.3g}"
+            if floor
+            else f"  sustained {soak.rate:.3g} req/s"
+        )
         return judged
     verdict, _confirmed, reason, comparison = judged
-    why = (f"under sustained load it held {soak.rate:.3g} req/s (its sweeps: {soak.measured_rate:.3g}), not above "
-           f"the baseline's {floor:.3g}: the short steps' gain does not survive a soak")
+    why = (
+        f"under sustained load it held {soak.rate:.3g} req/s (its sweeps: {soak.measured_rate:.3g}), not above "
+        f"the baseline's {floor:.3g}: the short steps' gain does not survive a soak"
+    )
     progress(f"  verdict same: {why}")
     if comparison is not None:
         comparison = comparison.model_copy(update={"verdict": "same", "evidence": f"{why}. {comparison.evidence}"})
@@ -151,9 +161,14 @@ def stop_orphan(active_file: Path, progress: Progress = print, wait_s: float = 2
     return stopped
 
 
-def judge(sweeps: list[SweepResult], noise: NoiseFloor | None, spec: EndpointSpec,
-          compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None, *, final: bool = True
-          ) -> tuple[Verdict, bool, str | None, Comparison | None]:
+def judge(
+    sweeps: list[SweepResult],
+    noise: NoiseFloor | None,
+    spec: EndpointSpec,
+    compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
+    *,
+    final: bool = True,
+) -> tuple[Verdict, bool, str | None, Comparison | None]:
     """Verdict of finished sweeps against a noise floor: (verdict, confirmed, invalid_reason, comparison).
 
     Pure, so the rules are unit-testable on constructed SweepResults.
@@ -165,15 +180,25 @@ def judge(sweeps: list[SweepResult], noise: NoiseFloor | None, spec: EndpointSpe
             return "invalid", False, f"sweep {i + 1}: {sweep.invalid_reason or 'invalid'}", None
         bad_steps = [s for s in sweep.steps if s.validity != "valid"]
         if bad_steps:
-            return "invalid", False, f"sweep {i + 1} step {bad_steps[0].target_rate} req/s: {bad_steps[0].invalid_reason}", None
+            return (
+                "invalid",
+                False,
+                f"sweep {i + 1} step {bad_steps[0].target_rate} req/s: {bad_steps[0].invalid_reason}",
+                None,
+            )
         if sweep.steps:
             first = min(sweep.steps, key=lambda s: s.target_rate)
             # Timeouts are what overload looks like (an SLA failure, capacity 0); other errors
             # (HTTP 4xx/5xx, refused connections) mean the configuration itself is broken.
             broken = [e for e in first.error_examples if not e.lower().startswith("timeout")]
             if first.error_rate > spec.sla.max_error_rate and (broken or not first.error_examples):
-                return ("invalid", False, f"sweep {i + 1}: error rate {first.error_rate:.1%} at the lowest rate "
-                        f"{first.target_rate} req/s exceeds the SLA's limit {spec.sla.max_error_rate:.1%}", None)
+                return (
+                    "invalid",
+                    False,
+                    f"sweep {i + 1}: error rate {first.error_rate:.1%} at the lowest rate "
+                    f"{first.target_rate} req/s exceeds the SLA's limit {spec.sla.max_error_rate:.1%}",
+                    None,
+                )
     if noise is None:
         return "same", False, None, None
     if compare_fn is None:
@@ -187,7 +212,8 @@ def judge(sweeps: list[SweepResult], noise: NoiseFloor | None, spec: EndpointSpe
     base_max = max(comparison.baseline_capacities or [comparison.baseline_capacity])
     confirmed = comparison.verdict == "better" and all(
         c >= comparison.baseline_capacity * (1 + comparison.threshold) and c > base_max
-        for c in comparison.candidate_capacities)
+        for c in comparison.candidate_capacities
+    )
     reason = comparison.evidence if comparison.verdict == "invalid" else None
     return comparison.verdict, confirmed, reason, comparison
 
@@ -198,13 +224,26 @@ def _verdict_of(comparison: Comparison) -> tuple[Verdict, bool, str | None, Comp
     return comparison.verdict, comparison.verdict == "better", reason, comparison
 
 
-def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame, baseline_noise: NoiseFloor | None,
-                  repeats: int, *, lossy: bool = False, reference: ReferenceOutputs | None = None,
-                  capture: bool = False, thresholds: CorrectnessThresholds | None = None,
-                  workdir: Path | None = None, active_file: Path | None = None, sweep_fn: SweepFn | None = None,
-                  compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
-                  progress: Progress = print, extra_repeats: int = 2, soak: bool | None = None,
-                  baseline_sustained: float | None = None) -> CandidateResult:
+def run_candidate(
+    spec: EndpointSpec,
+    engine_args: list[str],
+    pool: pl.DataFrame,
+    baseline_noise: NoiseFloor | None,
+    repeats: int,
+    *,
+    lossy: bool = False,
+    reference: ReferenceOutputs | None = None,
+    capture: bool = False,
+    thresholds: CorrectnessThresholds | None = None,
+    workdir: Path | None = None,
+    active_file: Path | None = None,
+    sweep_fn: SweepFn | None = None,
+    compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
+    progress: Progress = print,
+    extra_repeats: int = 2,
+    soak: bool | None = None,
+    baseline_sustained: float | None = None,
+) -> CandidateResult:
     """Measure ``engine_args`` on ``pool`` and judge it against ``baseline_noise``.
 
     ``reference``: outputs to check correctness against (skipped when None); ``capture``: record
@@ -251,9 +290,13 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
         active_file.write_text(json.dumps({"pid": engine.pid, "argv": _cmdline(engine.pid) or []}))
     try:
         identity = engine.identity
-        result.identity = {"engine": identity.engine, "engine_version": identity.engine_version,
-                           "model": identity.model, "launch_config_hash": identity.launch_config_hash,
-                           "launch_command": list(identity.launch_command)}
+        result.identity = {
+            "engine": identity.engine,
+            "engine_version": identity.engine_version,
+            "model": identity.model,
+            "launch_config_hash": identity.launch_config_hash,
+            "launch_command": list(identity.launch_command),
+        }
         if identity.overlays:  # runtime overlays and patches, by content hash (engines.overlays)
             result.identity["overlays"] = {name: sha for name, sha in identity.overlays}
         try:
@@ -261,14 +304,24 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             adapter = getattr(engine, "adapter", None)
             if capture:
                 progress("  capturing reference outputs")
-                result.reference = capture_reference(engine.base_url, engine.served_model, engine_args,
-                                                     thresholds=thresholds, adapter=adapter)
-                progress(f"  reference outputs: evidence {result.reference.evidence}"
-                         + (f" ({result.reference.note})" if result.reference.note else ""))
+                result.reference = capture_reference(
+                    engine.base_url, engine.served_model, engine_args, thresholds=thresholds, adapter=adapter
+                )
+                progress(
+                    f"  reference outputs: evidence {result.reference.evidence}"
+                    + (f" ({result.reference.note})" if result.reference.note else "")
+                )
             elif reference is not None:
                 progress("  correctness check (" + ("lossy" if lossy else "lossless") + ")")
-                result.correctness = check_candidate(engine.base_url, engine.served_model, reference, engine_args,
-                                                     lossy=lossy, thresholds=thresholds, adapter=adapter)
+                result.correctness = check_candidate(
+                    engine.base_url,
+                    engine.served_model,
+                    reference,
+                    engine_args,
+                    lossy=lossy,
+                    thresholds=thresholds,
+                    adapter=adapter,
+                )
                 progress("  " + result.correctness.summary())
                 if not result.correctness.passed:
                     return done(f"correctness failed: {result.correctness.reason}")
@@ -283,12 +336,20 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             sweep_wall = time.monotonic() - sweep_started
             result.sweep_wall_s.append(sweep_wall)
             result.sweeps.append(sweep)
-            held = (f"below {sweep.capacity_below_rps:g} req/s (no rate held down to the floor)"
-                    if sweep.capacity_method == "below_floor" else f"{sweep.capacity_rps:.3g} req/s")
-            fit = (f" (fitted {sweep.capacity_fit_rps:.3g}, 95% {sweep.capacity_fit_low:.3g}-{sweep.capacity_fit_high:.3g})"
-                   if sweep.capacity_fit_rps is not None else "")
-            progress(f"  sweep {i + 1}/{max(repeats, i + 1)}: capacity {held}{fit} in {sweep_wall:.0f} s"
-                     + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else ""))
+            held = (
+                f"below {sweep.capacity_below_rps:g} req/s (no rate held down to the floor)"
+                if sweep.capacity_method == "below_floor"
+                else f"{sweep.capacity_rps:.3g} req/s"
+            )
+            fit = (
+                f" (fitted {sweep.capacity_fit_rps:.3g}, 95% {sweep.capacity_fit_low:.3g}-{sweep.capacity_fit_high:.3g})"
+                if sweep.capacity_fit_rps is not None
+                else ""
+            )
+            progress(
+                f"  sweep {i + 1}/{max(repeats, i + 1)}: capacity {held}{fit} in {sweep_wall:.0f} s"
+                + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else "")
+            )
             if sweep.validity != "valid":
                 break
             i += 1
@@ -309,10 +370,15 @@ def run_candidate(spec: EndpointSpec, engine_args: list[str], pool: pl.DataFrame
             result.soak = _soak(engine, pool, spec, result.sweeps, progress)
             if result.soak is not None and result.soak.outcome == "unstable":
                 if not capture:
-                    return done("unstable under sustained load: " + "; ".join(result.soak.reasons),
-                                result.soak.log_tail or engine.log_tail())
-                progress("  the baseline is unstable under sustained load (a finding: "
-                         + "; ".join(result.soak.reasons) + ")")
+                    return done(
+                        "unstable under sustained load: " + "; ".join(result.soak.reasons),
+                        result.soak.log_tail or engine.log_tail(),
+                    )
+                progress(
+                    "  the baseline is unstable under sustained load (a finding: "
+                    + "; ".join(result.soak.reasons)
+                    + ")"
+                )
             elif result.soak is not None and result.soak.outcome == "unmeasured":
                 if not capture:  # nothing is adopted on a soak that said nothing about the engine
                     return done("soak unmeasured: " + "; ".join(result.soak.reasons))

@@ -6,24 +6,34 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from autoresearch import paths
-from autoresearch.config import EndpointSpec
+from specs import paths
+from specs.config import EndpointSpec
 from loadgen.results import NoiseFloor, SweepResult
 from research.loop import CandidateRun, CandidateVerdict
 from research.review import _diff_table, economics_lines, load_curves_png
 
 
-def interactive_report(endpoint: EndpointSpec, best: CandidateVerdict | None, run: CandidateRun | None,
-                       baseline_runs: list[SweepResult], noise_floor: NoiseFloor) -> tuple[str, Path | None]:
+def interactive_report(
+    endpoint: EndpointSpec,
+    best: CandidateVerdict | None,
+    run: CandidateRun | None,
+    baseline_runs: list[SweepResult],
+    noise_floor: NoiseFloor,
+) -> tuple[str, Path | None]:
     """Markdown for a person to approve, and the before/after load-curve plot (None when nothing won)."""
     if best is None or run is None or run.result is None:
-        return (f"# {endpoint.name}: nothing to review\n\nNo candidate beat the noise floor in all its repeats "
-                "with a lossless change; the working baseline is unchanged.\n", None)
+        return (
+            f"# {endpoint.name}: nothing to review\n\nNo candidate beat the noise floor in all its repeats "
+            "with a lossless change; the working baseline is unchanged.\n",
+            None,
+        )
     before, after = list(baseline_runs), list(run.result.sweeps)
     plot = load_curves_png(before, after, endpoint, paths.runs_dir() / "plots" / f"{endpoint.name}-review.png")
     correctness = run.result.correctness
-    sets = " ".join(f"--set engine.{flag.lstrip('-')}={'' if value is None else value}"
-                    for flag, value in run.proposal.intervention.engine_arg_diff.items())
+    sets = " ".join(
+        f"--set engine.{flag.lstrip('-')}={'' if value is None else value}"
+        for flag, value in run.proposal.intervention.engine_arg_diff.items()
+    )
     lines = [
         f"# {endpoint.name}: review of {best.proposal_id}",
         "",

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from autoresearch.engine_args import REMOVE, apply_diff, parse_args
+from specs.engine_args import REMOVE, apply_diff, parse_args
 from research.proposals import Intervention
 
 #: the engine's own checks of flag values: ``EngineAdapter.value_checks`` (engines.value_checks)
@@ -21,14 +21,17 @@ from research.proposals import Intervention
 
 #: flags that are not performance settings: a proposal must never touch them (security, identity,
 #: paths, logging, the served model itself).
-NOT_TUNABLE = re.compile(r"^--(api-key|ssl-.*|host|port|uds|root-path|served-model-name|model|tokenizer.*|revision"
-                         r"|code-revision|chat-template.*|download-dir|allowed-.*|allow-credentials|middleware"
-                         r"|trust-remote-code|config|config-format|profiler-config|hf-token|hf-overrides"
-                         r"|.*log.*|lora-.*|enable-lora|response-role|tool-.*|enable-auto-tool-choice"
-                         r"|reasoning-parser.*|otlp-.*|collect-detailed-traces)$")
+NOT_TUNABLE = re.compile(
+    r"^--(api-key|ssl-.*|host|port|uds|root-path|served-model-name|model|tokenizer.*|revision"
+    r"|code-revision|chat-template.*|download-dir|allowed-.*|allow-credentials|middleware"
+    r"|trust-remote-code|config|config-format|profiler-config|hf-token|hf-overrides"
+    r"|.*log.*|lora-.*|enable-lora|response-role|tool-.*|enable-auto-tool-choice"
+    r"|reasoning-parser.*|otlp-.*|collect-detailed-traces)$"
+)
 
 #: pairs that turn the same feature on and off.
 _OPPOSITES = re.compile(r"^--no-(.+)$")
+
 
 def adapter_class(engine_kind: str):
     """The engines package's adapter class for ``engine_kind`` (None when there is none)."""

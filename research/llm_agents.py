@@ -24,11 +24,18 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autoresearch.engine_args import REMOVE
+from specs.engine_args import REMOVE
 from research import rules
 from research.interventions import tunable_flags_for, validate_intervention
-from research.proposals import (BOTTLENECKS, Diagnosis, Intervention, Proposal, ProposalBatch, RejectedProposal,
-                                ResearchQuestion)
+from research.proposals import (
+    BOTTLENECKS,
+    Diagnosis,
+    Intervention,
+    Proposal,
+    ProposalBatch,
+    RejectedProposal,
+    ResearchQuestion,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +97,7 @@ class SubagentContext(BaseModel):
 
 # ---------------------------------------------------------------- wire formats (strict JSON schema)
 
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -126,8 +134,9 @@ class WireQuestions(_Wire):
     questions: list[WireQuestion]
 
 
-def strict_schema(model: type[BaseModel], enums: Mapping[str, list[str]] | None = None,
-                  max_text_chars: int | None = None) -> dict:
+def strict_schema(
+    model: type[BaseModel], enums: Mapping[str, list[str]] | None = None, max_text_chars: int | None = None
+) -> dict:
     """The model's JSON schema in the strict form structured outputs need: $refs inlined, every
     property required, no additional properties; ``enums`` pins string fields by name;
     ``max_text_chars`` tightens every string's maxLength."""
@@ -161,7 +170,7 @@ _SYSTEM = (
     "You are a performance engineer tuning an LLM inference server. Answer ONE research question with ONE "
     "proposal as JSON. Ground it in the observations given. The intervention is an exact change of engine "
     "command-line flags: each change has a flag (like --max-num-seqs) and a value (a string; null for a bare "
-    "switch; \"REMOVE\" to delete the flag). Rank up to two alternatives. Predict what the measurements should "
+    'switch; "REMOVE" to delete the flag). Rank up to two alternatives. Predict what the measurements should '
     "show and say what result would prove the proposal wrong. Mark lossy=true for changes that alter outputs "
     "(quantisation)."
 )
@@ -188,6 +197,7 @@ def _question_prompt(question: ResearchQuestion, diagnosis: Diagnosis, context: 
 
 # ---------------------------------------------------------------- orchestrator
 
+
 def _to_intervention(wire: WireIntervention) -> Intervention:
     diff: dict[str, str | None] = {}
     for change in wire.changes:
@@ -196,8 +206,9 @@ def _to_intervention(wire: WireIntervention) -> Intervention:
             value = REMOVE
         diff[change.flag.strip()] = value
     patch = wire.engine_patch if wire.engine_patch and wire.engine_patch.strip() else None
-    return Intervention(technique=wire.technique.strip() or "unnamed", engine_arg_diff=diff, engine_patch=patch,
-                        lossy=wire.lossy)
+    return Intervention(
+        technique=wire.technique.strip() or "unnamed", engine_arg_diff=diff, engine_patch=patch, lossy=wire.lossy
+    )
 
 
 class Orchestrator:
@@ -205,8 +216,10 @@ class Orchestrator:
 
     def __init__(self, config: LLMConfig | None = None, *, mode: ProposerMode = "auto", client=None):
         if mode == "llm" and config is None:
-            raise LLMNotConfigured("proposer 'llm' needs AUTORESEARCH_LLM_MODEL (and AUTORESEARCH_LLM_BASE_URL or "
-                                   "an API key) in the environment")
+            raise LLMNotConfigured(
+                "proposer 'llm' needs AUTORESEARCH_LLM_MODEL (and AUTORESEARCH_LLM_BASE_URL or "
+                "an API key) in the environment"
+            )
         self.config = config if mode != "rules" else None
         self.mode = mode
         self._client = client
@@ -226,9 +239,12 @@ class Orchestrator:
 
     def _complete(self, system: str, user: str, name: str, schema: dict) -> str:
         response = self.client().chat.completions.create(
-            model=self.config.model, temperature=self.config.temperature, max_tokens=self.config.max_tokens,
+            model=self.config.model,
+            temperature=self.config.temperature,
+            max_tokens=self.config.max_tokens,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-            response_format={"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}})
+            response_format={"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}},
+        )
         return response.choices[0].message.content or ""
 
     # -- questions
@@ -244,10 +260,14 @@ class Orchestrator:
             return fallback
         schema = strict_schema(WireQuestions, {"bottleneck": names}, self.config.max_text_chars)
         schema["properties"]["questions"]["maxItems"] = n
-        user = json.dumps({"task": f"Write {n} research questions, one per bottleneck, worst first.",
-                           "endpoint": diagnosis.endpoint,
-                           "bottlenecks": [{"name": b.name, "evidence": b.evidence[:2]} for b in diagnosis.bottlenecks[:n]]},
-                          separators=(",", ":"))
+        user = json.dumps(
+            {
+                "task": f"Write {n} research questions, one per bottleneck, worst first.",
+                "endpoint": diagnosis.endpoint,
+                "bottlenecks": [{"name": b.name, "evidence": b.evidence[:2]} for b in diagnosis.bottlenecks[:n]],
+            },
+            separators=(",", ":"),
+        )
         try:
             raw = self._complete("You plan performance experiments. Reply with JSON only.", user, "questions", schema)
             parsed = WireQuestions.model_validate_json(raw)
@@ -259,8 +279,13 @@ class Orchestrator:
         for q in parsed.questions:
             if q.bottleneck in names and q.bottleneck not in seen and q.question.strip():
                 seen.add(q.bottleneck)
-                out.append(ResearchQuestion(question_id=f"q{len(out) + 1}-{q.bottleneck}", bottleneck=q.bottleneck,
-                                            question=q.question.strip()))
+                out.append(
+                    ResearchQuestion(
+                        question_id=f"q{len(out) + 1}-{q.bottleneck}",
+                        bottleneck=q.bottleneck,
+                        question=q.question.strip(),
+                    )
+                )
         for q in fallback:  # fill up with the rule-based questions for the bottlenecks left out
             if len(out) >= n:
                 break
@@ -270,30 +295,39 @@ class Orchestrator:
         return out[:n]
 
     # -- subagents
-    def _subagent(self, question: ResearchQuestion, diagnosis: Diagnosis, context: SubagentContext,
-                  schema: dict) -> Proposal | RejectedProposal:
+    def _subagent(
+        self, question: ResearchQuestion, diagnosis: Diagnosis, context: SubagentContext, schema: dict
+    ) -> Proposal | RejectedProposal:
         user = _question_prompt(question, diagnosis, context)
         try:
             raw = self._complete(_SYSTEM, user, "proposal", schema)
         except Exception as exc:  # noqa: BLE001 - a server error rejects this answer, not the round
-            return RejectedProposal(question_id=question.question_id,
-                                    reasons=[f"model call failed: {type(exc).__name__}: {str(exc)[:300]}"])
+            return RejectedProposal(
+                question_id=question.question_id, reasons=[f"model call failed: {type(exc).__name__}: {str(exc)[:300]}"]
+            )
         try:
             wire = WireProposal.model_validate_json(raw)
         except ValidationError as exc:
             reasons = [f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}" for e in exc.errors()[:8]]
             return RejectedProposal(question_id=question.question_id, reasons=reasons, raw=raw[:4000])
         proposal = Proposal(
-            proposal_id=f"llm-{context.experiment_id}-{question.question_id}", question=question.question,
-            bottleneck=question.bottleneck, explanation=wire.explanation, observations=wire.observations,
+            proposal_id=f"llm-{context.experiment_id}-{question.question_id}",
+            question=question.question,
+            bottleneck=question.bottleneck,
+            explanation=wire.explanation,
+            observations=wire.observations,
             intervention=_to_intervention(wire.intervention),
             alternatives=[_to_intervention(a) for a in wire.alternatives],
-            prediction=wire.prediction, predicted_capacity_ratio=wire.predicted_capacity_ratio,
-            falsification=wire.falsification, source="llm")
+            prediction=wire.prediction,
+            predicted_capacity_ratio=wire.predicted_capacity_ratio,
+            falsification=wire.falsification,
+            source="llm",
+        )
         return check_proposal(proposal, context, question.question_id)
 
-    def run_subagents(self, questions: Sequence[ResearchQuestion], diagnosis: Diagnosis,
-                      context: SubagentContext) -> ProposalBatch:
+    def run_subagents(
+        self, questions: Sequence[ResearchQuestion], diagnosis: Diagnosis, context: SubagentContext
+    ) -> ProposalBatch:
         """One subagent per question, concurrently; every answer validated before it is kept."""
         if not self.uses_llm:
             raise LLMNotConfigured("run_subagents needs a configured model; use propose() for the rule-based path")
@@ -307,8 +341,15 @@ class Orchestrator:
             (batch.proposals if isinstance(answer, Proposal) else batch.rejected).append(answer)
         return batch
 
-    def propose(self, diagnosis: Diagnosis, context: SubagentContext, n: int = 3, *,
-                findings_lookup: Callable[[str], list[dict]] | None = None, skip: Sequence[str] = ()) -> ProposalBatch:
+    def propose(
+        self,
+        diagnosis: Diagnosis,
+        context: SubagentContext,
+        n: int = 3,
+        *,
+        findings_lookup: Callable[[str], list[dict]] | None = None,
+        skip: Sequence[str] = (),
+    ) -> ProposalBatch:
         """The proposal round: questions, subagents (or rules), validation.
 
         ``findings_lookup(bottleneck)`` returns research-memory findings for a bottleneck (e.g.
@@ -332,21 +373,25 @@ class Orchestrator:
         return batch
 
 
-def check_proposal(proposal: Proposal, context: SubagentContext, question_id: str = "",
-                   adapter=None) -> Proposal | RejectedProposal:
+def check_proposal(
+    proposal: Proposal, context: SubagentContext, question_id: str = "", adapter=None
+) -> Proposal | RejectedProposal:
     """Validate a proposal's intervention against the engine; the normalised proposal or a rejection.
 
     Invalid alternatives are dropped (the main intervention decides acceptance).
     """
-    check = validate_intervention(proposal.intervention, context.engine_args, context.engine_kind,
-                                  adapter=adapter, gpu_count=context.gpu_count)
+    check = validate_intervention(
+        proposal.intervention, context.engine_args, context.engine_kind, adapter=adapter, gpu_count=context.gpu_count
+    )
     if not check.ok:
-        return RejectedProposal(question_id=question_id or proposal.proposal_id, reasons=check.reasons,
-                                proposal=proposal)
+        return RejectedProposal(
+            question_id=question_id or proposal.proposal_id, reasons=check.reasons, proposal=proposal
+        )
     alternatives = []
     for alt in proposal.alternatives:
-        alt_check = validate_intervention(alt, context.engine_args, context.engine_kind, adapter=adapter,
-                                          gpu_count=context.gpu_count)
+        alt_check = validate_intervention(
+            alt, context.engine_args, context.engine_kind, adapter=adapter, gpu_count=context.gpu_count
+        )
         if alt_check.ok:
             alternatives.append(alt.model_copy(update={"engine_arg_diff": alt_check.diff, "lossy": alt_check.lossy}))
     main = proposal.intervention.model_copy(update={"engine_arg_diff": check.diff, "lossy": check.lossy})

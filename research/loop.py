@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, Field
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from research.harness import CandidateResult, Progress
 from research.proposals import Proposal
 
@@ -38,12 +38,19 @@ def endpoint_roofline(spec: EndpointSpec):
         model_dir = resolve_model_dir(spec)
     except EngineError:
         return None
-    return roofline_for(model_dir, spec.hardware.gpu_type, spec.hardware.gpu_count,
-                        spec.hardware.memory_bandwidth_gbps)
+    return roofline_for(model_dir, spec.hardware.gpu_type, spec.hardware.gpu_count, spec.hardware.memory_bandwidth_gbps)
 
 
-def diagnose_step(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, *, recipes: dict | None = None,
-                  profile_seconds: float = 0.0, workdir: Path | None = None, progress: Progress = print):
+def diagnose_step(
+    spec: EndpointSpec,
+    pool: pl.DataFrame,
+    sweeps: list,
+    *,
+    recipes: dict | None = None,
+    profile_seconds: float = 0.0,
+    workdir: Path | None = None,
+    progress: Progress = print,
+):
     """Diagnose the configuration ``spec`` declares from its sweeps and the pool.
 
     Evidence every engine gives (client-side latencies against load, the roofline) always; a torch
@@ -73,26 +80,39 @@ def diagnose_step(spec: EndpointSpec, pool: pl.DataFrame, sweeps: list, *, recip
                 if profile_seconds > 0:
                     progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
                     engine.start_profile()
-                    run_sweep(engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds,
-                              check_client=False)
+                    run_sweep(
+                        engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds, check_client=False
+                    )
                     profile = _parse_newest_profile(engine.stop_profile().parent, notes)
                 if chosen:
-                    from autoresearch.models import tokenizer_dir
+                    from specs.models import tokenizer_dir
                     from replay.tokenize import ChatTokenizer
 
                     tok = ChatTokenizer.from_dir(tokenizer_dir(spec.model.path))
                     for recipe in chosen:
                         progress(f"{spec.name}: diagnostic workload {recipe.name}")
                         variants = build_variants(recipe, tok, base_rate=steady_rate, model=engine.served_model)
-                        workloads += measure_variants(variants, lambda v: run_sweep(
-                            engine, v.pool, spec, rates=[v.rate], step_duration_s=v.duration_s,
-                            check_client=False).steps[0])
+                        workloads += measure_variants(
+                            variants,
+                            lambda v: run_sweep(
+                                engine, v.pool, spec, rates=[v.rate], step_duration_s=v.duration_s, check_client=False
+                            ).steps[0],
+                        )
         except EngineError as exc:  # a diagnosis without a profile is still a diagnosis
             notes.append(f"profile/workloads skipped: {str(exc).splitlines()[0]}")
     elif adapter.can_give("profile") and profile_seconds <= 0:
         notes.append("profiling disabled (campaign profile_seconds: 0)")
-    diagnosis = diagnose(pool, sweeps, list(spec.engine.args), endpoint=spec.name, engine_kind=spec.engine.kind,
-                         profile=profile, workloads=workloads, block_size=block, roofline=endpoint_roofline(spec))
+    diagnosis = diagnose(
+        pool,
+        sweeps,
+        list(spec.engine.args),
+        endpoint=spec.name,
+        engine_kind=spec.engine.kind,
+        profile=profile,
+        workloads=workloads,
+        block_size=block,
+        roofline=endpoint_roofline(spec),
+    )
     return diagnosis.model_copy(update={"notes": diagnosis.notes + notes}) if notes else diagnosis
 
 
@@ -116,22 +136,40 @@ def _parse_newest_profile(folder: Path, notes: list[str], wait_s: float = 30.0):
 
 
 # ------------------------------------------------------------------------------------- propose
-def propose_step(spec: EndpointSpec, diagnosis, *, n: int, mode: str, campaign_id: str, experiment_id: str,
-                 baseline: dict, memory=None, skip: Sequence[str] = ()):
+def propose_step(
+    spec: EndpointSpec,
+    diagnosis,
+    *,
+    n: int,
+    mode: str,
+    campaign_id: str,
+    experiment_id: str,
+    baseline: dict,
+    memory=None,
+    skip: Sequence[str] = (),
+):
     """One proposal round through the orchestrator (LLM subagents when configured, rules otherwise).
 
     ``spec`` carries the working configuration; ``baseline`` its capacity and noise floor;
     ``memory`` (a memory_db.MemoryStore) gives the subagents findings for the same bottleneck."""
     from research.llm_agents import Orchestrator, SubagentContext
 
-    context = SubagentContext(campaign_id=campaign_id, experiment_id=experiment_id,
-                              replay_pool_id=f"{spec.name}-{spec.traffic.kind}-{spec.traffic.seed}",
-                              sla=spec.sla.model_dump(), engine_kind=spec.engine.kind,
-                              engine_args=list(spec.engine.args), gpu_count=spec.hardware.gpu_count, baseline=baseline)
+    context = SubagentContext(
+        campaign_id=campaign_id,
+        experiment_id=experiment_id,
+        replay_pool_id=f"{spec.name}-{spec.traffic.kind}-{spec.traffic.seed}",
+        sla=spec.sla.model_dump(),
+        engine_kind=spec.engine.kind,
+        engine_args=list(spec.engine.args),
+        gpu_count=spec.hardware.gpu_count,
+        baseline=baseline,
+    )
     lookup = None
     if memory is not None:
+
         def lookup(bottleneck: str) -> list[dict]:
             return [f.model_dump(mode="json") for f in memory.findings_for_bottleneck(bottleneck, spec.name)]
+
     from research.drafter import propose_drafter
 
     batch = Orchestrator.from_env(mode).propose(diagnosis, context, n, findings_lookup=lookup, skip=list(skip))
@@ -143,9 +181,15 @@ def conditions(spec: EndpointSpec, signature: str, engine_version: str):
     """The memory's "same conditions" key: model, hardware, engine and version, workload."""
     from memory_db.records import Conditions
 
-    return Conditions(model=spec.model.served_name or spec.model.path, model_revision=spec.model.revision,
-                      hardware=spec.hardware.gpu_type, gpu_count=spec.hardware.gpu_count, engine=spec.engine.kind,
-                      engine_version=engine_version, workload_signature=signature)
+    return Conditions(
+        model=spec.model.served_name or spec.model.path,
+        model_revision=spec.model.revision,
+        hardware=spec.hardware.gpu_type,
+        gpu_count=spec.hardware.gpu_count,
+        engine=spec.engine.kind,
+        engine_version=engine_version,
+        workload_signature=signature,
+    )
 
 
 # ---------------------------------------------------------------------------------------- adopt
@@ -173,16 +217,27 @@ class CandidateRun(BaseModel):
 
     def verdict(self) -> "CandidateVerdict":
         """Its verdict with the evidence (``verdicts``)."""
-        base = {"proposal_id": self.proposal.proposal_id, "baseline_args": self.baseline_args,
-                "engine_args": self.engine_args, "lossy": self.lossy, "experiment_id": self.experiment_id}
+        base = {
+            "proposal_id": self.proposal.proposal_id,
+            "baseline_args": self.baseline_args,
+            "engine_args": self.engine_args,
+            "lossy": self.lossy,
+            "experiment_id": self.experiment_id,
+        }
         if self.result is None:
             return CandidateVerdict(verdict="skipped", reason=self.skipped, **base)
         r, c = self.result, self.result.comparison
-        return CandidateVerdict(verdict=r.verdict, confirmed=r.confirmed, capacity_ratio=c.capacity_ratio if c else None,
-                                evidence=c.evidence if c else None, invalid_reason=r.invalid_reason,
-                                capacities=[s.capacity_rps for s in r.sweeps],
-                                correctness=r.correctness.reason if r.correctness else None,
-                                correctness_unchecked=bool(r.correctness and not r.correctness.checked), **base)
+        return CandidateVerdict(
+            verdict=r.verdict,
+            confirmed=r.confirmed,
+            capacity_ratio=c.capacity_ratio if c else None,
+            evidence=c.evidence if c else None,
+            invalid_reason=r.invalid_reason,
+            capacities=[s.capacity_rps for s in r.sweeps],
+            correctness=r.correctness.reason if r.correctness else None,
+            correctness_unchecked=bool(r.correctness and not r.correctness.checked),
+            **base,
+        )
 
 
 class CandidateVerdict(BaseModel):
@@ -205,12 +260,16 @@ class CandidateVerdict(BaseModel):
 
     def contender(self) -> Contender:
         """As the adoption rule (pick_winner) sees it: the same fields the headless campaign gives it."""
-        from autoresearch.engine_args import diff_args
+        from specs.engine_args import diff_args
 
         capacities = [c for c in self.capacities if c is not None]
-        return Contender(id=self.proposal_id, confirmed=self.confirmed, lossy=self.lossy,
-                         capacity=sum(capacities) / len(capacities) if capacities else None,
-                         change_size=len(diff_args(self.baseline_args, self.engine_args)))
+        return Contender(
+            id=self.proposal_id,
+            confirmed=self.confirmed,
+            lossy=self.lossy,
+            capacity=sum(capacities) / len(capacities) if capacities else None,
+            change_size=len(diff_args(self.baseline_args, self.engine_args)),
+        )
 
 
 class Adoption(BaseModel):

@@ -30,26 +30,53 @@ from research.proposals import CATEGORIES, ProfileBreakdown, ProfileStep
 
 # (category, pattern) checked in order against a lower-cased op name; first match wins.
 _SPECIFIC: list[tuple[str, re.Pattern]] = [
-    ("cpu_scheduling", re.compile(r"shm_broadcast|schedul|prepare_inputs|update_states|bookkeep"
-                                  r"|slot_mapping|block_table|attention_metadata|attn_group_metadata|copy_to_gpu"
-                                  r"|input_batch|_preprocess|cudastreamsynchronize|cudaeventsynchronize")),
-    ("communication", re.compile(r"nccl|all_reduce|allreduce|all_gather|allgather|reduce_scatter|reducescatter"
-                                 r"|all_to_all|alltoall|c10d|gloo|custom_ar|cross_device|sendrecv|quick_ar"
-                                 r"|device_communicators")),
+    (
+        "cpu_scheduling",
+        re.compile(
+            r"shm_broadcast|schedul|prepare_inputs|update_states|bookkeep"
+            r"|slot_mapping|block_table|attention_metadata|attn_group_metadata|copy_to_gpu"
+            r"|input_batch|_preprocess|cudastreamsynchronize|cudaeventsynchronize"
+        ),
+    ),
+    (
+        "communication",
+        re.compile(
+            r"nccl|all_reduce|allreduce|all_gather|allgather|reduce_scatter|reducescatter"
+            r"|all_to_all|alltoall|c10d|gloo|custom_ar|cross_device|sendrecv|quick_ar"
+            r"|device_communicators"
+        ),
+    ),
     ("matmul", re.compile(r"moe|expert|topk_softmax|marlin")),  # MoE gating/experts count as matmul
-    ("attention", re.compile(r"attn|attention|flash|paged|fmha|mha|scaled_dot_product|sdpa|reshape_and_cache"
-                             r"|kv_cache|rotary|rope|merge_attn")),
-    ("sampling", re.compile(r"sampl|top_?k|top_?p|argmax|gumbel|multinomial|softmax|penalt|logprob|bitmask"
-                            r"|grammar|structured_output|rejection|\bsort\b|radix_sort")),
-    ("matmul", re.compile(r"gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|s16816|onednn_mm|dnnl|mkl|\bmm\b|::mm$"
-                          r"|addmm|bmm|matmul|aten::linear|_scaled_mm|splitk|dense")),
+    (
+        "attention",
+        re.compile(
+            r"attn|attention|flash|paged|fmha|mha|scaled_dot_product|sdpa|reshape_and_cache"
+            r"|kv_cache|rotary|rope|merge_attn"
+        ),
+    ),
+    (
+        "sampling",
+        re.compile(
+            r"sampl|top_?k|top_?p|argmax|gumbel|multinomial|softmax|penalt|logprob|bitmask"
+            r"|grammar|structured_output|rejection|\bsort\b|radix_sort"
+        ),
+    ),
+    (
+        "matmul",
+        re.compile(
+            r"gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|s16816|onednn_mm|dnnl|mkl|\bmm\b|::mm$"
+            r"|addmm|bmm|matmul|aten::linear|_scaled_mm|splitk|dense"
+        ),
+    ),
     ("memory", re.compile(r"memcpy|memset|dtoh|htod|dtod")),
     # The model's forward pass: generic ops in it (norms, activations, adds) are "other" compute,
     # not the host overhead of an enclosing scope such as the worker's RPC loop.
     ("other", re.compile(r"_model_forward|nn\.module:|model_executor/models/|model_executor/layers/")),
 ]
 # Generic ops: named by their enclosing scope, not by themselves (an aten::copy_ can be anything).
-_GENERIC = re.compile(r"^aten::(?!(mm|addmm|bmm|matmul|linear|_scaled_mm|scaled_dot_product|_flash|_efficient_attention))")
+_GENERIC = re.compile(
+    r"^aten::(?!(mm|addmm|bmm|matmul|linear|_scaled_mm|scaled_dot_product|_flash|_efficient_attention))"
+)
 _STEP = re.compile(r"execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)")
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 _SCOPE_CATS = {"python_function", "user_annotation", "gpu_user_annotation", "cpu_op"}
@@ -102,7 +129,9 @@ def find_worker_trace(path: Path | str) -> Path:
             raise TraceError(f"{path}: no *.pt.trace.json(.gz) files")
         return candidates[-1]
     if "async_llm" in path.name or "api_server" in path.name:
-        ranks = sorted(path.parent.glob("rank*.pt.trace.json*"), key=lambda p: abs(p.stat().st_mtime - path.stat().st_mtime))
+        ranks = sorted(
+            path.parent.glob("rank*.pt.trace.json*"), key=lambda p: abs(p.stat().st_mtime - path.stat().st_mtime)
+        )
         if ranks:
             return ranks[0]
     return path
@@ -143,7 +172,9 @@ def _categorise(events: list[dict], scopes: list[dict], nest: bool = True) -> di
     enclose events and name the generic ones. Exclusive = own duration minus nested events'
     (``nest=False`` for GPU kernels, which do not nest and may overlap across streams).
     """
-    items = [(e["ts"], -(e["end"] - e["ts"]), 0, e) for e in events] + [(s["ts"], -(s["end"] - s["ts"]), 1, s) for s in scopes]
+    items = [(e["ts"], -(e["end"] - e["ts"]), 0, e) for e in events] + [
+        (s["ts"], -(s["end"] - s["ts"]), 1, s) for s in scopes
+    ]
     items.sort(key=lambda t: (t[0], t[1], -t[2]))  # outer first; a scope before an event of equal span
     stack: list[tuple[dict, int, str | None]] = []  # (item, is_scope, category)
     child_time: dict[int, float] = defaultdict(float)
@@ -189,20 +220,35 @@ def _steps(annotations: list[dict]) -> list[ProfileStep]:
         match = _STEP.search(a["name"])
         if match:
             ctx_req, ctx_tok, gen_req, gen_tok = (int(g) for g in match.groups())
-            steps.append(ProfileStep(start_us=a["ts"], duration_us=a["end"] - a["ts"], context_requests=ctx_req,
-                                     context_tokens=ctx_tok, generation_requests=gen_req, generation_tokens=gen_tok))
+            steps.append(
+                ProfileStep(
+                    start_us=a["ts"],
+                    duration_us=a["end"] - a["ts"],
+                    context_requests=ctx_req,
+                    context_tokens=ctx_tok,
+                    generation_requests=gen_req,
+                    generation_tokens=gen_tok,
+                )
+            )
     return sorted(steps, key=lambda s: s.start_us)
 
 
-def analyse_trace(data: dict, source: str = "", gap_threshold_us: float = 50.0,
-                  scheduling_gap_max_us: float = 100_000.0) -> ProfileBreakdown:
+def analyse_trace(
+    data: dict, source: str = "", gap_threshold_us: float = 50.0, scheduling_gap_max_us: float = 100_000.0
+) -> ProfileBreakdown:
     """Break one rank's trace into categories and timeline statistics.
 
     ``gap_threshold_us``: idle stretches shorter than this are not counted as gaps (launch
     jitter); ``scheduling_gap_max_us``: longer idle stretches are "no work", not host overhead.
     """
-    raw = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
-           and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+    raw = [
+        e
+        for e in data["traceEvents"]
+        if isinstance(e, dict)
+        and e.get("ph") == "X"
+        and isinstance(e.get("ts"), (int, float))
+        and isinstance(e.get("dur"), (int, float))
+    ]
     if not raw:
         raise TraceError(f"{source or 'trace'}: no complete ('X') events")
     for e in raw:
@@ -227,10 +273,16 @@ def analyse_trace(data: dict, source: str = "", gap_threshold_us: float = 50.0,
     if device == "gpu":
         # A kernel with a generic name ("elementwise_kernel") is named by the host scope that
         # launched it: its cuda_runtime launch (same correlation id) sits inside python/ops.
-        launches = [{"ts": e["ts"], "end": e["end"], "name": e["name"], "corr": (e.get("args") or {}).get("correlation")}
-                    for e in raw if e.get("cat") == "cuda_runtime"]
-        host_scopes = [{"ts": e["ts"], "end": e["end"], "name": e["name"]} for e in raw
-                       if e.get("cat") in ("python_function", "user_annotation", "cpu_op")]
+        launches = [
+            {"ts": e["ts"], "end": e["end"], "name": e["name"], "corr": (e.get("args") or {}).get("correlation")}
+            for e in raw
+            if e.get("cat") == "cuda_runtime"
+        ]
+        host_scopes = [
+            {"ts": e["ts"], "end": e["end"], "name": e["name"]}
+            for e in raw
+            if e.get("cat") in ("python_function", "user_annotation", "cpu_op")
+        ]
         launched = _categorise(launches, host_scopes, nest=False)
         launch_cat = {l["corr"]: launched[id(l)][0] for l in launches if l["corr"] is not None}
         events = []
@@ -239,9 +291,17 @@ def analyse_trace(data: dict, source: str = "", gap_threshold_us: float = 50.0,
             corr = (e.get("args") or {}).get("correlation")
             own = _own_category(name)
             hint = launch_cat.get(corr)
-            events.append({"ts": e["ts"], "end": e["end"], "name": name,
-                           "category": own or (hint if hint not in (None, "other") else None)})
-        scopes = [{"ts": e["ts"], "end": e["end"], "name": e["name"]} for e in raw if e.get("cat") == "gpu_user_annotation"]
+            events.append(
+                {
+                    "ts": e["ts"],
+                    "end": e["end"],
+                    "name": name,
+                    "category": own or (hint if hint not in (None, "other") else None),
+                }
+            )
+        scopes = [
+            {"ts": e["ts"], "end": e["end"], "name": e["name"]} for e in raw if e.get("cat") == "gpu_user_annotation"
+        ]
         category_us, by_op = _totals(events, _categorise(events, scopes, nest=False))
         busy = _union([(e["ts"], e["end"]) for e in events])
     else:
@@ -264,8 +324,10 @@ def analyse_trace(data: dict, source: str = "", gap_threshold_us: float = 50.0,
 
     overlap = None
     if device == "gpu" and host:
-        host_busy = _union([(e["ts"], e["end"]) for e in host if e.get("cat") == "cpu_op"]
-                           + [(e["ts"], e["end"]) for e in raw if e.get("cat") == "cuda_runtime"])
+        host_busy = _union(
+            [(e["ts"], e["end"]) for e in host if e.get("cat") == "cpu_op"]
+            + [(e["ts"], e["end"]) for e in raw if e.get("cat") == "cuda_runtime"]
+        )
         overlap = _intersection(busy, host_busy) / busy_us if busy_us else None
 
     mixed = [s for s in steps if s.context_requests > 0 and s.generation_requests > 0]
@@ -274,14 +336,19 @@ def analyse_trace(data: dict, source: str = "", gap_threshold_us: float = 50.0,
     mixed_ms = float(np.mean([s.duration_us for s in mixed]) / 1000) if mixed else None
     top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
     return ProfileBreakdown(
-        source=source, device=device, window_us=round(window_us, 3), busy_us=round(busy_us, 3),
-        category_us=category_us, category_share={c: round(v / total, 4) for c, v in category_us.items()},
+        source=source,
+        device=device,
+        window_us=round(window_us, 3),
+        busy_us=round(busy_us, 3),
+        category_us=category_us,
+        category_share={c: round(v / total, 4) for c, v in category_us.items()},
         top_ops=[(name, cat, round(us, 1)) for (name, cat), us in top],
         idle_gap_fraction=round(short_gaps / window_us, 4) if window_us else 0.0,
         idle_gaps=len(counted_gaps),
         idle_gap_p95_us=round(float(np.percentile(counted_gaps, 95)), 1) if counted_gaps else 0.0,
         cpu_gpu_overlap=None if overlap is None else round(overlap, 4),
-        steps=len(steps), mixed_step_fraction=round(len(mixed) / len(steps), 4) if steps else 0.0,
+        steps=len(steps),
+        mixed_step_fraction=round(len(mixed) / len(steps), 4) if steps else 0.0,
         decode_step_ms=None if decode_ms is None else round(decode_ms, 3),
         mixed_step_ms=None if mixed_ms is None else round(mixed_ms, 3),
         prefill_interrupts_decode=bool(mixed and decode_ms and mixed_ms and mixed_ms > 1.5 * decode_ms),
@@ -300,6 +367,9 @@ def trim_trace(data: dict, start_fraction: float, end_fraction: float) -> dict:
     lo = min(e["ts"] for e in timed)
     hi = max(e["ts"] + e["dur"] for e in timed)
     a, b = lo + (hi - lo) * start_fraction, lo + (hi - lo) * end_fraction
-    kept = [e for e in data["traceEvents"] if e.get("ph") != "X" or e.get("cat") == "Trace"
-            or (e["ts"] < b and e["ts"] + e.get("dur", 0) > a)]
+    kept = [
+        e
+        for e in data["traceEvents"]
+        if e.get("ph") != "X" or e.get("cat") == "Trace" or (e["ts"] < b and e["ts"] + e.get("dur", 0) > a)
+    ]
     return {**data, "traceEvents": kept}

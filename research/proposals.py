@@ -131,10 +131,10 @@ class Diagnosis(Model):
 
 
 class Intervention(Model):
-    """An exact change: engine-argument diff (autoresearch.engine_args conventions) and/or a patch.
+    """An exact change: engine-argument diff (specs.engine_args conventions) and/or a patch.
 
     ``engine_arg_diff`` maps ``--flag`` to a value, ``None`` for a bare switch, or
-    ``autoresearch.engine_args.REMOVE`` to delete the flag.
+    ``specs.engine_args.REMOVE`` to delete the flag.
     """
 
     technique: str

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from autoresearch.config import CampaignSpec, EndpointSpec
-from autoresearch.engine_args import REMOVE, diff_args, parse_args
+from specs.config import CampaignSpec, EndpointSpec
+from specs.engine_args import REMOVE, diff_args, parse_args
 from loadgen.results import SweepResult
 from research.state import BaselineRecord, CampaignState, ExperimentRecord
 
@@ -27,8 +27,15 @@ def load_curves_png(before: list[SweepResult], after: list[SweepResult], endpoin
         from loadgen.plots import load_curve_png
 
         labels = [f"reference #{i + 1}" for i in range(len(before))] + [f"best #{i + 1}" for i in range(len(after))]
-        return Path(load_curve_png(list(before) + list(after), endpoint.sla, path, labels=labels,
-                                   title=f"{endpoint.name}: load curves, reference vs best (every repeat)"))
+        return Path(
+            load_curve_png(
+                list(before) + list(after),
+                endpoint.sla,
+                path,
+                labels=labels,
+                title=f"{endpoint.name}: load curves, reference vs best (every repeat)",
+            )
+        )
     except ImportError:  # fall back to the compact plot below
         pass
     import matplotlib
@@ -52,8 +59,13 @@ def load_curves_png(before: list[SweepResult], after: list[SweepResult], endpoin
                 ax1.axvline(sweep.capacity_rps, color=color, ls=":", alpha=0.6)
     ax1.axhline(endpoint.sla.ttft_ms, color="black", ls="--", lw=1, label=f"SLA TTFT {key}")
     ax1.set(xlabel="offered rate (req/s)", ylabel=f"TTFT {key} (ms)", yscale="log", title="Latency (dotted: capacity)")
-    ax2.plot([0, max([s.target_rate for w in before + after for s in w.steps] or [1])],
-             [0, max([s.target_rate for w in before + after for s in w.steps] or [1])], color="grey", ls=":", lw=1)
+    ax2.plot(
+        [0, max([s.target_rate for w in before + after for s in w.steps] or [1])],
+        [0, max([s.target_rate for w in before + after for s in w.steps] or [1])],
+        color="grey",
+        ls=":",
+        lw=1,
+    )
     ax2.set(xlabel="offered rate (req/s)", ylabel="completed req/s", title="Throughput")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
@@ -95,30 +107,44 @@ def capacity_economics(sweeps: list[SweepResult], endpoint: EndpointSpec) -> dic
         energy_note = "no power telemetry (CPU host)"
     else:
         energy_note = "no power telemetry (NVML did not report power during the sweeps)"
-    return {"output_tokens_per_s_per_gpu": median(tokens) if tokens else None,
-            "usd_per_million_output_tokens": median(usd) if usd else None,
-            "joules_per_output_token": median(joules) if joules else None,
-            "price_note": "" if price is not None else "no price per GPU-hour in the endpoint YAML "
-                                                         "(hardware.price_per_gpu_hour_usd)",
-            "energy_note": energy_note}
+    return {
+        "output_tokens_per_s_per_gpu": median(tokens) if tokens else None,
+        "usd_per_million_output_tokens": median(usd) if usd else None,
+        "joules_per_output_token": median(joules) if joules else None,
+        "price_note": ""
+        if price is not None
+        else "no price per GPU-hour in the endpoint YAML (hardware.price_per_gpu_hour_usd)",
+        "energy_note": energy_note,
+    }
 
 
 def economics_lines(rows: list[tuple[str, list[SweepResult]]], endpoint: EndpointSpec) -> list[str]:
     """The report's "Cost and energy at capacity" table, one row per configuration, with what is missing said."""
-    md = ["## Cost and energy at capacity", "",
-          "| config | output tokens/s per GPU | $ per million output tokens | J per output token |", "|---|---|---|---|"]
+    md = [
+        "## Cost and energy at capacity",
+        "",
+        "| config | output tokens/s per GPU | $ per million output tokens | J per output token |",
+        "|---|---|---|---|",
+    ]
     price_notes, energy_notes = set(), set()
     for name, sweeps in rows:
         e = capacity_economics(sweeps, endpoint)
         price_notes.add(e["price_note"])
         energy_notes.add(e["energy_note"])
         usd, joules = e["usd_per_million_output_tokens"], e["joules_per_output_token"]
-        md.append(f"| {name} | {_fmt(e['output_tokens_per_s_per_gpu'])} | "
-                  f"{'no price' if usd is None else _fmt(usd)} | {'no power telemetry' if joules is None else _fmt(joules)} |")
+        md.append(
+            f"| {name} | {_fmt(e['output_tokens_per_s_per_gpu'])} | "
+            f"{'no price' if usd is None else _fmt(usd)} | {'no power telemetry' if joules is None else _fmt(joules)} |"
+        )
     price = endpoint.hardware.price_per_gpu_hour_usd
-    md += ["", f"Cost: ${price:g} per GPU-hour x {endpoint.hardware.capacity_divisor}." if price is not None
-           else f"Cost: {' '.join(sorted(n for n in price_notes if n))}.",
-           f"Energy: {'; '.join(sorted(energy_notes))}.", ""]
+    md += [
+        "",
+        f"Cost: ${price:g} per GPU-hour x {endpoint.hardware.capacity_divisor}."
+        if price is not None
+        else f"Cost: {' '.join(sorted(n for n in price_notes if n))}.",
+        f"Energy: {'; '.join(sorted(energy_notes))}.",
+        "",
+    ]
     return md
 
 
@@ -147,41 +173,59 @@ def _label(adopted: list[ExperimentRecord], any_lossy: bool) -> str:
     labels = sorted({r.label for r in reports})
     if all(r.lossless_equivalent for r in reports):
         return "lossless (outputs kept: " + "; ".join(labels) + ")"
-    return ("lossless by declaration, outputs kept only within the baseline's own numerical noise ("
-            + "; ".join(labels) + ") - review before use")
+    return (
+        "lossless by declaration, outputs kept only within the baseline's own numerical noise ("
+        + "; ".join(labels)
+        + ") - review before use"
+    )
 
 
 def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
     n = b.noise
-    return [f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
-            f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
-            f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
-            + (f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
-               f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df)"
-               if n.mde is not None else "")
-            + (f"; {b.soak.summary()}" if b.soak else "")]
+    return [
+        f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
+        f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
+        f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
+        + (
+            f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
+            f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df)"
+            if n.mde is not None
+            else ""
+        )
+        + (f"; {b.soak.summary()}" if b.soak else "")
+    ]
 
 
 def _experiment_section(e: ExperimentRecord) -> list[str]:
     label = "LOSSY - flagged for human review" if e.lossy else "lossless"
-    lines = [f"### {e.title} ({e.kind} `{e.experiment_id}`, round {e.round})", "",
-             f"- Label: **{label}**", f"- Change: `{e.diff}`", f"- Verdict: **{e.verdict}**"
-             + (" - confirmed in every repeat" if e.confirmed else "")]
+    lines = [
+        f"### {e.title} ({e.kind} `{e.experiment_id}`, round {e.round})",
+        "",
+        f"- Label: **{label}**",
+        f"- Change: `{e.diff}`",
+        f"- Verdict: **{e.verdict}**" + (" - confirmed in every repeat" if e.confirmed else ""),
+    ]
     if e.comparison:
         c = e.comparison
-        lines.append(f"- Repeats: capacities {[round(x, 3) for x in c.candidate_capacities]} req/s vs working baseline "
-                     f"{_fmt(c.baseline_capacity)} req/s (needs > +{c.threshold:.1%}); ratio {_fmt(c.capacity_ratio)}")
+        lines.append(
+            f"- Repeats: capacities {[round(x, 3) for x in c.candidate_capacities]} req/s vs working baseline "
+            f"{_fmt(c.baseline_capacity)} req/s (needs > +{c.threshold:.1%}); ratio {_fmt(c.capacity_ratio)}"
+        )
         if c.effect is not None:
-            lines.append(f"- Effect: **{c.effect:+.1%}** (95% interval {c.effect_low:+.1%} to {c.effect_high:+.1%}); "
-                         f"smallest effect this noise could see: {c.mde:.1%}")
+            lines.append(
+                f"- Effect: **{c.effect:+.1%}** (95% interval {c.effect_low:+.1%} to {c.effect_high:+.1%}); "
+                f"smallest effect this noise could see: {c.mde:.1%}"
+            )
         lines.append(f"- Evidence: {c.evidence}")
     if e.correctness:
         lines.append(f"- Correctness: {e.correctness.summary()}")
         diverged = [s for s in e.correctness.sequences if not s.identical]
         for s in diverged[:3]:
-            lines.append(f"  - prompt {s.prompt_index}: first divergence at token {s.first_divergence}"
-                         f"{' (a near-tie)' if s.divergence_is_tie else ''}: reference {s.reference_text[:80]!r} vs "
-                         f"candidate {s.candidate_text[:80]!r}")
+            lines.append(
+                f"  - prompt {s.prompt_index}: first divergence at token {s.first_divergence}"
+                f"{' (a near-tie)' if s.divergence_is_tie else ''}: reference {s.reference_text[:80]!r} vs "
+                f"candidate {s.candidate_text[:80]!r}"
+            )
     if e.soak:
         lines.append(f"- Soak: {e.soak.summary()}" + (f"; diagnosis: {e.soak.diagnosis}" if e.soak.diagnosis else ""))
     for note in e.notes:
@@ -207,15 +251,20 @@ def reproduce_commands(state: CampaignState, endpoint: EndpointSpec, campaign: C
     """Commands that run as printed (on a host set up like this one): re-run the campaign, measure the
     best configuration with the same harness, or start it and leave it running."""
     best = state.working
-    lines = ["```bash", "# re-run this campaign (resumes from its state file; a finished one starts anew)",
-             f"autoresearch campaign run {shlex.quote(campaign.name)}"]
+    lines = [
+        "```bash",
+        "# re-run this campaign (resumes from its state file; a finished one starts anew)",
+        f"autoresearch campaign run {shlex.quote(campaign.name)}",
+    ]
     if best is not None:
         options = " ".join(shlex.quote(o) for o in cli_overrides(list(endpoint.engine.args), best.engine_args))
         target = shlex.quote(endpoint.name) + (f" {options}" if options else "")
-        lines += ["# measure the best configuration with the same harness (one capacity sweep)",
-                  f"autoresearch sweep {target}",
-                  "# start it and leave it running (autoresearch engine down to stop it)",
-                  f"autoresearch engine up {target}"]
+        lines += [
+            "# measure the best configuration with the same harness (one capacity sweep)",
+            f"autoresearch sweep {target}",
+            "# start it and leave it running (autoresearch engine down to stop it)",
+            f"autoresearch engine up {target}",
+        ]
     lines += ["```"]
     return lines
 
@@ -229,8 +278,10 @@ def _rounds_section(state: CampaignState) -> list[str]:
         d = r.diagnosis or {}
         md += [f"### Round {r.round}: `{' '.join(r.baseline_args)}`", ""]
         for b in d.get("bottlenecks", []):
-            md.append(f"- Bottleneck **{b.get('name')}** (severity {b.get('severity', 0):.2f}): "
-                      + "; ".join(b.get("evidence", [])))
+            md.append(
+                f"- Bottleneck **{b.get('name')}** (severity {b.get('severity', 0):.2f}): "
+                + "; ".join(b.get("evidence", []))
+            )
         if not d.get("bottlenecks"):
             md.append("- No bottleneck was named.")
         for note in d.get("notes", []):
@@ -250,9 +301,12 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ref, best = state.reference, state.working
-    md: list[str] = [f"# Review: campaign `{state.campaign}` on endpoint `{endpoint.name}`", "",
-                     "**Nothing has been deployed.** A person reads this report and approves (or not) the "
-                     "configuration below.", ""]
+    md: list[str] = [
+        f"# Review: campaign `{state.campaign}` on endpoint `{endpoint.name}`",
+        "",
+        "**Nothing has been deployed.** A person reads this report and approves (or not) the configuration below.",
+        "",
+    ]
     if ref is None or best is None:
         md += [f"The campaign has no measured baseline: {state.end_reason}", ""]
         failed = state.failed_baseline or {}
@@ -269,54 +323,79 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
 
     gain, gain_bound = total_gain(ref, best)
     below = [b for b in ref.noise.capacity_below if b is not None]
-    adopted = [state.experiments[b.source_experiment] for b in state.baselines
-               if b.source_experiment and b.source_experiment in state.experiments]
+    adopted = [
+        state.experiments[b.source_experiment]
+        for b in state.baselines
+        if b.source_experiment and b.source_experiment in state.experiments
+    ]
     any_lossy = any(e.lossy for e in adopted)
-    md += ["## Summary", "",
-           "| | |", "|---|---|",
-           f"| campaign id | `{state.campaign_id}` |",
-           f"| model | {endpoint.model.served_name or endpoint.model.path} ({endpoint.model.revision}) |",
-           f"| hardware | {endpoint.hardware.gpu_type} x {endpoint.hardware.gpu_count} |",
-           f"| SLA | TTFT p{endpoint.sla.ttft_percentile:g} <= {endpoint.sla.ttft_ms:g} ms"
-           + (f", ITL p{endpoint.sla.itl_percentile:g} <= {endpoint.sla.itl_ms:g} ms" if endpoint.sla.itl_ms else "")
-           + (f", E2E p{endpoint.sla.e2e_percentile:g} <= {endpoint.sla.e2e_ms:g} ms" if endpoint.sla.e2e_ms else "")
-           + f", errors <= {endpoint.sla.max_error_rate:.0%} |",
-           f"| reference capacity (campaign start) | {_fmt(ref.capacity)} req/s"
-           + (f" (below the sweep floor {_fmt(min(below))} req/s in {len(below)} of {ref.noise.repeats} repeats)"
-              if below else "") + " |",
-           f"| best capacity | {_fmt(best.capacity)} req/s |",
-           f"| total gain | **x{'>=' if gain_bound else ''}{_fmt(gain)}**"
-           + (" (a lower bound: the reference held no rate down to its floor)" if gain_bound else "") + " |",
-           f"| label | **{_label(adopted, any_lossy)}** |",
-           f"| ended because | {state.end_reason or 'still running'} |",
-           f"| experiments | {sum(e.verdict != 'skipped' for e in state.experiments.values())} run, "
-           f"{sum(e.verdict == 'skipped' for e in state.experiments.values())} skipped, {len(state.rounds)} round(s) |",
-           f"| budget used | {state.gpu_hours_used:.3f} "
-           + ("GPU-h" if endpoint.hardware.gpu_count else "host-h (no GPU: the budget's gpu_hours count this host's hours)")
-           + f", {state.active_seconds / 60:.1f} min active, "
-           f"{state.resumes} resume(s) |", ""]
+    md += [
+        "## Summary",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| campaign id | `{state.campaign_id}` |",
+        f"| model | {endpoint.model.served_name or endpoint.model.path} ({endpoint.model.revision}) |",
+        f"| hardware | {endpoint.hardware.gpu_type} x {endpoint.hardware.gpu_count} |",
+        f"| SLA | TTFT p{endpoint.sla.ttft_percentile:g} <= {endpoint.sla.ttft_ms:g} ms"
+        + (f", ITL p{endpoint.sla.itl_percentile:g} <= {endpoint.sla.itl_ms:g} ms" if endpoint.sla.itl_ms else "")
+        + (f", E2E p{endpoint.sla.e2e_percentile:g} <= {endpoint.sla.e2e_ms:g} ms" if endpoint.sla.e2e_ms else "")
+        + f", errors <= {endpoint.sla.max_error_rate:.0%} |",
+        f"| reference capacity (campaign start) | {_fmt(ref.capacity)} req/s"
+        + (
+            f" (below the sweep floor {_fmt(min(below))} req/s in {len(below)} of {ref.noise.repeats} repeats)"
+            if below
+            else ""
+        )
+        + " |",
+        f"| best capacity | {_fmt(best.capacity)} req/s |",
+        f"| total gain | **x{'>=' if gain_bound else ''}{_fmt(gain)}**"
+        + (" (a lower bound: the reference held no rate down to its floor)" if gain_bound else "")
+        + " |",
+        f"| label | **{_label(adopted, any_lossy)}** |",
+        f"| ended because | {state.end_reason or 'still running'} |",
+        f"| experiments | {sum(e.verdict != 'skipped' for e in state.experiments.values())} run, "
+        f"{sum(e.verdict == 'skipped' for e in state.experiments.values())} skipped, {len(state.rounds)} round(s) |",
+        f"| budget used | {state.gpu_hours_used:.3f} "
+        + (
+            "GPU-h"
+            if endpoint.hardware.gpu_count
+            else "host-h (no GPU: the budget's gpu_hours count this host's hours)"
+        )
+        + f", {state.active_seconds / 60:.1f} min active, "
+        f"{state.resumes} resume(s) |",
+        "",
+    ]
     md += ["## Configuration diff (reference -> best)", ""] + _diff_table(ref.engine_args, best.engine_args) + [""]
     md += [f"Reference: `{' '.join(ref.engine_args)}`  ", f"Best: `{' '.join(best.engine_args)}`", ""]
     png = load_curves_png(ref.sweeps, best.sweeps, endpoint, out / "load_curves.png")
     md += ["## Load curves", "", f"![load curves]({png.name})", ""]
-    md += ["| config | rate (req/s) | TTFT p95 (ms) | ITL p95 (ms) | E2E p95 (ms) | done req/s | errors | within SLA |",
-           "|---|---|---|---|---|---|---|---|"]
+    md += [
+        "| config | rate (req/s) | TTFT p95 (ms) | ITL p95 (ms) | E2E p95 (ms) | done req/s | errors | within SLA |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, b in (("reference", ref), ("best", best)):
         if not b.sweeps:
             continue
         for s in sorted(b.sweeps[0].steps, key=lambda s: s.target_rate):
-            md.append(f"| {name} | {s.target_rate:g} | {_fmt(s.ttft_ms.p95)} | {_fmt(s.itl_ms.p95)} | "
-                      f"{_fmt(s.e2e_ms.p95)} | {s.throughput_rps:.2f} | {s.error_rate:.1%} | "
-                      f"{'yes' if s.within_sla else 'no: ' + '; '.join(s.sla_violations)} |")
+            md.append(
+                f"| {name} | {s.target_rate:g} | {_fmt(s.ttft_ms.p95)} | {_fmt(s.itl_ms.p95)} | "
+                f"{_fmt(s.e2e_ms.p95)} | {s.throughput_rps:.2f} | {s.error_rate:.1%} | "
+                f"{'yes' if s.within_sla else 'no: ' + '; '.join(s.sla_violations)} |"
+            )
     md += [""] + economics_lines([("reference", ref.sweeps), ("best", best.sweeps)], endpoint)
     md += ["## Noise floor", ""]
     md += _noise_lines("reference (campaign start)", ref)
     for i, b in enumerate(state.baselines[1:], start=1):
         md += _noise_lines(f"working baseline {i} (from `{b.source_experiment}`)", b)
-    md += ["", "A candidate counts when the 95% interval of its capacity change against its working baseline lies "
-           "above zero (a paired, sequential test with a stated error rate: docs/measurement.md); the threshold is "
-           "the smallest effect that interval can resolve. Results without per-request samples use the older rule: "
-           "every repeat beyond the baseline by more than the threshold.", ""]
+    md += [
+        "",
+        "A candidate counts when the 95% interval of its capacity change against its working baseline lies "
+        "above zero (a paired, sequential test with a stated error rate: docs/measurement.md); the threshold is "
+        "the smallest effect that interval can resolve. Results without per-request samples use the older rule: "
+        "every repeat beyond the baseline by more than the threshold.",
+        "",
+    ]
     md += ["## Adopted changes (in order)", ""]
     if not adopted:
         md += ["None: no candidate beat the noise floor in all its repeats.", ""]
@@ -328,15 +407,21 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         md += ["## Lossy changes (flagged for human review, never adopted automatically)", ""]
         for e in lossy:
             md += _experiment_section(e)
-    md += ["## All experiments", "", "| id | round | kind | change | verdict | capacities | ratio | label | note |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    md += [
+        "## All experiments",
+        "",
+        "| id | round | kind | change | verdict | capacities | ratio | label | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in sorted(state.experiments.values(), key=lambda e: (e.round, e.started_at)):
         caps = [round(s.capacity_rps or 0, 3) for s in e.sweeps]
         ratio = e.comparison.capacity_ratio if e.comparison else None
         note = (e.invalid_reason or e.skip_reason or "").replace("|", "/").splitlines()
-        md.append(f"| `{e.experiment_id}` | {e.round} | {e.kind} | `{e.diff}` | {e.verdict}"
-                  f"{' (confirmed)' if e.confirmed else ''} | {caps} | {_fmt(ratio)} | "
-                  f"{'lossy' if e.lossy else 'lossless'} | {note[0][:160] if note else ''} |")
+        md.append(
+            f"| `{e.experiment_id}` | {e.round} | {e.kind} | `{e.diff}` | {e.verdict}"
+            f"{' (confirmed)' if e.confirmed else ''} | {caps} | {_fmt(ratio)} | "
+            f"{'lossy' if e.lossy else 'lossless'} | {note[0][:160] if note else ''} |"
+        )
     md += [""] + _rounds_section(state)
     md += ["## Open questions", ""]
     md += [f"- {q}" for q in state.open_questions] or ["- none"]

@@ -17,9 +17,25 @@ from pathlib import Path
 
 #: peak HBM bandwidth (GB/s) of common serving GPUs, from the vendors' data sheets
 KNOWN_BANDWIDTH_GBPS: dict[str, float] = {
-    "H200": 4800.0, "H100": 3350.0, "H100-PCIE": 2000.0, "H800": 3350.0, "H20": 4000.0, "GH200": 4000.0,
-    "B200": 8000.0, "B100": 8000.0, "A100": 2039.0, "A100-40GB": 1555.0, "A10G": 600.0, "A10": 600.0,
-    "L40S": 864.0, "L40": 864.0, "L4": 300.0, "T4": 320.0, "V100": 900.0, "MI300X": 5300.0, "MI325X": 6000.0,
+    "H200": 4800.0,
+    "H100": 3350.0,
+    "H100-PCIE": 2000.0,
+    "H800": 3350.0,
+    "H20": 4000.0,
+    "GH200": 4000.0,
+    "B200": 8000.0,
+    "B100": 8000.0,
+    "A100": 2039.0,
+    "A100-40GB": 1555.0,
+    "A10G": 600.0,
+    "A10": 600.0,
+    "L40S": 864.0,
+    "L40": 864.0,
+    "L4": 300.0,
+    "T4": 320.0,
+    "V100": 900.0,
+    "MI300X": 5300.0,
+    "MI325X": 6000.0,
 }
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
@@ -38,8 +54,10 @@ class Roofline:
         return self.weight_bytes / (self.bandwidth_gbps * 1e9) * 1000.0
 
     def describe(self) -> str:
-        return (f"{self.weight_bytes / 1e9:.2f} GB of weights / {self.bandwidth_gbps:.0f} GB/s ({self.device}, "
-                f"{self.source}) = {self.decode_step_ms:.3f} ms per decode step")
+        return (
+            f"{self.weight_bytes / 1e9:.2f} GB of weights / {self.bandwidth_gbps:.0f} GB/s ({self.device}, "
+            f"{self.source}) = {self.decode_step_ms:.3f} ms per decode step"
+        )
 
 
 def model_weight_bytes(model_dir: Path) -> int:
@@ -75,8 +93,9 @@ def bandwidth_for(gpu_type: str, declared_gbps: float | None = None) -> tuple[fl
     return None
 
 
-def roofline_for(model_dir: Path, gpu_type: str, gpu_count: int = 1,
-                 declared_gbps: float | None = None) -> Roofline | None:
+def roofline_for(
+    model_dir: Path, gpu_type: str, gpu_count: int = 1, declared_gbps: float | None = None
+) -> Roofline | None:
     """The roofline of a model on the declared hardware; None when the weights or the bandwidth are unknown.
 
     With several GPUs the weights are split across them (tensor parallel), so the bound divides."""

@@ -56,7 +56,7 @@ else
   log "nginx and chromium present"
 fi
 
-# 4. models (autoresearch.models builds once and skips what is built) -------------------------
+# 4. models (specs.models builds once and skips what is built) -------------------------
 log "models:"
-.venv/bin/python -m autoresearch.models
+.venv/bin/python -m specs.models
 log "done"

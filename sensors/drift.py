@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 
 TRIGGER_TAG = "autoresearch/trigger"
 
@@ -26,24 +26,31 @@ def _start(partitions: dg.DynamicPartitionsDefinition, partition: str, cursor: d
 
 def _mark_drafters_stale(context, endpoint: str, fingerprint: str | None = None, *, reason: str | None = None) -> None:
     """A drafter's acceptance was measured on the old model or traffic: mark it stale (retrain, not reuse)."""
-    from autoresearch.paths import memory_db_path
+    from specs.paths import memory_db_path
     from memory_db.store import MemoryStore
 
     stale = MemoryStore(memory_db_path()).mark_drafters_stale(endpoint, fingerprint, reason=reason)
     if stale:
-        context.log.info(f"{endpoint}: {reason or 'model changed'}: {len(stale)} drafter(s) marked stale: "
-                         f"{', '.join(stale)}")
+        context.log.info(
+            f"{endpoint}: {reason or 'model changed'}: {len(stale)} drafter(s) marked stale: {', '.join(stale)}"
+        )
 
 
-def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
-          partitions: dg.DynamicPartitionsDefinition) -> list:
+def build(
+    endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job, partitions: dg.DynamicPartitionsDefinition
+) -> list:
     """``reread`` reads the endpoint's defs.yaml afresh (an edited SLA or model counts without a reload)."""
     name = endpoint.name
     status = dg.DefaultSensorStatus.STOPPED  # an engineer turns drift detection on per endpoint
 
-    @dg.sensor(name=f"{name}__traffic_drift", job=job, minimum_interval_seconds=600, default_status=status,
-               description=f"Compares {name}'s traffic source with the profile its replay pool was built from; "
-               "beyond the fidelity thresholds it starts one campaign.")
+    @dg.sensor(
+        name=f"{name}__traffic_drift",
+        job=job,
+        minimum_interval_seconds=600,
+        default_status=status,
+        description=f"Compares {name}'s traffic source with the profile its replay pool was built from; "
+        "beyond the fidelity thresholds it starts one campaign.",
+    )
     def traffic_drift(context: dg.SensorEvaluationContext):
         from autoresearch.workflows import production_profile_path
         from replay.fidelity import TrafficProfile
@@ -62,13 +69,25 @@ def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
         partition = "traffic-drift-" + hashlib.sha256(drift.source_signature.encode()).hexdigest()[:10]
         _mark_drafters_stale(context, name, reason=f"traffic drifted ({', '.join(drift.exceeded)})")
         context.log.info(f"{name}: traffic drifted ({', '.join(drift.exceeded)}): starting {partition}")
-        return _start(partitions, partition, {"signature": drift.source_signature, "partition": partition},
-                      {TRIGGER_TAG: "traffic_drift", "autoresearch/exceeded": ",".join(drift.exceeded),
-                       "autoresearch/distances": json.dumps({k: round(v, 4) for k, v in drift.distances.items()})})
+        return _start(
+            partitions,
+            partition,
+            {"signature": drift.source_signature, "partition": partition},
+            {
+                TRIGGER_TAG: "traffic_drift",
+                "autoresearch/exceeded": ",".join(drift.exceeded),
+                "autoresearch/distances": json.dumps({k: round(v, 4) for k, v in drift.distances.items()}),
+            },
+        )
 
     def fingerprint_sensor(kind: str, fingerprint_of, describe: str):
-        @dg.sensor(name=f"{name}__{kind}", job=job, minimum_interval_seconds=300, default_status=status,
-                   description=f"Starts one campaign when {name}'s {describe} changes.")
+        @dg.sensor(
+            name=f"{name}__{kind}",
+            job=job,
+            minimum_interval_seconds=300,
+            default_status=status,
+            description=f"Starts one campaign when {name}'s {describe} changes.",
+        )
         def watch(context: dg.SensorEvaluationContext):
             spec = reread()
             now = fingerprint_of(spec)
@@ -82,13 +101,19 @@ def build(endpoint: EndpointSpec, reread: Callable[[], EndpointSpec], job,
             partition = f"{kind.replace('_', '-')}-{now}"
             if kind == "model_drift":
                 _mark_drafters_stale(context, spec.name, now)
-            return _start(partitions, partition, {"fingerprint": now, "partition": partition},
-                          {TRIGGER_TAG: kind, "autoresearch/previous": before, "autoresearch/current": now})
+            return _start(
+                partitions,
+                partition,
+                {"fingerprint": now, "partition": partition},
+                {TRIGGER_TAG: kind, "autoresearch/previous": before, "autoresearch/current": now},
+            )
 
         return watch
 
     from research.drift import model_fingerprint, sla_fingerprint
 
-    return [traffic_drift,
-            fingerprint_sensor("model_drift", model_fingerprint, "model revision or checkpoint"),
-            fingerprint_sensor("sla_change", sla_fingerprint, "latency SLA")]
+    return [
+        traffic_drift,
+        fingerprint_sensor("model_drift", model_fingerprint, "model revision or checkpoint"),
+        fingerprint_sensor("sla_change", sla_fingerprint, "latency SLA"),
+    ]

@@ -13,17 +13,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from autoresearch.config import DefinitionSet, EndpointSpec
+from specs.config import DefinitionSet, EndpointSpec
 from dagster_project.lib import load_definitions
 from dagster_project.lib.migrate import write_declarations
-from autoresearch.engine_args import REMOVE, apply_diff
-from autoresearch.paths import definitions_dir
+from specs.engine_args import REMOVE, apply_diff
+from specs.paths import definitions_dir
 from engines import RunningEngine, start_engine
 
 # SmolLM2 as declared in support_smollm, but with prefix caching on and cached-token counts in
 # `usage` (tests of cache reset need both; everything else is the shipped configuration).
-SMOLLM_TEST_DIFF = {"--no-enable-prefix-caching": REMOVE, "--enable-prefix-caching": None,
-                    "--enable-prompt-tokens-details": None}
+SMOLLM_TEST_DIFF = {
+    "--no-enable-prefix-caching": REMOVE,
+    "--enable-prefix-caching": None,
+    "--enable-prompt-tokens-details": None,
+}
 
 
 class EngineSlot:
@@ -105,7 +108,11 @@ def no_leaked_processes(request, engine_slot):
     from engines.process import group_members
 
     # the slot's engine runs in a session of its own: its process group is the engine and its workers
-    keep = set(group_members(engine_slot.engine.pid)) if engine_slot.engine is not None and engine_slot.engine.pid else set()
+    keep = (
+        set(group_members(engine_slot.engine.pid))
+        if engine_slot.engine is not None and engine_slot.engine.pid
+        else set()
+    )
     leaked = {pid: cmd for pid, cmd in _session_processes().items() if pid not in keep}
     for pid in leaked:
         try:
@@ -116,10 +123,15 @@ def no_leaked_processes(request, engine_slot):
     if leaked:
         reporter = _reporter()
         if reporter is not None:
-            reporter.write_line(f"\n[leak] {request.module.__name__} left {len(leaked)} process(es) running: "
-                                + "; ".join(cmd[:80] for cmd in list(leaked.values())[:3]))
-        warnings.warn(f"{request.module.__name__} left {len(leaked)} process(es) running (stopped now): "
-                      + "; ".join(f"{pid}: {cmd[:120]}" for pid, cmd in list(leaked.items())[:5]), stacklevel=1)
+            reporter.write_line(
+                f"\n[leak] {request.module.__name__} left {len(leaked)} process(es) running: "
+                + "; ".join(cmd[:80] for cmd in list(leaked.values())[:3])
+            )
+        warnings.warn(
+            f"{request.module.__name__} left {len(leaked)} process(es) running (stopped now): "
+            + "; ".join(f"{pid}: {cmd[:120]}" for pid, cmd in list(leaked.items())[:5]),
+            stacklevel=1,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -203,10 +215,13 @@ class ResearchGraph:
 
     @property
     def env(self) -> dict[str, str]:
-        from autoresearch.paths import models_dir
+        from specs.paths import models_dir
 
-        return {"AUTORESEARCH_DEFINITIONS": str(self.definitions_dir), "AUTORESEARCH_HOME": str(self.home),
-                "AUTORESEARCH_MODELS": str(models_dir())}
+        return {
+            "AUTORESEARCH_DEFINITIONS": str(self.definitions_dir),
+            "AUTORESEARCH_HOME": str(self.home),
+            "AUTORESEARCH_MODELS": str(models_dir()),
+        }
 
     def instance(self):
         import dagster as dg
@@ -220,8 +235,13 @@ def _materialize(defs, instance, names: list[str], partition: str | None = None)
     keys = [dg.AssetKey(["quick", n]) for n in names]
     graph = defs.resolve_asset_graph()
     upstream = {k for k in graph.get_all_asset_keys() if k.path[0] == "quick" and graph.get(k).is_materializable}
-    result = dg.materialize([defs.get_assets_def(k) for k in sorted(upstream)], instance=instance,
-                            partition_key=partition, resources=defs.resources, selection=keys)
+    result = dg.materialize(
+        [defs.get_assets_def(k) for k in sorted(upstream)],
+        instance=instance,
+        partition_key=partition,
+        resources=defs.resources,
+        selection=keys,
+    )
     assert result.success, f"materialising {names} failed"
 
 
@@ -270,8 +290,9 @@ def pytest_sessionstart(session):
         total += i
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"host speed: a 3M-step Python loop took {time.perf_counter() - start:.2f} s "
-                            "(about 0.15 s on a quick core)")
+        reporter.write_line(
+            f"host speed: a 3M-step Python loop took {time.perf_counter() - start:.2f} s (about 0.15 s on a quick core)"
+        )
 
 
 def pytest_runtest_logreport(report):
@@ -306,10 +327,13 @@ def _report_exhaustion(module: str) -> None:
     import threading
 
     fds = len(os.listdir("/proc/self/fd"))
-    available = next((int(line.split()[1]) // 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable")),
-                     None)
+    available = next(
+        (int(line.split()[1]) // 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable")), None
+    )
     if fds > 500 or threading.active_count() > 50 or (available is not None and available < 3072):
         reporter = _reporter()
         if reporter is not None:
-            reporter.write_line(f"\n[after {module}] open files {fds}, threads {threading.active_count()}, "
-                                f"memory available {available} MiB")
+            reporter.write_line(
+                f"\n[after {module}] open files {fds}, threads {threading.active_count()}, "
+                f"memory available {available} MiB"
+            )

@@ -13,13 +13,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from autoresearch.config import BudgetSpec, CampaignSpec, EndpointSpec
+from specs.config import BudgetSpec, CampaignSpec, EndpointSpec
 from dagster_project.lib import load_definitions
-from autoresearch.paths import definitions_dir
+from specs.paths import definitions_dir
 from loadgen.compare import compare
 from loadgen.noise import noise_floor
 from loadgen.results import LatencySummary, StepResult, SweepResult
-from replay.schema import POOL_SCHEMA
+from specs.pool_schema import POOL_SCHEMA
 from research.campaign import Limits, budget_problem, estimate_seconds, run_campaign, workload_signature
 from research.correctness import CorrectnessReport
 from research.harness import judge, run_candidate, stop_orphan
@@ -41,26 +41,55 @@ def smollm() -> EndpointSpec:
 
 def step(rate: float, within: bool, error_rate: float = 0.0, validity: str = "valid") -> StepResult:
     lat = LatencySummary(p50=100.0, p90=150.0, p95=200.0 if within else 5000.0, p99=300.0, mean=120.0)
-    return StepResult(target_rate=rate, achieved_rate=rate, throughput_rps=rate if within else rate * 0.6,
-                      duration_s=6.0, requests=int(rate * 6), errors=int(rate * 6 * error_rate), error_rate=error_rate,
-                      ttft_ms=lat, itl_ms=lat, e2e_ms=lat, send_lag_ms=LatencySummary(p99=0.4), within_sla=within,
-                      sla_violations=[] if within else ["ttft p95 5000ms > 2000ms"], validity=validity,
-                      invalid_reason=None if validity == "valid" else "client fell behind: p99 lag 80 ms")
+    return StepResult(
+        target_rate=rate,
+        achieved_rate=rate,
+        throughput_rps=rate if within else rate * 0.6,
+        duration_s=6.0,
+        requests=int(rate * 6),
+        errors=int(rate * 6 * error_rate),
+        error_rate=error_rate,
+        ttft_ms=lat,
+        itl_ms=lat,
+        e2e_ms=lat,
+        send_lag_ms=LatencySummary(p99=0.4),
+        within_sla=within,
+        sla_violations=[] if within else ["ttft p95 5000ms > 2000ms"],
+        validity=validity,
+        invalid_reason=None if validity == "valid" else "client fell behind: p99 lag 80 ms",
+    )
 
 
 def sweep(capacity: float, rates=(0.5, 1.0, 2.0, 3.0, 4.0), args=("--max-num-seqs", "2"), **step_kw) -> SweepResult:
     steps = [step(r, r <= capacity, **step_kw) for r in rates]
     validity = "invalid" if step_kw.get("validity", "valid") != "valid" else "valid"
-    return SweepResult(endpoint="support_smollm", engine_args=list(args), launch_config_hash="h", started_at=0.0,
-                       steps=steps, capacity_rps=capacity, capacity_per_gpu=capacity, validity=validity,
-                       invalid_reason="step at 0.5 req/s: client fell behind" if validity == "invalid" else None)
+    return SweepResult(
+        endpoint="support_smollm",
+        engine_args=list(args),
+        launch_config_hash="h",
+        started_at=0.0,
+        steps=steps,
+        capacity_rps=capacity,
+        capacity_per_gpu=capacity,
+        validity=validity,
+        invalid_reason="step at 0.5 req/s: client fell behind" if validity == "invalid" else None,
+    )
 
 
 def pool(n: int = 20) -> pl.DataFrame:
-    return pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_offset_s": [float(i) for i in range(n)],
-                         "body": ['{"messages": []}'] * n, "prompt_tokens": [100 + i for i in range(n)],
-                         "expected_output_tokens": [32] * n, "prefix_group": [f"g{i % 4}" for i in range(n)],
-                         "logged_cached_tokens": [None] * n, "source": ["test"] * n}, schema=POOL_SCHEMA)
+    return pl.DataFrame(
+        {
+            "request_id": [f"r{i}" for i in range(n)],
+            "arrival_offset_s": [float(i) for i in range(n)],
+            "body": ['{"messages": []}'] * n,
+            "prompt_tokens": [100 + i for i in range(n)],
+            "expected_output_tokens": [32] * n,
+            "prefix_group": [f"g{i % 4}" for i in range(n)],
+            "logged_cached_tokens": [None] * n,
+            "source": ["test"] * n,
+        },
+        schema=POOL_SCHEMA,
+    )
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -68,13 +97,22 @@ def test_state_round_trips_atomically_and_accumulates_active_time(tmp_path: Path
     store = StateStore(tmp_path, "camp")
     noise = noise_floor([sweep(1.0), sweep(1.0)])
     base = BaselineRecord(engine_args=["--max-num-seqs", "2"], sweeps=[sweep(1.0)], noise=noise, wall_s=60)
-    state = CampaignState(campaign="camp", campaign_id="camp-1", endpoint="support_smollm", reference=base,
-                          working=base, baselines=[base])
+    state = CampaignState(
+        campaign="camp", campaign_id="camp-1", endpoint="support_smollm", reference=base, working=base, baselines=[base]
+    )
     eid = experiment_id("candidate", base.engine_args, ["--max-num-seqs", "16"], 2)
-    state.experiments[eid] = ExperimentRecord(experiment_id=eid, round=1, proposal_ids=["p1"], title="seqs",
-                                              baseline_args=base.engine_args, engine_args=["--max-num-seqs", "16"],
-                                              diff={"--max-num-seqs": "16"}, verdict="better", confirmed=True,
-                                              sweeps=[sweep(3.0), sweep(3.0)])
+    state.experiments[eid] = ExperimentRecord(
+        experiment_id=eid,
+        round=1,
+        proposal_ids=["p1"],
+        title="seqs",
+        baseline_args=base.engine_args,
+        engine_args=["--max-num-seqs", "16"],
+        diff={"--max-num-seqs": "16"},
+        verdict="better",
+        confirmed=True,
+        sweeps=[sweep(3.0), sweep(3.0)],
+    )
     state.rounds.append(RoundRecord(round=1, baseline_args=base.engine_args, experiment_ids=[eid]))
     time.sleep(0.05)
     store.save(state)
@@ -117,7 +155,7 @@ def test_judge_makes_client_lag_and_errors_invalid(smollm: EndpointSpec):
     assert verdict == "invalid" and not confirmed and "client fell behind" in reason
     failing = sweep(3.0, error_rate=0.2)
     for s in failing.steps:
-        s.error_examples = ["HTTP 400: \"auto\" tool choice requires --enable-auto-tool-choice"]
+        s.error_examples = ['HTTP 400: "auto" tool choice requires --enable-auto-tool-choice']
     verdict, _, reason, _ = judge([failing], noise, smollm, compare)
     assert verdict == "invalid" and "error rate" in reason and "SLA" in reason
     # timeouts at the lowest rate are overload (capacity 0), not a broken configuration
@@ -130,8 +168,15 @@ def test_judge_makes_client_lag_and_errors_invalid(smollm: EndpointSpec):
 
 
 def test_a_candidate_that_cannot_launch_is_invalid_not_an_exception(smollm: EndpointSpec, tmp_path: Path):
-    result = run_candidate(smollm, ["--max-num-seqs", "2", "--no-such-flag", "1"], pool(), None, 2,
-                           workdir=tmp_path, progress=lambda _: None)
+    result = run_candidate(
+        smollm,
+        ["--max-num-seqs", "2", "--no-such-flag", "1"],
+        pool(),
+        None,
+        2,
+        workdir=tmp_path,
+        progress=lambda _: None,
+    )
     assert result.verdict == "invalid" and "launch failed" in result.invalid_reason
     assert "--no-such-flag" in result.invalid_reason and not result.sweeps
 
@@ -208,17 +253,50 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
     ref = BaselineRecord(engine_args=list(smollm.engine.args), sweeps=ref_sweeps, noise=noise_floor(ref_sweeps))
     best_args = ["--max-num-seqs", "16", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching"]
     win_sweeps = [sweep(3.0, args=best_args), sweep(3.0, args=best_args)]
-    correctness = CorrectnessReport(mode="lossless", passed=True, lossless_equivalent=True, float32=False,
-                                    flag_for_review=False, reason="outputs kept", greedy_identical=8, greedy_total=8)
+    correctness = CorrectnessReport(
+        mode="lossless",
+        passed=True,
+        lossless_equivalent=True,
+        float32=False,
+        flag_for_review=False,
+        reason="outputs kept",
+        greedy_identical=8,
+        greedy_total=8,
+    )
     eid = "cand-abc"
-    exp = ExperimentRecord(experiment_id=eid, round=1, proposal_ids=["p1"], title="batch more", baseline_args=ref.engine_args,
-                           engine_args=best_args, diff={"--max-num-seqs": "16"}, verdict="better", confirmed=True,
-                           sweeps=win_sweeps, comparison=compare(ref.noise, win_sweeps), correctness=correctness)
-    best = BaselineRecord(engine_args=best_args, sweeps=win_sweeps, noise=noise_floor(win_sweeps), source_experiment=eid,
-                          identity={"launch_command": ["python", "-m", "vllm.entrypoints.openai.api_server", "--max-num-seqs", "16"]})
-    state = CampaignState(campaign="support_smollm_default", campaign_id="c-1", endpoint="support_smollm",
-                          reference=ref, working=best, baselines=[ref, best], experiments={eid: exp},
-                          finished=True, end_reason="max rounds", open_questions=["why?"])
+    exp = ExperimentRecord(
+        experiment_id=eid,
+        round=1,
+        proposal_ids=["p1"],
+        title="batch more",
+        baseline_args=ref.engine_args,
+        engine_args=best_args,
+        diff={"--max-num-seqs": "16"},
+        verdict="better",
+        confirmed=True,
+        sweeps=win_sweeps,
+        comparison=compare(ref.noise, win_sweeps),
+        correctness=correctness,
+    )
+    best = BaselineRecord(
+        engine_args=best_args,
+        sweeps=win_sweeps,
+        noise=noise_floor(win_sweeps),
+        source_experiment=eid,
+        identity={"launch_command": ["python", "-m", "vllm.entrypoints.openai.api_server", "--max-num-seqs", "16"]},
+    )
+    state = CampaignState(
+        campaign="support_smollm_default",
+        campaign_id="c-1",
+        endpoint="support_smollm",
+        reference=ref,
+        working=best,
+        baselines=[ref, best],
+        experiments={eid: exp},
+        finished=True,
+        end_reason="max rounds",
+        open_questions=["why?"],
+    )
     campaign = CampaignSpec(name="support_smollm_default", endpoint="support_smollm")
     path = write_report(state, smollm, campaign, tmp_path / "review")
     text = path.read_text()
@@ -246,7 +324,8 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
 def test_a_finished_campaign_is_kept_and_the_next_starts_from_the_confirmed_configuration(tmp_path: Path, monkeypatch):
     """`autoresearch campaign run` twice: the first run's folder is kept, the second starts from memory's
     last confirmed configuration (the deadline here is too short for a baseline: nothing launches)."""
-    from autoresearch import paths, workflows
+    from autoresearch import workflows
+    from specs import paths
     from memory_db import Conditions, ConfirmationRecord, ExperimentRecord, MemoryStore
     from research.state import CampaignState, StateStore
 
@@ -255,18 +334,38 @@ def test_a_finished_campaign_is_kept_and_the_next_starts_from_the_confirmed_conf
     endpoint = load_definitions(definitions_dir()).endpoint("tiny_random")
     campaign = CampaignSpec(name="again", endpoint="tiny_random", deadline_minutes=0.01, proposer="rules")
     folder = workflows.campaign_dir(campaign)
-    StateStore(folder, "again").save(CampaignState(campaign="again", endpoint="tiny_random", campaign_id="again-1",
-                                                   finished=True, end_reason="max rounds: 1 rounds done"))
+    StateStore(folder, "again").save(
+        CampaignState(
+            campaign="again",
+            endpoint="tiny_random",
+            campaign_id="again-1",
+            finished=True,
+            end_reason="max rounds: 1 rounds done",
+        )
+    )
     confirmed = [*endpoint.engine.args, "--max-num-batched-tokens", "4096"]
     store = MemoryStore(paths.memory_db_path())
-    win = ExperimentRecord(endpoint="tiny_random", campaign_id="again-1", conditions=Conditions(model="tiny", engine="vllm", engine_version="0.32.0",
-                                                                   workload_signature="wl"),
-                           bottleneck="batch_limit", technique="raise_max_num_batched_tokens",
-                           change={"--max-num-batched-tokens": "4096"}, verdict="better", capacity_ratio=1.6,
-                           noise_threshold=0.1)
+    win = ExperimentRecord(
+        endpoint="tiny_random",
+        campaign_id="again-1",
+        conditions=Conditions(model="tiny", engine="vllm", engine_version="0.32.0", workload_signature="wl"),
+        bottleneck="batch_limit",
+        technique="raise_max_num_batched_tokens",
+        change={"--max-num-batched-tokens": "4096"},
+        verdict="better",
+        capacity_ratio=1.6,
+        noise_threshold=0.1,
+    )
     store.record(win)
-    store.record(ConfirmationRecord(experiment_id=win.experiment_id, endpoint="tiny_random", campaign_id="again-1",
-                                    engine_args=confirmed, new_config_hash="cfg"))
+    store.record(
+        ConfirmationRecord(
+            experiment_id=win.experiment_id,
+            endpoint="tiny_random",
+            campaign_id="again-1",
+            engine_args=confirmed,
+            new_config_hash="cfg",
+        )
+    )
     lines: list[str] = []
     out = workflows.run_campaign(campaign, endpoint, progress=lines.append)
     assert (tmp_path / "campaigns" / "again.again-1" / "again.state.json").exists()

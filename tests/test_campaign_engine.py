@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import long_measurement
 
-from autoresearch.config import DefinitionSet
-from autoresearch.paths import REPO_ROOT
+from specs.config import DefinitionSet
+from specs.paths import REPO_ROOT
 from memory_db import MemoryStore
 from research.campaign import run_campaign
 from research.state import StateStore
@@ -34,11 +34,11 @@ pytestmark = pytest.mark.engine
 # The sample traffic sends tools with tool_choice "auto": vLLM needs a tool parser for that.
 TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 
-RESUME_SCRIPT = textwrap.dedent('''
+RESUME_SCRIPT = textwrap.dedent("""
     import sys
-    from autoresearch.config import CampaignSpec
+    from specs.config import CampaignSpec
     from dagster_project.lib import load_definitions
-    from autoresearch.paths import definitions_dir
+    from specs.paths import definitions_dir
     from research.campaign import run_campaign
 
     spec = load_definitions(definitions_dir()).endpoint("tiny_random")
@@ -51,7 +51,7 @@ RESUME_SCRIPT = textwrap.dedent('''
                             extra_repeats=0)
     out = run_campaign(campaign, spec, state_dir=sys.argv[1], progress=lambda m: print(m, flush=True))
     print("OUTCOME", out.model_dump_json())
-''').format(tool_args=", ".join(repr(a) for a in TOOL_ARGS))
+""").format(tool_args=", ".join(repr(a) for a in TOOL_ARGS))
 
 
 def _alive(pid: int) -> bool:
@@ -137,8 +137,14 @@ def test_default_campaign_finds_a_lossless_1_5x_gain(tmp_path: Path, engine_slot
     campaign = definitions.campaigns["support_smollm_default"].model_copy(update={"proposer": "rules"})
     memory = MemoryStore(tmp_path / "memory.duckdb")
     lines: list[str] = []
-    outcome = run_campaign(campaign, endpoint, state_dir=tmp_path / "state", memory=memory, proposer="rules",
-                           progress=lambda m: (lines.append(m), print(m, flush=True)))
+    outcome = run_campaign(
+        campaign,
+        endpoint,
+        state_dir=tmp_path / "state",
+        memory=memory,
+        proposer="rules",
+        progress=lambda m: (lines.append(m), print(m, flush=True)),
+    )
     log = "\n".join(lines)
     assert outcome.finished, log
     assert outcome.reference_capacity is not None and outcome.best_capacity is not None, log

@@ -30,7 +30,7 @@ import dagster as dg
 import pytest
 from ui_support import Browser, report_dir, require_chromium, start_webserver
 
-from autoresearch.paths import REPO_ROOT, definitions_dir, models_dir
+from specs.paths import REPO_ROOT, definitions_dir, models_dir
 from dagster_project.lib.migrate import write_declarations
 from research.state import StateStore
 
@@ -85,9 +85,14 @@ def campaign_home(tmp_path_factory, engine_slot):
     defs = root / "defs"
     shutil.copytree(definitions_dir(), defs)
     write_declarations(defs, DECLARATIONS)
-    env = {**os.environ, "AUTORESEARCH_DEFINITIONS": str(defs), "AUTORESEARCH_HOME": str(root / "home"),
-           "AUTORESEARCH_MODELS": str(models_dir()), "DAGSTER_HOME": str(root / "dagster"),
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "AUTORESEARCH_DEFINITIONS": str(defs),
+        "AUTORESEARCH_HOME": str(root / "home"),
+        "AUTORESEARCH_MODELS": str(models_dir()),
+        "DAGSTER_HOME": str(root / "dagster"),
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("AUTORESEARCH_LLM_MODEL", None)
     return root, env
 
@@ -101,8 +106,9 @@ def test_a_killed_campaign_resumes_in_a_new_run_and_the_instance_shows_both(camp
     state_dir = root / "home" / "campaigns" / CAMPAIGN
     state_file = state_dir / f"{CAMPAIGN}.state.json"
     log = (root / "first.log").open("w")
-    first = subprocess.Popen(_cli("campaign", "run", CAMPAIGN), stdout=log, stderr=subprocess.STDOUT,
-                             cwd=REPO_ROOT, env=env)
+    first = subprocess.Popen(
+        _cli("campaign", "run", CAMPAIGN), stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
+    )
     finished_id = None
     deadline = time.monotonic() + 1500  # a bound on a stuck run, not a timing assertion
     try:
@@ -125,8 +131,9 @@ def test_a_killed_campaign_resumes_in_a_new_run_and_the_instance_shows_both(camp
         log.close()
     recorded = StateStore(state_dir, CAMPAIGN).load().experiments[finished_id]
 
-    second = subprocess.run(_cli("campaign", "run", CAMPAIGN), capture_output=True, text=True, cwd=REPO_ROOT,
-                            env=env, timeout=1500)
+    second = subprocess.run(
+        _cli("campaign", "run", CAMPAIGN), capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=1500
+    )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"resuming campaign {CAMPAIGN}" in second.stdout  # progress stays on the terminal, as plain lines
     assert f"experiment {finished_id}" not in second.stdout  # the finished experiment was not run again
@@ -150,14 +157,16 @@ def test_a_killed_campaign_resumes_in_a_new_run_and_the_instance_shows_both(camp
             assert _latest(instance, name) is not None, f"{name} was not recorded"
         assert "load_curve_plot" in _latest(instance, "load_curve").metadata
         check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-            [dg.AssetCheckKey(dg.AssetKey(["uicheck", "replay_pool"]), "replay_fidelity")])
+            [dg.AssetCheckKey(dg.AssetKey(["uicheck", "replay_pool"]), "replay_fidelity")]
+        )
         assert check, "the pool's fidelity check was not recorded"
         campaign = instance.fetch_materializations(dg.AssetKey(["uicheck", "campaign"]), limit=1).records[0]
         assert campaign.asset_materialization.partition == CAMPAIGN
         assert {"verdicts", "proposals", "candidate_runs", "diagnosis"} <= set(campaign.asset_materialization.metadata)
 
-    listed = subprocess.run(_cli("campaign", "list"), capture_output=True, text=True, cwd=REPO_ROOT, env=env,
-                            timeout=120)
+    listed = subprocess.run(
+        _cli("campaign", "list"), capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120
+    )
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if line.startswith(after.campaign_id))
     assert " 2  " in row and "finished" in row, listed.stdout  # both Dagster runs, however started
@@ -166,8 +175,12 @@ def test_a_killed_campaign_resumes_in_a_new_run_and_the_instance_shows_both(camp
 def test_the_ui_shows_the_campaigns_review_report(campaign_home):
     root, env = campaign_home
     require_chromium()
-    server = start_webserver(Path(env["DAGSTER_HOME"]), ["-m", "dagster_project.definitions"],
-                             report_dir() / "campaign_webserver.log", env=env)
+    server = start_webserver(
+        Path(env["DAGSTER_HOME"]),
+        ["-m", "dagster_project.definitions"],
+        report_dir() / "campaign_webserver.log",
+        env=env,
+    )
     try:
         data = server.graphql(LATEST, {"key": {"path": ["uicheck", "review_report"]}})["assetOrError"]
         latest = data["assetMaterializations"][0]
@@ -175,13 +188,16 @@ def test_the_ui_shows_the_campaigns_review_report(campaign_home):
         assert "data:image/png;base64," in entries["load_curves_before_after"]["mdStr"]
         with Browser() as browser:
             browser.goto(f"{server.url}/assets/uicheck/review_report")
-            browser.wait_for("document.body.innerText.includes('load_curves_before_after')",
-                             what="the review report's metadata")
+            browser.wait_for(
+                "document.body.innerText.includes('load_curves_before_after')", what="the review report's metadata"
+            )
             browser.wait_for("document.body.innerText.includes('recorded_by_campaign')", what="its campaign")
             shot = browser.screenshot(report_dir() / "campaign_review_report.png")
         assert shot.stat().st_size > 10_000
-        runs = server.graphql('query { runsOrError(filter: {pipelineName: "uicheck__campaign_job"}) '
-                              '{ ... on Runs { results { status } } } }')["runsOrError"]["results"]
+        runs = server.graphql(
+            'query { runsOrError(filter: {pipelineName: "uicheck__campaign_job"}) '
+            "{ ... on Runs { results { status } } } }"
+        )["runsOrError"]["results"]
         assert sorted(r["status"] for r in runs) == ["FAILURE", "SUCCESS"]
     finally:
         server.stop()

@@ -34,7 +34,7 @@ def test_validate_bad_file_names_file_line_and_field(tmp_path):
         "  model: {path: /models/x}\n"
         "  engine:\n"
         "    kind: vllm\n"
-        "    args: [\"--max-num-seqs\", 2]\n"
+        '    args: ["--max-num-seqs", 2]\n'
         "  traffic: {kind: sample}\n"
     )
     result = run_cli("validate", str(tmp_path))
@@ -74,20 +74,40 @@ def _campaign_home(tmp_path: Path, extra_args: list[str], deadline_minutes: floa
     (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)
     (tmp_path / "defs" / "campaigns" / "c").mkdir(parents=True)
     (tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").write_text(yaml.safe_dump(spec))
-    (tmp_path / "defs" / "campaigns" / "c" / "defs.yaml").write_text(yaml.safe_dump({
-        "type": "dagster_project.lib.Campaign", "attributes": {
-            "name": "c", "endpoint": "tiny_random", "deadline_minutes": deadline_minutes, "max_rounds": 1,
-            "profile_seconds": 0}}))
-    from autoresearch.paths import models_dir
+    (tmp_path / "defs" / "campaigns" / "c" / "defs.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "type": "dagster_project.lib.Campaign",
+                "attributes": {
+                    "name": "c",
+                    "endpoint": "tiny_random",
+                    "deadline_minutes": deadline_minutes,
+                    "max_rounds": 1,
+                    "profile_seconds": 0,
+                },
+            }
+        )
+    )
+    from specs.paths import models_dir
 
-    return {**os.environ, "AUTORESEARCH_HOME": str(tmp_path / "home"), "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),
-            "AUTORESEARCH_MODELS": str(models_dir())}
+    return {
+        **os.environ,
+        "AUTORESEARCH_HOME": str(tmp_path / "home"),
+        "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),
+        "AUTORESEARCH_MODELS": str(models_dir()),
+    }
 
 
 def test_campaign_with_an_invalid_baseline_exits_non_zero_with_the_reason(tmp_path):
     env = _campaign_home(tmp_path, ["--dtype", "not-a-dtype"], deadline_minutes=30)
-    result = subprocess.run([sys.executable, "-m", "autoresearch.cli", "campaign", "run", "c"], capture_output=True,
-                            text=True, cwd=REPO, env=env, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "campaign", "run", "c"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 4, (result.stdout, result.stderr)
     assert "FAILED" in result.stdout and "finished" not in result.stdout.splitlines()[-1]
     assert "campaign c failed: no valid baseline: baseline invalid" in result.stderr
@@ -97,8 +117,14 @@ def test_campaign_with_an_invalid_baseline_exits_non_zero_with_the_reason(tmp_pa
 
 def test_campaign_whose_deadline_cannot_fit_its_baseline_refuses_before_starting(tmp_path):
     env = _campaign_home(tmp_path, [], deadline_minutes=0.5)
-    result = subprocess.run([sys.executable, "-m", "autoresearch.cli", "campaign", "run", "c"], capture_output=True,
-                            text=True, cwd=REPO, env=env, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "campaign", "run", "c"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 4, (result.stdout, result.stderr)
     assert "deadline: the next experiment (about" in result.stderr and "min deadline" in result.stderr
     assert not list((tmp_path / "home").rglob("engine.log"))  # no engine was started
@@ -111,10 +137,21 @@ def test_drafter_list_shows_recorded_drafters_and_their_status(tmp_path, capsys)
     assert main(["drafter", "list", "support_smollm", "--db", str(db)]) == 0
     assert "no drafter recorded for support_smollm" in capsys.readouterr().out
     store = MemoryStore(db)
-    store.record_drafter(DrafterRecord(
-        endpoint="support_smollm", model_signature="m", data_signature="d", path="/drafts/x",
-        num_speculative_tokens=3, layers=4, steps=200, train_examples=100, train_tokens=3200, train_s=90.0,
-        acceptance_offline={"acceptance_length": 1.62}))
+    store.record_drafter(
+        DrafterRecord(
+            endpoint="support_smollm",
+            model_signature="m",
+            data_signature="d",
+            path="/drafts/x",
+            num_speculative_tokens=3,
+            layers=4,
+            steps=200,
+            train_examples=100,
+            train_tokens=3200,
+            train_s=90.0,
+            acceptance_offline={"acceptance_length": 1.62},
+        )
+    )
     store.mark_drafters_stale("support_smollm", "m2")
     assert main(["drafter", "list", "support_smollm", "--db", str(db)]) == 0
     out = capsys.readouterr().out
@@ -124,10 +161,13 @@ def test_drafter_list_shows_recorded_drafters_and_their_status(tmp_path, capsys)
 def test_drafter_advise_says_why_no_drafter_pays_on_a_cpu_bound_decode(tmp_path, capsys):
     from research.proposals import Bottleneck, Diagnosis
 
-    diagnosis = Diagnosis(endpoint="support_smollm", engine_kind="vllm",
-                          bottlenecks=[Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90%"])],
-                          engine_stats={"roofline_ratio": 20.0, "at_cap_requests_running_mean": 1.0},
-                          request_stats={"structured_output_fraction": 1.0})
+    diagnosis = Diagnosis(
+        endpoint="support_smollm",
+        engine_kind="vllm",
+        bottlenecks=[Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90%"])],
+        engine_stats={"roofline_ratio": 20.0, "at_cap_requests_running_mean": 1.0},
+        request_stats={"structured_output_fraction": 1.0},
+    )
     path = tmp_path / "diagnosis.json"
     path.write_text(diagnosis.model_dump_json())
     assert main(["drafter", "advise", "support_smollm", "--diagnosis", str(path)]) == 0

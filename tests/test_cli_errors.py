@@ -68,10 +68,14 @@ def bad_defs(tmp_path_factory, busy_port) -> Path:
 
 
 def cli(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    from autoresearch.paths import models_dir
+    from specs.paths import models_dir
 
-    env = {**os.environ, "AUTORESEARCH_HOME": str(root / "home"), "AUTORESEARCH_DEFINITIONS": str(root / "defs"),
-           "AUTORESEARCH_MODELS": str(models_dir())}
+    env = {
+        **os.environ,
+        "AUTORESEARCH_HOME": str(root / "home"),
+        "AUTORESEARCH_DEFINITIONS": str(root / "defs"),
+        "AUTORESEARCH_MODELS": str(models_dir()),
+    }
     env.pop("AUTORESEARCH_MEMORY_DB", None)
     return subprocess.run([str(CLI), *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
 
@@ -133,16 +137,20 @@ def test_a_traffic_file_whose_columns_do_not_match_its_kind(bad_defs):
 def test_model_folder_without_weights_is_refused_before_the_engine_starts(bad_defs):
     line = error_line(cli(bad_defs, "sweep", "no_weights"))
     assert "model_without_weights has no weights" in line
-    assert f"({defs_file(bad_defs, 'no_weights')}:{line_of(bad_defs, 'no_weights', 'model_without_weights')} " \
-           "attributes.model.path)" in line
+    assert (
+        f"({defs_file(bad_defs, 'no_weights')}:{line_of(bad_defs, 'no_weights', 'model_without_weights')} "
+        "attributes.model.path)" in line
+    )
     assert not list((bad_defs / "home").rglob("engine.log"))
 
 
 def test_fixed_engine_port_already_in_use(bad_defs, busy_port):
     line = error_line(cli(bad_defs, "sweep", "fixed_port"))
     assert f"127.0.0.1:{busy_port} is already in use" in line
-    assert f"({defs_file(bad_defs, 'fixed_port')}:{line_of(bad_defs, 'fixed_port', f'port: {busy_port}')} " \
-           "attributes.engine.port)" in line
+    assert (
+        f"({defs_file(bad_defs, 'fixed_port')}:{line_of(bad_defs, 'fixed_port', f'port: {busy_port}')} "
+        "attributes.engine.port)" in line
+    )
 
 
 def test_unreachable_external_server(bad_defs):
@@ -155,11 +163,31 @@ def test_unreachable_external_server(bad_defs):
 
 def test_noise_floor_that_is_not_one_names_the_option_and_field(bad_defs):
     (bad_defs / "noise.json").write_text('{"x": 1}')
-    line = error_line(cli(bad_defs, "experiment", "spec", "tiny_random", "--out", str(bad_defs / "unit"),
-                          "--noise-floor", str(bad_defs / "noise.json")))
+    line = error_line(
+        cli(
+            bad_defs,
+            "experiment",
+            "spec",
+            "tiny_random",
+            "--out",
+            str(bad_defs / "unit"),
+            "--noise-floor",
+            str(bad_defs / "noise.json"),
+        )
+    )
     assert "not a noise floor: repeats: Field required" in line and "(--noise-floor)" in line
-    line = error_line(cli(bad_defs, "experiment", "spec", "tiny_random", "--out", str(bad_defs / "unit"),
-                          "--noise-floor", str(bad_defs / "data" / "a_folder")))
+    line = error_line(
+        cli(
+            bad_defs,
+            "experiment",
+            "spec",
+            "tiny_random",
+            "--out",
+            str(bad_defs / "unit"),
+            "--noise-floor",
+            str(bad_defs / "data" / "a_folder"),
+        )
+    )
     assert "a_folder: Is a directory (--noise-floor)" in line
     assert not (bad_defs / "unit").exists()
 
@@ -171,17 +199,24 @@ def test_memory_file_that_is_not_a_duckdb_database(tmp_path):
     assert line.startswith(f"error: research memory {tmp_path / 'home' / 'memory.duckdb'} is not a DuckDB database")
     line = error_line(cli(tmp_path, "memory", "query", "select 1", "--db", str(tmp_path)))
     assert "is a folder, not a DuckDB file (--db)" in line
-    line = error_line(cli(tmp_path, "memory", "query", "select * from no_such_table",
-                          "--db", str(tmp_path / "m.duckdb")))
+    line = error_line(
+        cli(tmp_path, "memory", "query", "select * from no_such_table", "--db", str(tmp_path / "m.duckdb"))
+    )
     assert "SQL: Catalog Error" in line and "no_such_table" in line
 
 
 def test_memory_locked_by_another_process(tmp_path):
     db = tmp_path / "memory.duckdb"
     assert cli(tmp_path, "memory", "query", "select 1", "--db", str(db)).returncode == 0  # creates it
-    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time\n"
-                               f"con = duckdb.connect({str(db)!r})\nprint('held', flush=True)\ntime.sleep(120)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, sys, time\ncon = duckdb.connect({str(db)!r})\nprint('held', flush=True)\ntime.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         started = time.monotonic()

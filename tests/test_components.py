@@ -17,13 +17,24 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.paths import definitions_dir
+from specs.paths import definitions_dir
 from dagster_project.lib import load_definitions
 
 REPO = Path(__file__).resolve().parents[1]
 DG = Path(sys.executable).parent / "dg"
-PACKAGES = ["autoresearch", "engines", "replay", "loadgen", "research", "memory_db", "dagster_project", "assets",
-            "sensors", "launchers"]
+PACKAGES = [
+    "specs",
+    "autoresearch",
+    "engines",
+    "replay",
+    "loadgen",
+    "research",
+    "memory_db",
+    "dagster_project",
+    "assets",
+    "sensors",
+    "launchers",
+]
 
 
 def dg(project: Path, *args: str) -> subprocess.CompletedProcess:
@@ -76,7 +87,7 @@ def test_dg_check_defs_names_a_campaign_on_an_undeclared_endpoint(project: Path)
     file = project / "dagster_project" / "defs" / "campaigns" / "support_smollm_default" / "defs.yaml"
     text = file.read_text()
     file.write_text(text.replace("endpoint: support_smollm\n", "endpoint: support_smol\n"))
-    line = text[:text.index("endpoint: support_smollm\n")].count("\n") + 1
+    line = text[: text.index("endpoint: support_smollm\n")].count("\n") + 1
     result = dg(project, "check", "defs")
     assert result.returncode == 1
     assert f"{file}:{line}: attributes.endpoint: unknown endpoint 'support_smol'" in result.stdout + result.stderr
@@ -91,8 +102,13 @@ def test_scaffolded_endpoint_appears_in_dg_and_the_cli(project: Path):
     assert listed.returncode == 0, listed.stderr
     keys = {asset["asset_key"] for asset in json.loads(listed.stdout)["assets"]}
     assert {"my_endpoint/replay_pool", "my_endpoint/load_curve", "my_endpoint/campaign"} <= keys
-    cli = subprocess.run([sys.executable, "-m", "autoresearch.cli", "--definitions", str(file.parents[2]), "validate"],
-                         cwd=project, env={**os.environ, "PYTHONPATH": str(project)}, capture_output=True, text=True)
+    cli = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "--definitions", str(file.parents[2]), "validate"],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(project)},
+        capture_output=True,
+        text=True,
+    )
     assert cli.returncode == 0, cli.stderr
     assert "endpoint my_endpoint" in cli.stdout
     assert load_definitions(file.parents[2]).endpoint("my_endpoint").sla.ttft_ms == 750

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import DefinitionError
+from specs.config import DefinitionError
 from dagster_project.lib import load_definitions
-from autoresearch.paths import definitions_dir
+from specs.paths import definitions_dir
 
 GOOD = """\
 type: dagster_project.lib.Endpoint
@@ -67,10 +67,13 @@ def test_missing_sla(tmp_path: Path) -> None:
     assert issue.line == 2  # the `attributes:` whose body lacks it
 
 
-@pytest.mark.parametrize("bad_args, fragment", [
-    ('"--max-num-seqs 2"', "write a YAML list"),  # a shell string, not an argument list
-    ("[2]", "valid string"),  # a number where a string belongs
-])
+@pytest.mark.parametrize(
+    "bad_args, fragment",
+    [
+        ('"--max-num-seqs 2"', "write a YAML list"),  # a shell string, not an argument list
+        ("[2]", "valid string"),  # a number where a string belongs
+    ],
+)
 def test_engine_args_must_be_a_list_of_strings(tmp_path: Path, bad_args: str, fragment: str) -> None:
     issues = issues_of(tmp_path, GOOD.replace('["--max-num-seqs", "2"]', bad_args))
     assert len(issues) == 1
@@ -164,8 +167,9 @@ def test_migrate_keeps_the_body_and_comments(tmp_path: Path) -> None:
 
     old = tmp_path / "old" / "endpoints" / "demo.yaml"
     old.parent.mkdir(parents=True)
-    old.write_text("# why this endpoint exists\n" + GOOD.replace("type: dagster_project.lib.Endpoint\nattributes:",
-                                                                   "endpoint:"))
+    old.write_text(
+        "# why this endpoint exists\n" + GOOD.replace("type: dagster_project.lib.Endpoint\nattributes:", "endpoint:")
+    )
     [(source, written)] = migrate_folder(tmp_path / "old", tmp_path / "new")
     assert written == tmp_path / "new" / "endpoints" / "demo" / "defs.yaml"
     assert written.read_text() == "# why this endpoint exists\n" + GOOD

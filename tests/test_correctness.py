@@ -30,8 +30,9 @@ def dist(*pairs: tuple[int, float]) -> dict[int, float]:
 def reference(args: list[str], positions: list[dict[int, float]] | None = None) -> ReferenceOutputs:
     # prompt [1, 2], output [3, 4]: positions cover tokens 2, 3, 4.
     positions = positions or [dist((2, 0.6), (9, 0.3)), dist((3, 0.5), (7, 0.48)), dist((4, 0.9), (5, 0.05))]
-    seq = SequenceRef(prompt="p", prompt_ids=[1, 2], output_ids=[3, 4], output_text="ab", positions=positions,
-                      actual_ids=[2, 3, 4])
+    seq = SequenceRef(
+        prompt="p", prompt_ids=[1, 2], output_ids=[3, 4], output_text="ab", positions=positions, actual_ids=[2, 3, 4]
+    )
     return ReferenceOutputs(engine_args=args, float32=is_float32(args), top_k=2, max_tokens=2, sequences=[seq])
 
 
@@ -113,6 +114,7 @@ def test_a_lossy_change_is_measured_caught_and_always_flagged():
 
 
 # --- sampled outputs: greedy checks never run the sampler (vLLM issue 55005 broke only sampling)
+
 
 def _sampled(mean_nll: float, se: float = 0.05, tokens: int = 256):
     from research.correctness import SampledStats

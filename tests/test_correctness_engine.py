@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoresearch.config import DefinitionSet
-from autoresearch.engine_args import apply_diff
+from specs.config import DefinitionSet
+from specs.engine_args import apply_diff
 from conftest import long_test
 from research.correctness import capture_reference, check_candidate
 
@@ -22,11 +22,14 @@ def test_identical_config_passes_and_fp8_kv_cache_is_caught(tiny_engine, engine_
     reference = capture_reference(tiny_engine.base_url, tiny_engine.served_model, args, adapter=tiny_engine.adapter)
     assert reference.evidence == "logprobs"  # vLLM's adapter gives token ids and logprobs
     assert reference.float32 and len(reference.sequences) == 8
-    assert all(len(s.output_ids) > 0 and len(s.positions) == len(s.prompt_ids) + len(s.output_ids) - 1
-               for s in reference.sequences)
+    assert all(
+        len(s.output_ids) > 0 and len(s.positions) == len(s.prompt_ids) + len(s.output_ids) - 1
+        for s in reference.sequences
+    )
 
-    same = check_candidate(tiny_engine.base_url, tiny_engine.served_model, reference, args, lossy=False,
-                           adapter=tiny_engine.adapter)
+    same = check_candidate(
+        tiny_engine.base_url, tiny_engine.served_model, reference, args, lossy=False, adapter=tiny_engine.adapter
+    )
     assert same.passed and same.lossless_equivalent and same.float32
     assert same.checked and same.evidence == "logprobs" and "evidence: logprobs" in same.summary()
     assert same.greedy_identical == same.greedy_total == 8
@@ -48,23 +51,27 @@ def _expand_kernel_broken() -> bool:
     """Whether this vLLM CPU build has issue 55005 (its expand kernel drops float outputs)."""
     import subprocess
 
-    from autoresearch.paths import engine_python
+    from specs.paths import engine_python
 
-    probe = ("import torch, vllm._C\nfrom vllm.utils import cpu_triton_utils as c\nout = torch.zeros(4)\n"
-             "c._expand_kernel_impl(out, torch.tensor([0.5, 0.75]), torch.tensor([2, 4]), 0, 1)\n"
-             "print(out.tolist() != [0.5, 0.5, 0.75, 0.75])")
+    probe = (
+        "import torch, vllm._C\nfrom vllm.utils import cpu_triton_utils as c\nout = torch.zeros(4)\n"
+        "c._expand_kernel_impl(out, torch.tensor([0.5, 0.75]), torch.tensor([2, 4]), 0, 1)\n"
+        "print(out.tolist() != [0.5, 0.5, 0.75, 0.75])"
+    )
     done = subprocess.run([str(engine_python()), "-c", probe], capture_output=True, text=True, timeout=300)
     return done.returncode != 0 or done.stdout.strip().endswith("True")
 
 
-@long_test("three SmolLM2 engines, two of them speculating, 10-25 min (it ran past the 900 s bound on a slow "
-           "CI host); tests/test_correctness.py covers the sampled check by default")
+@long_test(
+    "three SmolLM2 engines, two of them speculating, 10-25 min (it ran past the 900 s bound on a slow "
+    "CI host); tests/test_correctness.py covers the sampled check by default"
+)
 def test_speculation_that_breaks_sampling_fails_the_lossless_check(engine_slot, smollm_spec, tmp_path):
     """SmolLM2 as its own draft (an exact drafter): greedy outputs stay exact either way, so only the
     sampled-output check can tell a broken sampler. On a build with vLLM issue 55005 the engine as
     installed must fail it, and with the runtime fix (engines/patches/vllm_issue_55005) it must pass."""
-    from autoresearch.models import ensure_model
-    from autoresearch.paths import REPO_ROOT
+    from specs.models import ensure_model
+    from specs.paths import REPO_ROOT
     from engines import start_engine
     from research import drafter
 
@@ -84,8 +91,9 @@ def test_speculation_that_breaks_sampling_fails_the_lossless_check(engine_slot, 
         variant = spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": env})})
         engine = start_engine(variant, args_override=spec_args, workdir=tmp_path / name.replace(" ", "_"))
         try:
-            reports[name] = check_candidate(engine.base_url, engine.served_model, reference, spec_args, lossy=False,
-                                            adapter=engine.adapter)
+            reports[name] = check_candidate(
+                engine.base_url, engine.served_model, reference, spec_args, lossy=False, adapter=engine.adapter
+            )
         finally:
             engine.stop()
     fixed, installed = reports["with the fix"], reports["as installed"]

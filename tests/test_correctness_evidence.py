@@ -77,8 +77,9 @@ class FakeEngine:
                     return self._send(200, {"choices": [{"index": 0, "text": text}]})
                 if self.path == "/v1/chat/completions":
                     text = engine.outputs[body["messages"][-1]["content"]]
-                    return self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant",
-                                                                                  "content": text}}]})
+                    return self._send(
+                        200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+                    )
                 return self._send(404, {"detail": "Not Found"})
 
             def _send(self, status: int, obj: dict):
@@ -147,8 +148,9 @@ def test_greedy_text_comparison_finds_the_first_divergence_and_the_matched_prefi
 
 
 def _ref(n: int = 2) -> ReferenceOutputs:
-    return ReferenceOutputs(engine_args=[], float32=True, top_k=0, max_tokens=4, sequences=[],
-                            evidence="greedy_text", tokenizer="tok")
+    return ReferenceOutputs(
+        engine_args=[], float32=True, top_k=0, max_tokens=4, sequences=[], evidence="greedy_text", tokenizer="tok"
+    )
 
 
 def test_greedy_text_judging_lossless_and_lossy():
@@ -179,17 +181,20 @@ def test_greedy_text_with_nothing_to_compare_or_a_baseline_that_disagrees_with_i
     changed = [compare_greedy_text(0, [1, 2, 3, 4], "", [1, 9, 9, 9], "")]
     noisy = judge_greedy_text(_ref(), [], changed, lossy=False, self_fraction=0.0)  # an empty batched output
     assert not noisy.passed and "too noisy a bar" in noisy.reason
-    within = judge_greedy_text(_ref(), [], [compare_greedy_text(0, [1, 2, 3, 4], "", [1, 2, 3, 9], "")],
-                               lossy=False, self_fraction=0.7)
+    within = judge_greedy_text(
+        _ref(), [], [compare_greedy_text(0, [1, 2, 3, 4], "", [1, 2, 3, 9], "")], lossy=False, self_fraction=0.7
+    )
     assert within.passed and within.flag_for_review  # 75% agreement against the baseline's own 70%
 
 
 def test_an_engine_without_logprobs_is_checked_on_greedy_text_and_never_sent_rejected_fields(
-        engine_factory, tokenizer_dir: Path):
+    engine_factory, tokenizer_dir: Path
+):
     adapter = FakeAdapter(frozenset(), NO_LOGPROBS_REJECTS | {"seed"})
     base = engine_factory(rejects=NO_LOGPROBS_REJECTS | {"seed"})
-    ref = capture_reference(base.url, "m", ["--dtype", "float32"], prompts=PROMPTS, adapter=adapter,
-                            tokenizer=tokenizer_dir)
+    ref = capture_reference(
+        base.url, "m", ["--dtype", "float32"], prompts=PROMPTS, adapter=adapter, tokenizer=tokenizer_dir
+    )
     assert ref.evidence == "greedy_text" and ref.route == "completions" and ref.tokenizer == str(tokenizer_dir)
     assert ref.unit == "tokens" and "gives no token ids" in (ref.note or "")
     assert ref.sequences[0].output_ids == [6, 7, 8, 9]  # " one two three four" under the word-level tokenizer
@@ -242,16 +247,27 @@ def test_an_engine_that_answers_nothing_gives_a_usable_reference_that_checks_not
 
 
 def test_a_logprobs_reference_is_compared_on_greedy_text_when_the_candidate_cannot_give_logprobs(
-        engine_factory, tokenizer_dir: Path):
+    engine_factory, tokenizer_dir: Path
+):
     from research.correctness import SequenceRef
 
-    seqs = [SequenceRef(prompt=p, prompt_ids=[1], output_ids=[100, 101], output_text=BASE[p], positions=[],
-                        actual_ids=[]) for p in PROMPTS]
+    seqs = [
+        SequenceRef(prompt=p, prompt_ids=[1], output_ids=[100, 101], output_text=BASE[p], positions=[], actual_ids=[])
+        for p in PROMPTS
+    ]
     ref = ReferenceOutputs(engine_args=[], float32=False, top_k=5, max_tokens=4, sequences=seqs)
     assert ref.evidence == "logprobs"  # the default: references stored before evidence was recorded
     base = engine_factory(rejects=NO_LOGPROBS_REJECTS)
-    report = check_candidate(base.url, "m", ref, [], lossy=False, adapter=FakeAdapter(frozenset()),
-                             tokenizer=tokenizer_dir, thresholds=CorrectnessThresholds())
+    report = check_candidate(
+        base.url,
+        "m",
+        ref,
+        [],
+        lossy=False,
+        adapter=FakeAdapter(frozenset()),
+        tokenizer=tokenizer_dir,
+        thresholds=CorrectnessThresholds(),
+    )
     assert report.evidence == "greedy_text" and report.passed and report.unit == "tokens"
 
 
@@ -263,8 +279,9 @@ def test_greedy_text_lossless_bar_is_the_baselines_own_batch_variance():
     ref_ids = list(range(32))
     late = compare_greedy_text(0, ref_ids, "r", ref_ids[:24] + [99] * 8, "c")  # agrees on 75%
     early = compare_greedy_text(1, ref_ids, "r", ref_ids[:8] + [99] * 24, "c")  # agrees on 25%
-    reference = ReferenceOutputs(engine_args=[], float32=False, top_k=0, max_tokens=32, sequences=[],
-                                 evidence="greedy_text")
+    reference = ReferenceOutputs(
+        engine_args=[], float32=False, top_k=0, max_tokens=32, sequences=[], evidence="greedy_text"
+    )
     strict = judge_greedy_text(reference, [], [late], lossy=False)  # batching never changed the baseline
     assert not strict.passed and "CHANGED" in strict.reason
     noisy = judge_greedy_text(reference, [], [late], lossy=False, self_fraction=0.5)

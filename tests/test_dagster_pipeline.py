@@ -23,7 +23,8 @@ def latest(instance, name: str):
 def test_replay_pool_passes_its_blocking_fidelity_check(research_graph):
     with research_graph.instance() as instance:
         checks = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-            [dg.AssetCheckKey(dg.AssetKey(["quick", "replay_pool"]), "replay_fidelity")])
+            [dg.AssetCheckKey(dg.AssetKey(["quick", "replay_pool"]), "replay_fidelity")]
+        )
         (execution,) = checks.values()
         assert execution.evaluation.passed
         assert "distances" in execution.evaluation.metadata
@@ -69,8 +70,10 @@ def test_pareto_front_plots_every_configuration_the_graph_ran(research_graph):
     from memory_db.store import MemoryStore
 
     memory = MemoryStore(research_graph.home / "memory.duckdb")
-    steps = memory.query("select kind, config_hash, output_tokens_per_s_per_gpu, user_tokens_per_s_p50, "
-                         "joules_per_output_token from v_run_steps where endpoint = 'quick'")
+    steps = memory.query(
+        "select kind, config_hash, output_tokens_per_s_per_gpu, user_tokens_per_s_p50, "
+        "joules_per_output_token from v_run_steps where endpoint = 'quick'"
+    )
     assert set(steps["kind"]) == {"baseline", "candidate"} and steps["config_hash"].n_unique() == 2
     assert steps["joules_per_output_token"].null_count() == steps.height  # CPU host: no NVML power
     points = memory.query("select label, on_front from v_pareto_points where endpoint = 'quick'")
@@ -99,13 +102,22 @@ def test_drafter_stage_trains_records_and_judges_a_drafter(research_graph, monke
     stage = [dg.AssetKey(["quick", n]) for n in ("drafter_data", "drafter", "drafter_verdict")]
     assert graph.get(stage[0]).parent_keys == {dg.AssetKey(["quick", "replay_pool"])}
     assert graph.get(stage[2]).parent_keys == {stage[1], dg.AssetKey(["quick", "noise_floor"])}
-    run_config = {"ops": {"quick__drafter_data": {"config": {"examples": 6, "max_tokens": 12, "concurrency": 2}},
-                          "quick__drafter": {"config": {"heldout": 2, "layers": 2, "steps": 4, "k": 2}},
-                          "quick__drafter_verdict": {"config": {"repeats": 1}}}}
+    run_config = {
+        "ops": {
+            "quick__drafter_data": {"config": {"examples": 6, "max_tokens": 12, "concurrency": 2}},
+            "quick__drafter": {"config": {"heldout": 2, "layers": 2, "steps": 4, "k": 2}},
+            "quick__drafter_verdict": {"config": {"repeats": 1}},
+        }
+    }
     quick = {k for k in graph.get_all_asset_keys() if k.path[0] == "quick" and graph.get(k).is_materializable}
     with research_graph.instance() as instance:
-        result = dg.materialize([defs.get_assets_def(k) for k in sorted(quick)], instance=instance,
-                                resources=defs.resources, selection=stage, run_config=run_config)
+        result = dg.materialize(
+            [defs.get_assets_def(k) for k in sorted(quick)],
+            instance=instance,
+            resources=defs.resources,
+            selection=stage,
+            run_config=run_config,
+        )
         assert result.success
         data, trained, judged = (latest(instance, n) for n in ("drafter_data", "drafter", "drafter_verdict"))
     assert data["examples"].value == 6 and data["reply_tokens"].value > 0
@@ -118,7 +130,8 @@ def test_drafter_stage_trains_records_and_judges_a_drafter(research_graph, monke
     # the verdict asset's verdict is the one the memory keeps, for the drafter and as an experiment
     assert rec.verdict == judged["verdict"].value and rec.verdict in {"better", "same", "worse", "invalid"}
     experiments = MemoryStore(research_graph.home / "memory.duckdb").query(
-        "select verdict from v_experiments where endpoint = 'quick' and technique = 'trained_drafter'")
+        "select verdict from v_experiments where endpoint = 'quick' and technique = 'trained_drafter'"
+    )
     assert list(experiments["verdict"]) == [rec.verdict]
     if rec.verdict != "invalid":  # served: the engine counted drafts while the harness swept it
         assert rec.acceptance_served["draft_tokens"] > 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from autoresearch import paths
+from specs import paths
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
 
@@ -40,10 +40,14 @@ def describe(defs: dg.Definitions) -> dict:
         }
     checks = sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in graph.asset_check_keys)
     jobs = sorted(job.name for job in defs.resolve_all_job_defs() if not job.name.startswith("__"))
-    sensors = {s.name: {"job": s.job_name, "default_status": s.default_status.value}
-               for s in defs.sensors or []}
-    return {"assets": assets, "checks": checks, "jobs": jobs, "sensors": dict(sorted(sensors.items())),
-            "resources": sorted(defs.resources or {})}
+    sensors = {s.name: {"job": s.job_name, "default_status": s.default_status.value} for s in defs.sensors or []}
+    return {
+        "assets": assets,
+        "checks": checks,
+        "jobs": jobs,
+        "sensors": dict(sorted(sensors.items())),
+        "resources": sorted(defs.resources or {}),
+    }
 
 
 def test_definitions_match_the_snapshot(monkeypatch, tmp_path):
@@ -55,8 +59,9 @@ def test_definitions_match_the_snapshot(monkeypatch, tmp_path):
         SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
         SNAPSHOT.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
     recorded = json.loads(SNAPSHOT.read_text())
-    assert snapshot == recorded, ("the definitions changed; if intended, rerun with UPDATE_SNAPSHOTS=1 and review "
-                                  f"the diff of {SNAPSHOT}")
+    assert snapshot == recorded, (
+        f"the definitions changed; if intended, rerun with UPDATE_SNAPSHOTS=1 and review the diff of {SNAPSHOT}"
+    )
     # what the snapshot must always hold, whatever else changes
     endpoints = {a["group"] for a in snapshot["assets"].values()}
     assert {"support_smollm", "chat_azure_h200"} <= endpoints

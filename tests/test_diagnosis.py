@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 
 from dagster_project.lib import load_definitions
-from autoresearch.paths import definitions_dir
+from specs.paths import definitions_dir
 from loadgen.results import LatencySummary, StepResult, SweepResult
-from replay.schema import POOL_SCHEMA, check_pool
+from specs.pool_schema import POOL_SCHEMA, check_pool
 from research import rules
 from research.diagnosis import diagnose, engine_stats, estimate_prefix_reuse, request_stats
 from research.profile import parse_profile
@@ -27,38 +27,84 @@ def make_pool(n: int = 60, shared: bool = True, long_every: int = 0) -> pl.DataF
     for i in range(n):
         system = SYSTEM if shared else f"Tenant {i} policy: " + f"rule {i} " * 200
         user = f"Where is my order {i}? " * (30 if long_every and i % long_every == 0 else 1)
-        body = {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-                "tools": [{"type": "function", "function": {"name": "track", "parameters": {"type": "object"}}}],
-                "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}},
-                "max_tokens": 48}
-        rows.append({"request_id": str(i), "arrival_offset_s": i * 0.5, "body": json.dumps(body),
-                     "prompt_tokens": 420 + (600 if long_every and i % long_every == 0 else 0),
-                     "expected_output_tokens": 48, "prefix_group": "sys:a" if shared else f"sys:{i}",
-                     "logged_cached_tokens": None, "source": "test"})
+        body = {
+            "model": "m",
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "tools": [{"type": "function", "function": {"name": "track", "parameters": {"type": "object"}}}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}},
+            "max_tokens": 48,
+        }
+        rows.append(
+            {
+                "request_id": str(i),
+                "arrival_offset_s": i * 0.5,
+                "body": json.dumps(body),
+                "prompt_tokens": 420 + (600 if long_every and i % long_every == 0 else 0),
+                "expected_output_tokens": 48,
+                "prefix_group": "sys:a" if shared else f"sys:{i}",
+                "logged_cached_tokens": None,
+                "source": "test",
+            }
+        )
     return check_pool(pl.DataFrame(rows, schema=POOL_SCHEMA))
 
 
-def step(rate: float, within: bool, running: float, waiting: float, *, ttft: float, itl: float = 60.0,
-         e2e: float | None = None, violations=(), **metrics) -> StepResult:
+def step(
+    rate: float,
+    within: bool,
+    running: float,
+    waiting: float,
+    *,
+    ttft: float,
+    itl: float = 60.0,
+    e2e: float | None = None,
+    violations=(),
+    **metrics,
+) -> StepResult:
     lat = lambda v: LatencySummary(p50=v * 0.7, p95=v, p99=v * 1.2, mean=v * 0.8)  # noqa: E731
-    engine = {"requests_running_mean": running, "requests_running_max": round(running + 0.4),
-              "requests_waiting_mean": waiting, "requests_waiting_max": waiting * 2, "kv_cache_usage_mean": 0.1,
-              "kv_cache_usage_max": 0.2, **metrics}
-    return StepResult(target_rate=rate, achieved_rate=rate, throughput_rps=min(rate, 1.1), duration_s=12, requests=int(12 * rate),
-                      errors=0, error_rate=0.0, ttft_ms=lat(ttft), itl_ms=lat(itl), e2e_ms=lat(e2e or ttft + 48 * itl),
-                      send_lag_ms=lat(1.0), within_sla=within, sla_violations=list(violations), engine_metrics=engine)
+    engine = {
+        "requests_running_mean": running,
+        "requests_running_max": round(running + 0.4),
+        "requests_waiting_mean": waiting,
+        "requests_waiting_max": waiting * 2,
+        "kv_cache_usage_mean": 0.1,
+        "kv_cache_usage_max": 0.2,
+        **metrics,
+    }
+    return StepResult(
+        target_rate=rate,
+        achieved_rate=rate,
+        throughput_rps=min(rate, 1.1),
+        duration_s=12,
+        requests=int(12 * rate),
+        errors=0,
+        error_rate=0.0,
+        ttft_ms=lat(ttft),
+        itl_ms=lat(itl),
+        e2e_ms=lat(e2e or ttft + 48 * itl),
+        send_lag_ms=lat(1.0),
+        within_sla=within,
+        sla_violations=list(violations),
+        engine_metrics=engine,
+    )
 
 
 def smollm_sweep(hits: float = 0.0) -> SweepResult:
     """The embedded default's baseline: 2 sequences run, the queue grows, prefix hits never happen."""
     prefix = {"prefix_cache_queries_delta": 5000.0, "prefix_cache_hits_delta": hits * 5000.0}
-    return SweepResult(endpoint="support_smollm", engine_args=SMOLLM_ARGS, launch_config_hash="h", started_at=0.0,
-                       capacity_rps=0.5, steps=[
-                           step(0.25, True, 0.6, 0.0, ttft=300, **prefix),
-                           step(0.5, True, 1.6, 0.4, ttft=900, **prefix),
-                           step(1.0, False, 2.0, 7.5, ttft=6400, violations=["ttft p95 6400ms > 2000ms"], **prefix),
-                           step(2.0, False, 2.0, 19.0, ttft=15000, violations=["ttft p95 15000ms > 2000ms"], **prefix),
-                       ])
+    return SweepResult(
+        endpoint="support_smollm",
+        engine_args=SMOLLM_ARGS,
+        launch_config_hash="h",
+        started_at=0.0,
+        capacity_rps=0.5,
+        steps=[
+            step(0.25, True, 0.6, 0.0, ttft=300, **prefix),
+            step(0.5, True, 1.6, 0.4, ttft=900, **prefix),
+            step(1.0, False, 2.0, 7.5, ttft=6400, violations=["ttft p95 6400ms > 2000ms"], **prefix),
+            step(2.0, False, 2.0, 19.0, ttft=15000, violations=["ttft p95 15000ms > 2000ms"], **prefix),
+        ],
+    )
 
 
 def test_request_stats_describe_the_traffic():
@@ -104,16 +150,23 @@ def test_embedded_default_diagnosis_names_batch_limit_and_unused_prefix_cache():
     proposals = rules.propose(diagnosis, 3)
     techniques = [p.intervention.technique for p in proposals]
     assert techniques[:2] == ["raise_max_num_seqs", "enable_prefix_caching"]
-    assert any(t in techniques for t in ("raise_max_num_batched_tokens", "chunked_prefill", "ngram_speculative_decoding"))
+    assert any(
+        t in techniques for t in ("raise_max_num_batched_tokens", "chunked_prefill", "ngram_speculative_decoding")
+    )
 
 
 def test_no_false_alarms_when_the_engine_is_not_the_limit():
-    healthy = SweepResult(endpoint="e", engine_args=["--max-num-seqs", "64", "--enable-prefix-caching"],
-                          launch_config_hash="h", started_at=0.0, capacity_rps=4.0,
-                          steps=[step(2.0, True, 5, 0, ttft=200, prefix_cache_queries_delta=1000.0,
-                                      prefix_cache_hits_delta=800.0),
-                                 step(4.0, True, 9, 0.1, ttft=300, prefix_cache_queries_delta=1000.0,
-                                      prefix_cache_hits_delta=800.0)])
+    healthy = SweepResult(
+        endpoint="e",
+        engine_args=["--max-num-seqs", "64", "--enable-prefix-caching"],
+        launch_config_hash="h",
+        started_at=0.0,
+        capacity_rps=4.0,
+        steps=[
+            step(2.0, True, 5, 0, ttft=200, prefix_cache_queries_delta=1000.0, prefix_cache_hits_delta=800.0),
+            step(4.0, True, 9, 0.1, ttft=300, prefix_cache_queries_delta=1000.0, prefix_cache_hits_delta=800.0),
+        ],
+    )
     diagnosis = diagnose(make_pool(), [healthy], healthy.engine_args, engine_kind="vllm")
     assert diagnosis.bottleneck("batch_limit") is None
     assert diagnosis.bottleneck("prefix_cache_unused") is None
@@ -129,9 +182,14 @@ def test_cache_on_but_missing_is_still_flagged():
 
 def test_kv_pressure_and_speculation_waste():
     sweep = smollm_sweep()
-    sweep.steps[-1].engine_metrics.update({"kv_cache_usage_max": 0.98, "preemptions_delta": 12.0,
-                                           "spec_decode_draft_tokens_delta": 900.0,
-                                           "spec_decode_accepted_tokens_delta": 90.0})
+    sweep.steps[-1].engine_metrics.update(
+        {
+            "kv_cache_usage_max": 0.98,
+            "preemptions_delta": 12.0,
+            "spec_decode_draft_tokens_delta": 900.0,
+            "spec_decode_accepted_tokens_delta": 90.0,
+        }
+    )
     args = SMOLLM_ARGS + ["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']
     diagnosis = diagnose(make_pool(), [sweep], args, engine_kind="vllm")
     kv = diagnosis.bottleneck("kv_cache_pressure")
@@ -141,11 +199,24 @@ def test_kv_pressure_and_speculation_waste():
 
 def test_profile_and_workloads_feed_prefill_rules():
     profile = parse_profile(Path(__file__).parent / "data" / "vllm_cpu_smollm2.pt.trace.json.gz")
-    workloads = [WorkloadResult(recipe="long_prompt_interference", step="s", vary="long_prompt_interference", value=v,
-                                rate=1.0, itl_p95_ms=itl) for v, itl in ((0.0, 80.0), (0.1, 140.0), (0.3, 260.0))]
-    workloads += [WorkloadResult(recipe="prompt_length_scan", step="s", vary="prompt_tokens", value=v, rate=1.0,
-                                 ttft_p50_ms=t) for v, t in ((128, 100.0), (1536, 1500.0))]
-    diagnosis = diagnose(make_pool(), [smollm_sweep()], SMOLLM_ARGS, profile=profile, workloads=workloads, engine_kind="vllm")
+    workloads = [
+        WorkloadResult(
+            recipe="long_prompt_interference",
+            step="s",
+            vary="long_prompt_interference",
+            value=v,
+            rate=1.0,
+            itl_p95_ms=itl,
+        )
+        for v, itl in ((0.0, 80.0), (0.1, 140.0), (0.3, 260.0))
+    ]
+    workloads += [
+        WorkloadResult(recipe="prompt_length_scan", step="s", vary="prompt_tokens", value=v, rate=1.0, ttft_p50_ms=t)
+        for v, t in ((128, 100.0), (1536, 1500.0))
+    ]
+    diagnosis = diagnose(
+        make_pool(), [smollm_sweep()], SMOLLM_ARGS, profile=profile, workloads=workloads, engine_kind="vllm"
+    )
     interference = diagnosis.bottleneck("prefill_interference")
     assert interference is not None
     assert any("profile" in e for e in interference.evidence) and any("3.2x" in e for e in interference.evidence)
@@ -171,8 +242,9 @@ def test_shipped_recipes_load_and_select_by_traits():
 
 def test_launch_bound_gpu_profile_leads_to_graphs_or_async_scheduling():
     profile = parse_profile(Path(__file__).parent / "data" / "gpu_qwen3_random.pt.trace.json.gz")
-    diagnosis = diagnose(make_pool(), [], ["--continuous-batching"], endpoint="chat", engine_kind="transformers",
-                         profile=profile)
+    diagnosis = diagnose(
+        make_pool(), [], ["--continuous-batching"], endpoint="chat", engine_kind="transformers", profile=profile
+    )
     assert diagnosis.bottlenecks[0].name == "cpu_overhead"
     assert any("host-side" in e for e in diagnosis.bottlenecks[0].evidence)
     [proposal] = rules.propose(diagnosis, 1, gpu_count=1)
@@ -181,11 +253,17 @@ def test_launch_bound_gpu_profile_leads_to_graphs_or_async_scheduling():
 
 def test_batch_limit_found_from_client_side_concurrency_when_gauges_read_zero():
     """vLLM's CPU build can sample running = waiting = 0 under load; rate x latency still shows the queue."""
-    quiet = SweepResult(endpoint="support_smollm", engine_args=SMOLLM_ARGS, launch_config_hash="h", started_at=0.0,
-                        capacity_rps=1.0, steps=[
-                            step(1.0, True, 0.0, 0.0, ttft=900, e2e=1500),
-                            step(1.4, False, 0.0, 0.0, ttft=4000, e2e=5000, violations=["ttft p95 4000ms > 2000ms"]),
-                        ])
+    quiet = SweepResult(
+        endpoint="support_smollm",
+        engine_args=SMOLLM_ARGS,
+        launch_config_hash="h",
+        started_at=0.0,
+        capacity_rps=1.0,
+        steps=[
+            step(1.0, True, 0.0, 0.0, ttft=900, e2e=1500),
+            step(1.4, False, 0.0, 0.0, ttft=4000, e2e=5000, violations=["ttft p95 4000ms > 2000ms"]),
+        ],
+    )
     diagnosis = diagnose(make_pool(), [quiet], SMOLLM_ARGS, endpoint="support_smollm", engine_kind="vllm")
     batch = diagnosis.bottleneck("batch_limit")
     assert batch is not None, diagnosis.bottlenecks
@@ -200,16 +278,25 @@ def test_sparse_queue_gauges_do_not_veto_the_client_side_queue():
     queue (0.3 waiting), but 1.3 requests in flight against a limit of 1 while TTFT breaks the
     SLA is a queue all the same, and it outranks the prefix cache."""
     args = ["--max-num-seqs", "1"]
-    sparse = SweepResult(endpoint="quick", engine_args=args, launch_config_hash="h", started_at=0.0, capacity_rps=0.5,
-                         steps=[step(0.5, True, 0.3, 0.0, ttft=900, e2e=1200),
-                                step(1.0, False, 0.3, 0.3, ttft=3200, itl=14, e2e=1625,
-                                     violations=["ttft p95 3200ms > 1000ms"])])
+    sparse = SweepResult(
+        endpoint="quick",
+        engine_args=args,
+        launch_config_hash="h",
+        started_at=0.0,
+        capacity_rps=0.5,
+        steps=[
+            step(0.5, True, 0.3, 0.0, ttft=900, e2e=1200),
+            step(1.0, False, 0.3, 0.3, ttft=3200, itl=14, e2e=1625, violations=["ttft p95 3200ms > 1000ms"]),
+        ],
+    )
     diagnosis = diagnose(make_pool(), [sparse], args, endpoint="quick", engine_kind="vllm")
     assert diagnosis.engine_stats["over_in_flight_mean"] == pytest.approx(1.3)
     assert diagnosis.bottlenecks[0].name == "batch_limit", diagnosis.bottlenecks
     assert any("in flight" in e and "--max-num-seqs 1" in e for e in diagnosis.bottlenecks[0].evidence)
     # Exactly at the limit nothing has to wait: no queue is claimed.
-    at_limit = sparse.model_copy(update={"steps": [sparse.steps[0], step(1.0, False, 0.3, 0.3, ttft=800, itl=14, e2e=1250)]})
+    at_limit = sparse.model_copy(
+        update={"steps": [sparse.steps[0], step(1.0, False, 0.3, 0.3, ttft=800, itl=14, e2e=1250)]}
+    )
     assert diagnose(make_pool(), [at_limit], args, engine_kind="vllm").bottleneck("batch_limit") is None
 
 
@@ -218,16 +305,29 @@ def test_ttft_growing_with_load_while_itl_stays_flat_is_a_queue():
     the in-flight count (1.1 against 1) are conclusive, but TTFT p95 grows 3.2x from 0.5 to 1 req/s
     while ITL p95 stays flat: the requests waited before they started."""
     args = ["--max-num-seqs", "1"]
-    quiet = SweepResult(endpoint="quick", engine_args=args, launch_config_hash="h", started_at=0.0, capacity_rps=0.66,
-                        steps=[step(0.5, True, 0.2, 0.0, ttft=577, itl=16, e2e=1529),
-                               step(1.0, False, 0.2, 0.2, ttft=1861, itl=12, e2e=1400,
-                                    violations=["ttft p95 1861ms > 1000ms"])])
+    quiet = SweepResult(
+        endpoint="quick",
+        engine_args=args,
+        launch_config_hash="h",
+        started_at=0.0,
+        capacity_rps=0.66,
+        steps=[
+            step(0.5, True, 0.2, 0.0, ttft=577, itl=16, e2e=1529),
+            step(1.0, False, 0.2, 0.2, ttft=1861, itl=12, e2e=1400, violations=["ttft p95 1861ms > 1000ms"]),
+        ],
+    )
     diagnosis = diagnose(make_pool(), [quiet], args, endpoint="quick", engine_kind="vllm")
     assert diagnosis.engine_stats["over_in_flight_mean"] < 1.2
     assert diagnosis.bottlenecks[0].name == "batch_limit", diagnosis.bottlenecks
     assert any("grows 3.2x" in e and "ITL p95 stays flat" in e for e in diagnosis.bottlenecks[0].evidence)
     # ITL growing as fast as TTFT is decode slowing down, not a queue: this signal stays silent.
-    slower = quiet.model_copy(update={"steps": [quiet.steps[0], step(1.0, False, 0.2, 0.2, ttft=1861, itl=60, e2e=1400,
-                                                                      violations=["ttft p95 1861ms > 1000ms"])]})
+    slower = quiet.model_copy(
+        update={
+            "steps": [
+                quiet.steps[0],
+                step(1.0, False, 0.2, 0.2, ttft=1861, itl=60, e2e=1400, violations=["ttft p95 1861ms > 1000ms"]),
+            ]
+        }
+    )
     batch = diagnose(make_pool(), [slower], args, engine_kind="vllm").bottleneck("batch_limit")
     assert batch is None or not any("stays flat" in e for e in batch.evidence)

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from autoresearch.config import RecipeSpec
-from autoresearch.models import tokenizer_dir
+from specs.config import RecipeSpec
+from specs.models import tokenizer_dir
 from loadgen.results import LatencySummary, StepResult
 from replay.prefix import cached_fraction
-from replay.schema import POOL_SCHEMA
+from specs.pool_schema import POOL_SCHEMA
 from replay.tokenize import ChatTokenizer
 from research.workloads import build_variants, measure_variants, recipe_applies
 
@@ -21,8 +21,12 @@ def tok() -> ChatTokenizer:
 
 
 def recipe(vary: str, values: list[float], **fixed) -> RecipeSpec:
-    return RecipeSpec.model_validate({"name": "r", "steps": [
-        {"name": "s", "vary": vary, "values": values, "fixed": fixed, "rate": 1.0, "duration_s": 8}]})
+    return RecipeSpec.model_validate(
+        {
+            "name": "r",
+            "steps": [{"name": "s", "vary": vary, "values": values, "fixed": fixed, "rate": 1.0, "duration_s": 8}],
+        }
+    )
 
 
 def test_prompt_length_scan_has_exact_lengths_and_fixed_output(tok):
@@ -39,8 +43,9 @@ def test_prompt_length_scan_has_exact_lengths_and_fixed_output(tok):
 
 
 def test_shared_prefix_variants_share_only_what_they_say(tok):
-    variants = build_variants(recipe("shared_prefix_fraction", [0.0, 0.75], prompt_tokens=512, output_tokens=8),
-                              tok, model="smol")
+    variants = build_variants(
+        recipe("shared_prefix_fraction", [0.0, 0.75], prompt_tokens=512, output_tokens=8), tok, model="smol"
+    )
     reuse = []
     for v in variants:
         ids = tok.encode_bodies([json.loads(b) for b in v.pool["body"]])
@@ -51,9 +56,14 @@ def test_shared_prefix_variants_share_only_what_they_say(tok):
 
 
 def test_long_prompt_interference_mixes_the_stated_share(tok):
-    variants = build_variants(recipe("long_prompt_interference", [0.0, 0.25], short_prompt_tokens=64,
-                                     long_prompt_tokens=900, output_tokens=8), tok, model="smol",
-                              max_model_len=800)
+    variants = build_variants(
+        recipe(
+            "long_prompt_interference", [0.0, 0.25], short_prompt_tokens=64, long_prompt_tokens=900, output_tokens=8
+        ),
+        tok,
+        model="smol",
+        max_model_len=800,
+    )
     none, quarter = variants
     assert none.pool["prompt_tokens"].unique().to_list() == [64]
     long = quarter.pool.filter(quarter.pool["prompt_tokens"] > 64)
@@ -66,18 +76,33 @@ def test_measure_keeps_valid_steps_and_recipe_errors_are_clear(tok):
     lat = LatencySummary(p50=10.0, p95=20.0)
 
     def run(variant):
-        return StepResult(target_rate=variant.rate, achieved_rate=variant.rate, throughput_rps=1.0, duration_s=8,
-                          requests=variant.pool.height, errors=0, error_rate=0.0, ttft_ms=lat, itl_ms=lat, e2e_ms=lat,
-                          send_lag_ms=lat, within_sla=True,
-                          validity="invalid" if variant.value == 32 else "valid")
+        return StepResult(
+            target_rate=variant.rate,
+            achieved_rate=variant.rate,
+            throughput_rps=1.0,
+            duration_s=8,
+            requests=variant.pool.height,
+            errors=0,
+            error_rate=0.0,
+            ttft_ms=lat,
+            itl_ms=lat,
+            e2e_ms=lat,
+            send_lag_ms=lat,
+            within_sla=True,
+            validity="invalid" if variant.value == 32 else "valid",
+        )
 
     results = measure_variants(variants, run)
     assert [(r.vary, r.value) for r in results] == [("output_tokens", 8.0)]
     with pytest.raises(ValueError, match="no rate"):
-        build_variants(RecipeSpec.model_validate({"name": "r", "steps": [
-            {"name": "s", "vary": "prompt_tokens", "values": [64]}]}), tok)
+        build_variants(
+            RecipeSpec.model_validate({"name": "r", "steps": [{"name": "s", "vary": "prompt_tokens", "values": [64]}]}),
+            tok,
+        )
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         build_variants(recipe("shared_prefix_fraction", [1.5]), tok)
-    ok, reasons = recipe_applies(RecipeSpec.model_validate(
-        {"name": "r", "applies_when": {"prefix_reuse": "lots"}, "steps": []}), {"prefix_reuse": 0.5})
+    ok, reasons = recipe_applies(
+        RecipeSpec.model_validate({"name": "r", "applies_when": {"prefix_reuse": "lots"}, "steps": []}),
+        {"prefix_reuse": 0.5},
+    )
     assert not ok and "not '<op> <number>'" in reasons[0]

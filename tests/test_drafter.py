@@ -31,18 +31,39 @@ def test_spec_decode_counters_are_read_per_position():
     from engines.vllm import VllmAdapter
 
     got = VllmAdapter.speculative_counters(METRICS)
-    assert got == {"num_drafts": 191.0, "num_draft_tokens": 573.0, "num_accepted_tokens": 5.0,
-                   "accepted_pos0": 4.0, "accepted_pos1": 1.0, "accepted_pos2": 0.0}
+    assert got == {
+        "num_drafts": 191.0,
+        "num_draft_tokens": 573.0,
+        "num_accepted_tokens": 5.0,
+        "accepted_pos0": 4.0,
+        "accepted_pos1": 1.0,
+        "accepted_pos2": 0.0,
+    }
 
 
 def test_served_acceptance_accumulates_deltas_over_sweeps():
     served = drafter.ServedAcceptance()
-    zero = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0,
-            "accepted_pos0": 0.0, "accepted_pos1": 0.0}
-    first = {"num_drafts": 10.0, "num_draft_tokens": 20.0, "num_accepted_tokens": 12.0,
-             "accepted_pos0": 8.0, "accepted_pos1": 4.0}
-    second = {"num_drafts": 30.0, "num_draft_tokens": 60.0, "num_accepted_tokens": 22.0,
-              "accepted_pos0": 16.0, "accepted_pos1": 6.0}
+    zero = {
+        "num_drafts": 0.0,
+        "num_draft_tokens": 0.0,
+        "num_accepted_tokens": 0.0,
+        "accepted_pos0": 0.0,
+        "accepted_pos1": 0.0,
+    }
+    first = {
+        "num_drafts": 10.0,
+        "num_draft_tokens": 20.0,
+        "num_accepted_tokens": 12.0,
+        "accepted_pos0": 8.0,
+        "accepted_pos1": 4.0,
+    }
+    second = {
+        "num_drafts": 30.0,
+        "num_draft_tokens": 60.0,
+        "num_accepted_tokens": 22.0,
+        "accepted_pos0": 16.0,
+        "accepted_pos1": 6.0,
+    }
     served.add(zero, first)
     served.add(first, second)
     assert served.drafts == 30 and served.accepted_tokens == 22
@@ -59,8 +80,15 @@ def test_candidate_args_replace_any_earlier_speculation(tmp_path):
 
 
 def test_break_even_and_draft_cost_follow_the_bytes_read(tmp_path):
-    config = {"hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152, "num_hidden_layers": 30,
-              "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
+    config = {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "vocab_size": 49152,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "tie_word_embeddings": True,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     cost = drafter.draft_cost_ratio(tmp_path, draft_layers=4)
     assert 0.25 < cost < 0.35  # SmolLM2-135M: the head is a fifth of the bytes, 4 of 30 layers the rest
@@ -70,13 +98,22 @@ def test_break_even_and_draft_cost_follow_the_bytes_read(tmp_path):
 
 def _diagnosis(**engine_stats) -> Diagnosis:
     decode = Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90% of end-to-end latency"])
-    return Diagnosis(endpoint="ep", engine_kind="vllm", bottlenecks=[decode], engine_stats=engine_stats,
-                     request_stats={"structured_output_fraction": 1.0})
+    return Diagnosis(
+        endpoint="ep",
+        engine_kind="vllm",
+        bottlenecks=[decode],
+        engine_stats=engine_stats,
+        request_stats={"structured_output_fraction": 1.0},
+    )
 
 
 def test_rule_proposes_training_with_the_acceptance_that_pays_off():
-    s = drafter_training(_diagnosis(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5), k=3,
-                         draft_cost_ratio=0.3, gpu_count=1)
+    s = drafter_training(
+        _diagnosis(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5),
+        k=3,
+        draft_cost_ratio=0.3,
+        gpu_count=1,
+    )
     assert s is not None and s.command == "autoresearch drafter train ep --k 3"
     assert s.ngram_acceptance_length == pytest.approx(2.5)
     assert s.break_even_acceptance_length == pytest.approx(0.9 + s.verify_cost)
@@ -99,10 +136,20 @@ def test_rule_stays_silent_when_drafting_cannot_pay():
 def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
     store = MemoryStore(tmp_path / "memory.duckdb")
     store.ensure_schema()
-    rec = DrafterRecord(endpoint="ep", model_signature="m1", data_signature="d1", path="/drafts/a",
-                        num_speculative_tokens=3, layers=4, steps=300, train_examples=100, train_tokens=3200,
-                        heldout_examples=20, train_s=120.0,
-                        acceptance_offline={"acceptance_length": 1.8, "accepted_per_position": [0.5, 0.2, 0.1]})
+    rec = DrafterRecord(
+        endpoint="ep",
+        model_signature="m1",
+        data_signature="d1",
+        path="/drafts/a",
+        num_speculative_tokens=3,
+        layers=4,
+        steps=300,
+        train_examples=100,
+        train_tokens=3200,
+        heldout_examples=20,
+        train_s=120.0,
+        acceptance_offline={"acceptance_length": 1.8, "accepted_per_position": [0.5, 0.2, 0.1]},
+    )
     store.record_drafter(rec)
     assert store.mark_drafters_stale("ep", "m1") == []
     assert store.mark_drafters_stale("ep", "m2") == [rec.drafter_id]
@@ -113,13 +160,23 @@ def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
     other = DrafterRecord.model_validate(other.model_dump())
     store.record_drafter(other)
     assert store.mark_drafters_stale("ep", reason="traffic drifted (prompt_tokens)") == [other.drafter_id]
-    assert {d.stale_reason for d in store.drafters("ep")} == {"model changed: m1 -> m2", "traffic drifted (prompt_tokens)"}
+    assert {d.stale_reason for d in store.drafters("ep")} == {
+        "model changed: m1 -> m2",
+        "traffic drifted (prompt_tokens)",
+    }
 
 
 # --- the drafter rule in the proposal round, and the verdict written back (real DuckDB, no engine)
 
-SMOLLM_CONFIG = {"hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152, "num_hidden_layers": 30,
-                 "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
+SMOLLM_CONFIG = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "vocab_size": 49152,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "tie_word_embeddings": True,
+}
 
 
 @pytest.fixture
@@ -144,17 +201,29 @@ def _trained(spec, tmp_path, **update) -> DrafterRecord:
     draft = tmp_path / "draft"
     draft.mkdir(exist_ok=True)
     (draft / "config.json").write_text(json.dumps(SMOLLM_CONFIG | {"num_hidden_layers": 4}))
-    rec = DrafterRecord(endpoint=spec.name, model_signature=model_fingerprint(spec), data_signature="d1",
-                        path=str(draft), num_speculative_tokens=3, layers=4, steps=300, train_examples=100,
-                        train_tokens=3200, heldout_examples=20, train_s=120.0, train={"draft_cost_ratio": 0.29},
-                        acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.56, 0.43, 0.33]})
+    rec = DrafterRecord(
+        endpoint=spec.name,
+        model_signature=model_fingerprint(spec),
+        data_signature="d1",
+        path=str(draft),
+        num_speculative_tokens=3,
+        layers=4,
+        steps=300,
+        train_examples=100,
+        train_tokens=3200,
+        heldout_examples=20,
+        train_s=120.0,
+        train={"draft_cost_ratio": 0.29},
+        acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.56, 0.43, 0.33]},
+    )
     return DrafterRecord.model_validate(rec.model_copy(update=update).model_dump()) if update else rec
 
 
 def _predictable(spec) -> Diagnosis:
     """Decode-bound, small batch, structured replies: the rule says a drafter would pay (on a GPU)."""
     return _diagnosis(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5).model_copy(
-        update={"endpoint": spec.name})
+        update={"endpoint": spec.name}
+    )
 
 
 def test_a_fresh_drafter_joins_the_round_as_a_lossless_candidate(local_spec, tmp_path):
@@ -164,26 +233,39 @@ def test_a_fresh_drafter_joins_the_round_as_a_lossless_candidate(local_spec, tmp
     store = _store(tmp_path)
     rec = _trained(spec, tmp_path)
     store.record_drafter(rec)
-    batch = drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store,
-                                    campaign_id="c1")
+    batch = drafter.propose_drafter(
+        spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store, campaign_id="c1"
+    )
     (proposal,) = batch.proposals
     iv = proposal.intervention
     assert iv.technique == drafter.TECHNIQUE and not iv.lossy
     assert json.loads(iv.engine_arg_diff["--speculative-config"]) == {
-        "method": "draft_model", "model": rec.path, "num_speculative_tokens": 3}
-    assert batch.drafter is not None and str(round(batch.drafter.break_even_acceptance_length, 2)) in proposal.falsification
+        "method": "draft_model",
+        "model": rec.path,
+        "num_speculative_tokens": 3,
+    }
+    assert (
+        batch.drafter is not None
+        and str(round(batch.drafter.break_even_acceptance_length, 2)) in proposal.falsification
+    )
     # it was proposed as a candidate, so no open question asks for a drafter to be trained
     assert store.query("select count(*) as n from open_questions")["n"][0] == 0
     # in a full round the drafter takes the last-ranked proposal's place
-    full = ProposalBatch(source="rules", proposals=[proposal.model_copy(update={"proposal_id": f"p{i}"}) for i in range(3)])
+    full = ProposalBatch(
+        source="rules", proposals=[proposal.model_copy(update={"proposal_id": f"p{i}"}) for i in range(3)]
+    )
     got = drafter.propose_drafter(spec, _predictable(spec), full, n=3, memory=store).proposals
     assert [p.proposal_id for p in got] == ["p0", "p1", proposal.proposal_id]
     # a drafter already judged, stale, or of another model: the round only suggests
     for update in ({"verdict": "worse"}, {"status": "stale"}, {"model_signature": "another"}):
         other = _store(tmp_path / next(iter(update)))
         other.record_drafter(_trained(spec, tmp_path, **update))
-        assert drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3,
-                                       memory=other).proposals == []
+        assert (
+            drafter.propose_drafter(
+                spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=other
+            ).proposals
+            == []
+        )
 
 
 def test_without_a_drafter_the_round_records_the_suggestion_as_an_open_question(local_spec, tmp_path):
@@ -191,19 +273,27 @@ def test_without_a_drafter_the_round_records_the_suggestion_as_an_open_question(
 
     spec = local_spec.model_copy(update={"hardware": local_spec.hardware.model_copy(update={"gpu_count": 1})})
     store = _store(tmp_path)
-    batch = drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store,
-                                    campaign_id="c1")
+    batch = drafter.propose_drafter(
+        spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store, campaign_id="c1"
+    )
     assert batch.proposals == [] and batch.drafter is not None
     assert batch.drafter.command == f"autoresearch drafter train {spec.name} --k 3"
     questions = store.query("select question, rationale, campaign_id from open_questions")
     assert questions.height == 1 and questions["campaign_id"][0] == "c1"
     assert batch.drafter.command in questions["rationale"][0]
     # the same suggestion next round is the same question, not a second one
-    drafter.propose_drafter(spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store, campaign_id="c1")
+    drafter.propose_drafter(
+        spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store, campaign_id="c1"
+    )
     assert store.query("select count(*) as n from open_questions")["n"][0] == 1
     # the reason is kept when the rule stays silent (no decode bottleneck)
-    silent = drafter.propose_drafter(spec, Diagnosis(endpoint=spec.name, engine_kind=spec.engine.kind), ProposalBatch(source="rules"), n=3,
-                                     memory=store)
+    silent = drafter.propose_drafter(
+        spec,
+        Diagnosis(endpoint=spec.name, engine_kind=spec.engine.kind),
+        ProposalBatch(source="rules"),
+        n=3,
+        memory=store,
+    )
     assert silent.drafter is None and "decode is not a bottleneck" in silent.drafter_why_not
 
 
@@ -224,11 +314,15 @@ def test_the_harness_verdict_and_served_acceptance_reach_the_drafter_record(loca
     rec = _trained(local_spec, tmp_path)
     store.record_drafter(rec)
     diff = drafter.draft_model_diff("vllm", Path(rec.path), 3)
-    step = StepResult.model_construct(engine_metrics={"spec_decode_draft_tokens_delta": 300.0,
-                                                      "spec_decode_accepted_tokens_delta": 120.0})
+    step = StepResult.model_construct(
+        engine_metrics={"spec_decode_draft_tokens_delta": 300.0, "spec_decode_accepted_tokens_delta": 120.0}
+    )
     sweeps = [SweepResult.model_construct(steps=[step, step])]
     assert drafter.record_judgement(store, local_spec, {"--speculative-config": "{}"}, "worse", None, sweeps) is None
-    assert drafter.record_judgement(store, local_spec, diff, "worse", "lossless, checked on logprobs", sweeps) == rec.drafter_id
+    assert (
+        drafter.record_judgement(store, local_spec, diff, "worse", "lossless, checked on logprobs", sweeps)
+        == rec.drafter_id
+    )
     (got,) = store.drafters(local_spec.name)
     assert got.verdict == "worse" and got.correctness == "lossless, checked on logprobs"
     assert got.acceptance_served["acceptance_rate"] == pytest.approx(0.4)

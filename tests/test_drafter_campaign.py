@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import CampaignSpec
-from autoresearch.engine_args import parse_args
+from specs.config import CampaignSpec
+from specs.engine_args import parse_args
 from memory_db import DrafterRecord, MemoryStore
 from research import drafter
 from research.campaign import run_campaign
@@ -23,15 +23,27 @@ from research.state import StateStore
 from test_campaign import pool, sweep
 from test_gpu_cap import _endpoint
 
-CONFIG = {"hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152, "num_hidden_layers": 30,
-          "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
+CONFIG = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "vocab_size": 49152,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "tie_word_embeddings": True,
+}
 
 
 def _decode_bound(endpoint: str) -> dict:
     """Decode-bound at a small batch with predictable replies: the rule says a drafter would pay."""
     decode = Bottleneck(name="decode_bound", severity=0.8, evidence=["decode is 90% of end-to-end latency"])
-    return Diagnosis(endpoint=endpoint, engine_kind="vllm", bottlenecks=[decode], request_stats={"structured_output_fraction": 1.0},
-                     engine_stats={"at_cap_requests_running_mean": 2.0}).model_dump(mode="json")
+    return Diagnosis(
+        endpoint=endpoint,
+        engine_kind="vllm",
+        bottlenecks=[decode],
+        request_stats={"structured_output_fraction": 1.0},
+        engine_stats={"at_cap_requests_running_mean": 2.0},
+    ).model_dump(mode="json")
 
 
 def _speculating_sweep(engine, pool_, spec):
@@ -39,8 +51,9 @@ def _speculating_sweep(engine, pool_, spec):
     drafting = "--speculative-config" in parse_args(engine.spec.engine.args)
     result = sweep(3.0 if drafting else 2.0, args=tuple(engine.spec.engine.args))
     for st in result.steps:
-        st.engine_metrics = {"spec_decode_draft_tokens_delta": 90.0, "spec_decode_accepted_tokens_delta": 60.0} \
-            if drafting else {}
+        st.engine_metrics = (
+            {"spec_decode_draft_tokens_delta": 90.0, "spec_decode_accepted_tokens_delta": 60.0} if drafting else {}
+        )
     return result
 
 
@@ -52,17 +65,43 @@ def test_a_campaign_judges_a_fresh_drafter_and_records_the_verdict_on_it(tmp_pat
     (draft / "config.json").write_text(json.dumps(CONFIG | {"num_hidden_layers": 4}))
     memory = MemoryStore(tmp_path / "memory.duckdb")
     memory.ensure_schema()
-    trained = DrafterRecord(endpoint=endpoint.name, model_signature=model_fingerprint(endpoint), data_signature="d",
-                            path=str(draft), num_speculative_tokens=3, layers=4, steps=300, train_examples=100,
-                            train_tokens=3200, train_s=100.0, train={"draft_cost_ratio": 0.31},
-                            acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.6, 0.4, 0.3]})
+    trained = DrafterRecord(
+        endpoint=endpoint.name,
+        model_signature=model_fingerprint(endpoint),
+        data_signature="d",
+        path=str(draft),
+        num_speculative_tokens=3,
+        layers=4,
+        steps=300,
+        train_examples=100,
+        train_tokens=3200,
+        train_s=100.0,
+        train={"draft_cost_ratio": 0.31},
+        acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.6, 0.4, 0.3]},
+    )
     memory.record_drafter(trained)
-    campaign = CampaignSpec(name="draft", endpoint=endpoint.name, subagents=2, repeats=2, max_rounds=1,
-                            proposer="rules", deadline_minutes=30, gpu_hours=5, extra_repeats=0)
+    campaign = CampaignSpec(
+        name="draft",
+        endpoint=endpoint.name,
+        subagents=2,
+        repeats=2,
+        max_rounds=1,
+        proposer="rules",
+        deadline_minutes=30,
+        gpu_hours=5,
+        extra_repeats=0,
+    )
     lines: list[str] = []
-    outcome = run_campaign(campaign, endpoint, state_dir=tmp_path / "state", memory=memory, pool=pool(),
-                           sweep_fn=_speculating_sweep, diagnose_fn=lambda *a: _decode_bound(endpoint.name),
-                           progress=lines.append)
+    outcome = run_campaign(
+        campaign,
+        endpoint,
+        state_dir=tmp_path / "state",
+        memory=memory,
+        pool=pool(),
+        sweep_fn=_speculating_sweep,
+        diagnose_fn=lambda *a: _decode_bound(endpoint.name),
+        progress=lines.append,
+    )
     assert outcome.finished, "\n".join(lines[-20:])
 
     state = StateStore(tmp_path / "state", "draft").load()
@@ -76,6 +115,11 @@ def test_a_campaign_judges_a_fresh_drafter_and_records_the_verdict_on_it(tmp_pat
     recorded = memory.query("select technique, verdict from v_experiments where technique = 'trained_drafter'")
     assert list(recorded["verdict"]) == [run.verdict]
     # judged once: the next campaign does not propose it again, it suggests training a new one instead
-    batch = drafter.propose_drafter(endpoint, Diagnosis.model_validate(_decode_bound(endpoint.name)),
-                                    ProposalBatch(source="rules"), n=2, memory=memory)
+    batch = drafter.propose_drafter(
+        endpoint,
+        Diagnosis.model_validate(_decode_bound(endpoint.name)),
+        ProposalBatch(source="rules"),
+        n=2,
+        memory=memory,
+    )
     assert batch.proposals == [] and batch.drafter is not None

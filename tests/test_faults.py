@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from autoresearch.config import SLASpec
+from specs.config import SLASpec
 from loadgen import simengine
 from memory_db import MemoryStore
 from memory_db.records import FindingRecord
@@ -38,6 +38,7 @@ def _findings(path: Path) -> pl.DataFrame:
 
 
 # --- a full disk ----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
@@ -91,16 +92,30 @@ def test_a_full_disk_refuses_the_write_keeps_the_memory_readable_and_leaves_noth
     assert _findings(db)["finding_id"].to_list() == ["f000", "f001"]
 
 
-def test_a_full_disk_during_a_sweep_makes_the_step_invalid_and_leaves_no_half_written_records(small_disk: Path,
-                                                                                               definitions):
+def test_a_full_disk_during_a_sweep_makes_the_step_invalid_and_leaves_no_half_written_records(
+    small_disk: Path, definitions
+):
     """The sweep's request records go to a full file system: the step is invalid with the cause (its
     evidence cannot be kept), and no partial Parquet file is left behind."""
     from loadgen.sweep import run_sweep
 
     spec = definitions.endpoint("tiny_random")
-    spec = spec.model_copy(update={"sla": SLA, "sweep": spec.sweep.model_copy(update={
-        "rates": [4.0], "step_duration_s": 2.0, "refine_steps": 0, "warmup_requests": 0, "warm_prefix_groups": 0,
-        "drain_s": 2.0, "repeats": 1})})
+    spec = spec.model_copy(
+        update={
+            "sla": SLA,
+            "sweep": spec.sweep.model_copy(
+                update={
+                    "rates": [4.0],
+                    "step_duration_s": 2.0,
+                    "refine_steps": 0,
+                    "warmup_requests": 0,
+                    "warm_prefix_groups": 0,
+                    "drain_s": 2.0,
+                    "repeats": 1,
+                }
+            ),
+        }
+    )
     pool = pl.DataFrame({"request_id": [str(i) for i in range(20)], "body": [json.dumps(BODIES[0])] * 20})
     records = small_disk / "records"
     records.mkdir()
@@ -173,8 +188,9 @@ def test_errors_and_broken_streams_are_counted_exactly_and_the_step_breaks_the_e
 
     n = 70
     with simengine.start(simengine.ServiceModel(error_every=5, malformed_every=7)) as engine:
-        outcome = run_open_loop(engine.base_url, engine.served_model, BODIES, np.arange(n) / 10.0, timeout_s=30,
-                                isolate=True)
+        outcome = run_open_loop(
+            engine.base_url, engine.served_model, BODIES, np.arange(n) / 10.0, timeout_s=30, isolate=True
+        )
     expected_500 = n // 5
     expected_broken = sum(1 for k in range(1, n + 1) if k % 7 == 0 and k % 5 != 0)
     statuses = [r.status for r in outcome.records]
@@ -192,9 +208,22 @@ def test_an_engine_that_accepts_connections_but_never_answers_ends_the_step_at_i
     from loadgen.sweep import run_sweep
 
     spec = definitions.endpoint("tiny_random")
-    spec = spec.model_copy(update={"sla": SLA, "sweep": spec.sweep.model_copy(update={
-        "rates": [2.0], "step_duration_s": 3.0, "refine_steps": 0, "warmup_requests": 0, "warm_prefix_groups": 0,
-        "drain_s": 2.0, "repeats": 1})})
+    spec = spec.model_copy(
+        update={
+            "sla": SLA,
+            "sweep": spec.sweep.model_copy(
+                update={
+                    "rates": [2.0],
+                    "step_duration_s": 3.0,
+                    "refine_steps": 0,
+                    "warmup_requests": 0,
+                    "warm_prefix_groups": 0,
+                    "drain_s": 2.0,
+                    "repeats": 1,
+                }
+            ),
+        }
+    )
     pool = pl.DataFrame({"request_id": [str(i) for i in range(20)], "body": [json.dumps(BODIES[0])] * 20})
     began = time.monotonic()
     with simengine.start(simengine.ServiceModel(hang=True)) as engine:
@@ -212,6 +241,7 @@ def test_an_engine_that_accepts_connections_but_never_answers_ends_the_step_at_i
 
 # --- a corrupt memory file -------------------------------------------------------------------------
 
+
 def test_a_corrupt_memory_is_refused_naming_its_last_good_copy_which_keeps_every_record(tmp_path):
     """Bytes of the database overwritten (a disk fault, a foreign writer): the CLI refuses it in one
     line naming the last good copy, which holds every record written before."""
@@ -228,8 +258,13 @@ def test_a_corrupt_memory_is_refused_naming_its_last_good_copy_which_keeps_every
         handle.write(os.urandom(64 * 1024))
     env = {**os.environ, "AUTORESEARCH_HOME": str(home)}
     env.pop("AUTORESEARCH_MEMORY_DB", None)
-    result = subprocess.run([str(REPO / ".venv" / "bin" / "autoresearch"), "memory", "query",
-                             "select count(*) as n from findings"], capture_output=True, text=True, env=env, cwd=REPO)
+    result = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "autoresearch"), "memory", "query", "select count(*) as n from findings"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"research memory {db}" in result.stderr
     assert f"its last good copy is {backup}" in result.stderr, result.stderr
@@ -244,12 +279,33 @@ def test_a_sweep_that_runs_no_step_is_invalid_not_a_capacity_of_zero(definitions
     import loadgen.sweep as sweep_module
     from loadgen.results import CalibrationResult
 
-    calibration = CalibrationResult(max_rate=0.01, senders=1, lag_p99_ms_bound=20, rate_ratio_bound=0.95,
-                                    duration_s=10, points=[], host="test", cpus=2, measured_at=time.time())
+    calibration = CalibrationResult(
+        max_rate=0.01,
+        senders=1,
+        lag_p99_ms_bound=20,
+        rate_ratio_bound=0.95,
+        duration_s=10,
+        points=[],
+        host="test",
+        cpus=2,
+        measured_at=time.time(),
+    )
     monkeypatch.setattr("loadgen.calibrate.client_limit", lambda: calibration)
     spec = definitions.endpoint("tiny_random")
-    spec = spec.model_copy(update={"sla": SLA, "sweep": spec.sweep.model_copy(update={
-        "rates": None, "step_duration_s": 2.0, "refine_steps": 0, "warmup_requests": 2, "warm_prefix_groups": 0})})
+    spec = spec.model_copy(
+        update={
+            "sla": SLA,
+            "sweep": spec.sweep.model_copy(
+                update={
+                    "rates": None,
+                    "step_duration_s": 2.0,
+                    "refine_steps": 0,
+                    "warmup_requests": 2,
+                    "warm_prefix_groups": 0,
+                }
+            ),
+        }
+    )
     pool = pl.DataFrame({"request_id": [str(i) for i in range(20)], "body": [json.dumps(BODIES[0])] * 20})
     with simengine.start(simengine.ServiceModel()) as engine:  # the automatic ladder: a probe picks the first rate
         result = sweep_module.run_sweep(engine, pool, spec, repeats_label="refused", max_steps=3)

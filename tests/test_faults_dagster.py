@@ -49,8 +49,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_for_candidate_engine(graph: ResearchGraph, proc: subprocess.Popen, log: Path,
-                               resumes: int) -> tuple[int, list]:
+def _wait_for_candidate_engine(
+    graph: ResearchGraph, proc: subprocess.Popen, log: Path, resumes: int
+) -> tuple[int, list]:
     """Wait until the campaign state has its baseline (after ``resumes`` resumes) and a candidate's engine
     runs; return that engine's pid and the baseline's sweeps."""
     deadline = time.monotonic() + 1500  # a bound on a stuck run, not a timing assertion

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import CampaignSpec, EndpointSpec, HardwareSpec, SweepSpec
+from specs.config import CampaignSpec, EndpointSpec, HardwareSpec, SweepSpec
 from dagster_project.lib import load_definitions
-from autoresearch.engine_args import parse_args
-from autoresearch.paths import definitions_dir
+from specs.engine_args import parse_args
+from specs.paths import definitions_dir
 from engines.gpu_lease import GpuUnavailable, acquire
 from research.campaign import run_campaign
 from research.state import ProposalRecord, StateStore
@@ -34,8 +34,13 @@ sys.stdin.readline()  # hold until told to go
 
 
 def _holder(lock_dir: Path, count: int = 1) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_dir), str(count)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(lock_dir), str(count)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     return proc, proc.stdout.readline().strip()
 
 
@@ -140,14 +145,22 @@ class Recorder:
         start = time.monotonic()
         time.sleep(sleep_s)
         with self.lock:
-            self.calls.append({"seqs": seqs, "gpus": env.get("CUDA_VISIBLE_DEVICES"), "start": start,
-                               "end": time.monotonic()})
+            self.calls.append(
+                {"seqs": seqs, "gpus": env.get("CUDA_VISIBLE_DEVICES"), "start": start, "end": time.monotonic()}
+            )
         return sweep(capacity, args=tuple(engine.spec.engine.args))
 
 
 def _propose(endpoint, diagnosis, state, n, skip):
-    return [ProposalRecord(proposal_id=f"p{i}", title=f"--max-num-seqs {v}", technique="raise_max_num_seqs",
-                           engine_arg_diff={"--max-num-seqs": v}) for i, v in enumerate(CANDIDATES)][:n]
+    return [
+        ProposalRecord(
+            proposal_id=f"p{i}",
+            title=f"--max-num-seqs {v}",
+            technique="raise_max_num_seqs",
+            engine_arg_diff={"--max-num-seqs": v},
+        )
+        for i, v in enumerate(CANDIDATES)
+    ][:n]
 
 
 def _endpoint(tmp_path: Path) -> EndpointSpec:
@@ -156,22 +169,42 @@ def _endpoint(tmp_path: Path) -> EndpointSpec:
     stand_in.chmod(0o755)
     (tmp_path / "model").mkdir()
     base = load_definitions(definitions_dir()).endpoint("tiny_random")
-    return base.model_copy(update={
-        "model": base.model.model_copy(update={"path": str(tmp_path / "model")}),
-        "engine": base.engine.model_copy(update={"python": str(stand_in), "args": ["--max-num-seqs", "2"],
-                                                 "env": {}, "startup_timeout_s": 30}),
-        "hardware": HardwareSpec(gpu_type="H200", gpu_count=1),
-        "sweep": SweepSpec(rates=[0.5, 1, 2, 3, 4], repeats=2)})
+    return base.model_copy(
+        update={
+            "model": base.model.model_copy(update={"path": str(tmp_path / "model")}),
+            "engine": base.engine.model_copy(
+                update={"python": str(stand_in), "args": ["--max-num-seqs", "2"], "env": {}, "startup_timeout_s": 30}
+            ),
+            "hardware": HardwareSpec(gpu_type="H200", gpu_count=1),
+            "sweep": SweepSpec(rates=[0.5, 1, 2, 3, 4], repeats=2),
+        }
+    )
 
 
 def _campaign(tmp_path: Path, endpoint: EndpointSpec, cap: int, folder: str):
-    spec = CampaignSpec(name="cap", endpoint=endpoint.name, max_concurrent_gpus=cap, subagents=4, repeats=2,
-                        max_rounds=1, proposer="rules", deadline_minutes=30, gpu_hours=5)
+    spec = CampaignSpec(
+        name="cap",
+        endpoint=endpoint.name,
+        max_concurrent_gpus=cap,
+        subagents=4,
+        repeats=2,
+        max_rounds=1,
+        proposer="rules",
+        deadline_minutes=30,
+        gpu_hours=5,
+    )
     recorder = Recorder()
     lines: list[str] = []
-    outcome = run_campaign(spec, endpoint, state_dir=tmp_path / folder, pool=pool(), sweep_fn=recorder,
-                           diagnose_fn=lambda *a: {"bottlenecks": []}, propose_fn=_propose,
-                           progress=lines.append)
+    outcome = run_campaign(
+        spec,
+        endpoint,
+        state_dir=tmp_path / folder,
+        pool=pool(),
+        sweep_fn=recorder,
+        diagnose_fn=lambda *a: {"bottlenecks": []},
+        propose_fn=_propose,
+        progress=lines.append,
+    )
     return outcome, StateStore(tmp_path / folder, "cap").load(), recorder.calls, lines
 
 
@@ -197,8 +230,9 @@ def test_a_campaign_runs_candidates_in_parallel_up_to_the_cap_each_on_its_own_gp
     assert parallel.best_args == serial.best_args == ["--max-num-seqs", "16"]
     assert p_state.rounds[0].experiment_ids == s_state.rounds[0].experiment_ids
     assert list(p_state.experiments) == list(s_state.experiments)
-    assert ({e: (r.verdict, r.confirmed, r.capacity_mean) for e, r in p_state.experiments.items()}
-            == {e: (r.verdict, r.confirmed, r.capacity_mean) for e, r in s_state.experiments.items()})
+    assert {e: (r.verdict, r.confirmed, r.capacity_mean) for e, r in p_state.experiments.items()} == {
+        e: (r.verdict, r.confirmed, r.capacity_mean) for e, r in s_state.experiments.items()
+    }
     assert p_state.rounds[0].adopted == s_state.rounds[0].adopted
 
     # each candidate's sweeps ran on one engine, pinned to one GPU of the host

@@ -41,7 +41,7 @@ HOLD_S = 4.0
 def experiments_job() -> dg.JobDefinition:
     """Four experiments in the endpoint's pool, run by a multiprocess executor that alone would
     allow all four at once (module level: the executor's step processes rebuild it by reference)."""
-    from dagster_project.pools import pool_for
+    from assets.pools import pool_for
 
     endpoint = load_definitions(Path(os.environ["POOLS_TEST_DEFINITIONS"])).endpoint("pooled")
     record = Path(os.environ["POOLS_TEST_RECORD"])
@@ -58,8 +58,11 @@ def experiments_job() -> dg.JobDefinition:
 
     return dg.Definitions(
         assets=[experiment(i) for i in range(EXPERIMENTS)],
-        jobs=[dg.define_asset_job("experiments", executor_def=dg.multiprocess_executor.configured(
-            {"max_concurrent": EXPERIMENTS}))],
+        jobs=[
+            dg.define_asset_job(
+                "experiments", executor_def=dg.multiprocess_executor.configured({"max_concurrent": EXPERIMENTS})
+            )
+        ],
     ).resolve_job_def("experiments")
 
 
@@ -75,7 +78,8 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
 def _run(instance: dg.DagsterInstance, record: Path) -> list[tuple[float, float]]:
     record.unlink(missing_ok=True)
     job = dg.build_reconstructable_job(  # tests/ is no package: the step processes import it from here
-        __name__, experiments_job.__name__, reconstructor_working_directory=str(Path(__file__).parent))
+        __name__, experiments_job.__name__, reconstructor_working_directory=str(Path(__file__).parent)
+    )
     result = dg.execute_job(job, instance=instance)
     assert result.success
     rows = [json.loads(line) for line in record.read_text().splitlines()]
@@ -99,11 +103,11 @@ def pooled(tmp_path: Path, monkeypatch) -> Path:
 
 def test_pool_limits_follow_the_yaml_and_every_engine_asset_takes_its_endpoints_pool(pooled: Path):
     from dagster_project.definitions import build_definitions
-    from dagster_project.pools import pool_limits
+    from assets.pools import pool_limits
 
     # the shipped definitions: the CPU endpoints share one engine at a time; a GPU endpoint whose
     # campaign allows one GPU runs one engine
-    from autoresearch.paths import definitions_dir
+    from specs.paths import definitions_dir
 
     shipped = pool_limits(load_definitions(definitions_dir()))
     assert shipped["cpu"] == 1 and shipped["gpu_chat_azure_h200"] == 1

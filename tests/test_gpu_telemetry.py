@@ -15,8 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from engines.gpu import (GpuReading, GpuSampler, GpuTick, RELEASE_TOLERANCE_BYTES, memory_used, summarize_ticks,
-                         wait_memory_released)
+from engines.gpu import (
+    GpuReading,
+    GpuSampler,
+    GpuTick,
+    RELEASE_TOLERANCE_BYTES,
+    memory_used,
+    summarize_ticks,
+    wait_memory_released,
+)
 from engines.process import ManagedProcess, group_alive
 from loadgen.watch import EngineWatch
 
@@ -26,14 +33,17 @@ NO_NVML = memory_used()[0] is None
 
 # -- the per-step summary ---------------------------------------------------------------------
 
+
 def _tick(t: float, *readings: GpuReading) -> GpuTick:
     return GpuTick(t, readings)
 
 
 def test_energy_is_the_integral_of_power_over_time():
-    ticks = [_tick(0.0, GpuReading(0, util_pct=10, memory_used_bytes=40 * GiB, power_w=100.0)),
-             _tick(1.0, GpuReading(0, util_pct=50, memory_used_bytes=60 * GiB, power_w=200.0)),
-             _tick(3.0, GpuReading(0, util_pct=90, memory_used_bytes=50 * GiB, power_w=200.0))]
+    ticks = [
+        _tick(0.0, GpuReading(0, util_pct=10, memory_used_bytes=40 * GiB, power_w=100.0)),
+        _tick(1.0, GpuReading(0, util_pct=50, memory_used_bytes=60 * GiB, power_w=200.0)),
+        _tick(3.0, GpuReading(0, util_pct=90, memory_used_bytes=50 * GiB, power_w=200.0)),
+    ]
     out = summarize_ticks(ticks)
     # trapezoids: (100+200)/2 * 1 s + (200+200)/2 * 2 s = 150 + 400 J
     assert out["energy_j"] == pytest.approx(550.0)
@@ -46,12 +56,23 @@ def test_energy_is_the_integral_of_power_over_time():
 
 
 def test_two_gpus_add_up_and_missing_readings_are_left_out():
-    ticks = [_tick(0.0, GpuReading(0, util_pct=20, memory_used_bytes=10 * GiB, power_w=300.0),
-                   GpuReading(1, util_pct=40, memory_used_bytes=20 * GiB, power_w=None)),
-             _tick(2.0, GpuReading(0, util_pct=60, memory_used_bytes=30 * GiB, power_w=500.0),
-                   GpuReading(1, util_pct=None, memory_used_bytes=25 * GiB, power_w=100.0)),
-             _tick(4.0, GpuReading(0, util_pct=None, memory_used_bytes=None, power_w=500.0),
-                   GpuReading(1, util_pct=80, memory_used_bytes=5 * GiB, power_w=100.0))]
+    ticks = [
+        _tick(
+            0.0,
+            GpuReading(0, util_pct=20, memory_used_bytes=10 * GiB, power_w=300.0),
+            GpuReading(1, util_pct=40, memory_used_bytes=20 * GiB, power_w=None),
+        ),
+        _tick(
+            2.0,
+            GpuReading(0, util_pct=60, memory_used_bytes=30 * GiB, power_w=500.0),
+            GpuReading(1, util_pct=None, memory_used_bytes=25 * GiB, power_w=100.0),
+        ),
+        _tick(
+            4.0,
+            GpuReading(0, util_pct=None, memory_used_bytes=None, power_w=500.0),
+            GpuReading(1, util_pct=80, memory_used_bytes=5 * GiB, power_w=100.0),
+        ),
+    ]
     out = summarize_ticks(ticks, energy_counter_j=2345.0)
     # GPU 0: 800 J over 0-2 s + 1000 J over 2-4 s; GPU 1: 100 W over 2-4 s = 200 J
     assert out["energy_j"] == pytest.approx(2000.0)
@@ -70,6 +91,7 @@ def test_no_numbers_are_made_up():
 
 # -- the release check --------------------------------------------------------------------------
 
+
 class _Clock:
     def __init__(self):
         self.now = 0.0
@@ -84,8 +106,15 @@ class _Clock:
 def test_memory_released_after_the_drivers_delay():
     clock = _Clock()
     readings = iter([{0: 129 * GiB}, {0: 129 * GiB}, {0: 1 * GiB + 100 * 2**20}])
-    check = wait_memory_released({0: 1 * GiB}, lambda: next(readings), before_stop={0: 130 * GiB}, timeout_s=5.0,
-                                 poll_s=0.5, clock=clock, sleep=clock.sleep)
+    check = wait_memory_released(
+        {0: 1 * GiB},
+        lambda: next(readings),
+        before_stop={0: 130 * GiB},
+        timeout_s=5.0,
+        poll_s=0.5,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert check.status == "released" and not check.leak
     assert check.waited_s == pytest.approx(1.0)
     assert check.held_bytes == {0: 129 * GiB}
@@ -93,14 +122,21 @@ def test_memory_released_after_the_drivers_delay():
 
 def test_memory_still_held_is_a_leak():
     clock = _Clock()
-    check = wait_memory_released({0: 0, 1: 0}, lambda: {0: 129 * GiB, 1: RELEASE_TOLERANCE_BYTES}, timeout_s=2.0,
-                                 poll_s=0.5, clock=clock, sleep=clock.sleep)
+    check = wait_memory_released(
+        {0: 0, 1: 0},
+        lambda: {0: 129 * GiB, 1: RELEASE_TOLERANCE_BYTES},
+        timeout_s=2.0,
+        poll_s=0.5,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert check.leak and check.excess_bytes == {0: 129 * GiB}  # GPU 1 is within the tolerance
     assert check.waited_s >= 2.0 and "GPU 0: 129.00 GiB" in check.note
     assert json.loads(json.dumps(check.as_dict()))["excess_bytes"] == {"0": 129 * GiB}
 
 
 # -- this host: no NVML -------------------------------------------------------------------------
+
 
 @pytest.mark.skipif(not NO_NVML, reason="this host has NVML")
 def test_sampler_without_nvml_says_so_and_gives_no_numbers():
@@ -168,12 +204,14 @@ def _alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+    return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
 
 
 def test_stop_kills_a_leftover_that_ignores_sigterm_by_pid(tmp_path):
     pid_file, child_out = tmp_path / "child.pid", tmp_path / "child.out"
-    proc = ManagedProcess([sys.executable, "-c", LEADER, str(pid_file), str(child_out)], tmp_path / "engine.log").start()
+    proc = ManagedProcess(
+        [sys.executable, "-c", LEADER, str(pid_file), str(child_out)], tmp_path / "engine.log"
+    ).start()
     try:
         child = int(_wait_for(pid_file))
         _wait_for(child_out, "ready")  # its SIGTERM handler is in place
@@ -196,8 +234,11 @@ def test_stop_kills_a_leftover_that_ignores_sigterm_by_pid(tmp_path):
 
 
 def test_stop_of_a_clean_group_kills_nothing(tmp_path):
-    proc = ManagedProcess([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
-                          tmp_path / "engine.log", env={**os.environ}).start()
+    proc = ManagedProcess(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        tmp_path / "engine.log",
+        env={**os.environ},
+    ).start()
     _wait_for(tmp_path / "engine.log", "ready", timeout_s=60)  # running, past the interpreter's start-up
     code = proc.stop(leftover_grace_s=0.5)
     report = proc.stop_report
@@ -208,9 +249,16 @@ def test_stop_of_a_clean_group_kills_nothing(tmp_path):
 
 def test_a_leader_that_ignores_sigterm_is_killed_and_the_warning_says_why(tmp_path):
     """The SIGKILL path names the cause from /proc, so a stop that took the whole timeout explains itself."""
-    proc = ManagedProcess([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                           "print('ready', flush=True); time.sleep(60)"],
-                          tmp_path / "engine.log", env={**os.environ}).start()
+    proc = ManagedProcess(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)",
+        ],
+        tmp_path / "engine.log",
+        env={**os.environ},
+    ).start()
     _wait_for(tmp_path / "engine.log", "ready", timeout_s=60)
     code = proc.stop(term_timeout_s=1.0, leftover_grace_s=0.5)
     report = proc.stop_report
@@ -227,8 +275,11 @@ def test_an_engine_started_while_this_process_ignores_sigterm_still_stops_on_sig
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        proc = ManagedProcess([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
-                              tmp_path / "engine.log", env={**os.environ}).start()
+        proc = ManagedProcess(
+            [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+            tmp_path / "engine.log",
+            env={**os.environ},
+        ).start()
     finally:
         signal.signal(signal.SIGTERM, saved[0])
         signal.signal(signal.SIGINT, saved[1])

@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from autoresearch import paths
+from specs import paths
 from dagster_project.lib import load_definitions
 from launchers import LaunchRefused, host_problem, preflight
 
@@ -63,8 +63,9 @@ def test_the_ui_marks_the_endpoint_and_materialising_fails_at_once_without_an_en
     assert "cannot_run_here" not in defs.get_assets_def(smollm).specs_by_key[smollm].metadata
 
     with dg.instance_for_test() as instance:
-        result = dg.materialize([defs.get_assets_def(baseline)], instance=instance, resources=defs.resources,
-                                raise_on_error=False)
+        result = dg.materialize(
+            [defs.get_assets_def(baseline)], instance=instance, resources=defs.resources, raise_on_error=False
+        )
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "cannot run on this host" in failure.event_specific_data.error.message
@@ -73,8 +74,14 @@ def test_the_ui_marks_the_endpoint_and_materialising_fails_at_once_without_an_en
 
 def test_the_cli_refuses_in_one_line_before_any_work(tmp_path):
     env = {**os.environ, "AUTORESEARCH_GPUS": "", "AUTORESEARCH_HOME": str(tmp_path / "home")}
-    done = subprocess.run([sys.executable, "-m", "autoresearch.cli", "sweep", "chat_azure_h200"], capture_output=True,
-                          text=True, cwd=REPO, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "sweep", "chat_azure_h200"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert "cannot run on this host" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "home").exists()

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.config import LocalLauncher, ModalLauncher
+from specs.config import LocalLauncher, ModalLauncher
 from dagster_project.lib import load_definitions
-from autoresearch.config import DefinitionError
+from specs.config import DefinitionError
 from engines import EngineError, start_engine
 from launchers import LaunchRefused, modal_credentials, preflight
 from launchers.container import collect_files, experiment_argv
@@ -40,19 +40,29 @@ attributes:
   sla: {{ttft_ms: 1500}}
   traffic: {{kind: sample}}
 """
-MODAL_BLOCK = "    kind: modal\n    app_name: ar-chat\n    weights_volume: ar-weights\n    timeout_s: 1800\n    region: us-east\n"
+MODAL_BLOCK = (
+    "    kind: modal\n    app_name: ar-chat\n    weights_volume: ar-weights\n    timeout_s: 1800\n    region: us-east\n"
+)
 
 
-def write_endpoint(folder: Path, launcher: str = MODAL_BLOCK, engine: str = "transformers", gpu_type: str = "H200",
-                   gpu_count: int = 1, campaign: bool = False) -> Path:
+def write_endpoint(
+    folder: Path,
+    launcher: str = MODAL_BLOCK,
+    engine: str = "transformers",
+    gpu_type: str = "H200",
+    gpu_count: int = 1,
+    campaign: bool = False,
+) -> Path:
     file = folder / "endpoints" / "chat_modal" / "defs.yaml"
     file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(ENDPOINT.format(launcher=launcher.rstrip("\n"), engine=engine, gpu_type=gpu_type,
-                                    gpu_count=gpu_count))
+    file.write_text(
+        ENDPOINT.format(launcher=launcher.rstrip("\n"), engine=engine, gpu_type=gpu_type, gpu_count=gpu_count)
+    )
     if campaign:
         (folder / "campaigns" / "chat_modal_default").mkdir(parents=True, exist_ok=True)
         (folder / "campaigns" / "chat_modal_default" / "defs.yaml").write_text(
-            "type: dagster_project.lib.Campaign\nattributes:\n  name: chat_modal_default\n  endpoint: chat_modal\n")
+            "type: dagster_project.lib.Campaign\nattributes:\n  name: chat_modal_default\n  endpoint: chat_modal\n"
+        )
     return file
 
 
@@ -68,17 +78,25 @@ def issues_of(file: Path) -> list:
 
 
 def needs_modal():
-    return pytest.importorskip("modal", reason="the Modal SDK (modal==1.6.4, a project dependency) is not installed "
-                                               "in this environment: pip install -e . installs it")
+    return pytest.importorskip(
+        "modal",
+        reason="the Modal SDK (modal==1.6.4, a project dependency) is not installed "
+        "in this environment: pip install -e . installs it",
+    )
 
 
 # --- YAML: the union and its file:line errors --------------------------------------------------
 
+
 def test_launcher_kinds_load_and_default_is_local(tmp_path):
     modal = defs_of(write_endpoint(tmp_path / "a")).endpoint("chat_modal")
     assert isinstance(modal.launcher, ModalLauncher)
-    assert (modal.launcher.app_name, modal.launcher.weights_volume, modal.launcher.timeout_s,
-            modal.launcher.region) == ("ar-chat", "ar-weights", 1800, "us-east")
+    assert (
+        modal.launcher.app_name,
+        modal.launcher.weights_volume,
+        modal.launcher.timeout_s,
+        modal.launcher.region,
+    ) == ("ar-chat", "ar-weights", 1800, "us-east")
     shipped = load_definitions(REPO / "dagster_project" / "defs")
     assert all(isinstance(e.launcher, LocalLauncher) for e in shipped.endpoints.values())
 
@@ -94,8 +112,10 @@ def test_misconfigured_modal_block_names_each_line(tmp_path):
     file = write_endpoint(tmp_path, launcher="    kind: modal\n    modal_gpu: H200\n    timeout_s: soon\n")
     issues = {i.field: i for i in issues_of(file)}
     assert issues["attributes.launcher.modal_gpu"].line == 13
-    assert "allowed here: app_name, gpu_count, gpu_type, kind, region, timeout_s, weights_volume" in \
-        issues["attributes.launcher.modal_gpu"].message
+    assert (
+        "allowed here: app_name, gpu_count, gpu_type, kind, region, timeout_s, weights_volume"
+        in issues["attributes.launcher.modal_gpu"].message
+    )
     assert issues["attributes.launcher.timeout_s"].line == 14
     assert str(issues["attributes.launcher.timeout_s"]).startswith(f"{file}:14: attributes.launcher.timeout_s: ")
 
@@ -107,13 +127,23 @@ def test_local_launcher_takes_no_options(tmp_path):
     assert issue.message == "unknown field; allowed here: kind"
 
 
-@pytest.mark.parametrize("gpu_type,gpu_count,launcher,line,field,expected", [
-    ("cpu", 0, "    kind: modal\n", 11, "attributes.launcher", "needs a GPU"),
-    ("H200", 0, "    kind: modal\n", 11, "attributes.launcher", "needs a GPU"),
-    ("H200", 1, "    kind: modal\n    gpu_count: 2\n", 11, "attributes.launcher", "differs from hardware.gpu_count"),
-    ("H200", 1, "    kind: modal\n    gpu_type: H100!\n", 11, "attributes.launcher", "is not hardware.gpu_type"),
-    ("H200", 1, "    kind: modal\n    gpu_type: H300\n", 13, "attributes.launcher.gpu_type", "unknown Modal GPU"),
-])
+@pytest.mark.parametrize(
+    "gpu_type,gpu_count,launcher,line,field,expected",
+    [
+        ("cpu", 0, "    kind: modal\n", 11, "attributes.launcher", "needs a GPU"),
+        ("H200", 0, "    kind: modal\n", 11, "attributes.launcher", "needs a GPU"),
+        (
+            "H200",
+            1,
+            "    kind: modal\n    gpu_count: 2\n",
+            11,
+            "attributes.launcher",
+            "differs from hardware.gpu_count",
+        ),
+        ("H200", 1, "    kind: modal\n    gpu_type: H100!\n", 11, "attributes.launcher", "is not hardware.gpu_type"),
+        ("H200", 1, "    kind: modal\n    gpu_type: H300\n", 13, "attributes.launcher.gpu_type", "unknown Modal GPU"),
+    ],
+)
 def test_modal_launcher_must_fit_the_hardware(tmp_path, gpu_type, gpu_count, launcher, line, field, expected):
     file = write_endpoint(tmp_path, launcher=launcher, gpu_type=gpu_type, gpu_count=gpu_count)
     (issue,) = issues_of(file)
@@ -129,13 +159,15 @@ def test_external_engine_cannot_be_launched_on_modal(tmp_path):
 
 def test_validate_cli_exits_1_with_file_line_for_a_bad_launcher(tmp_path):
     file = write_endpoint(tmp_path, launcher="    kind: modall\n")
-    result = subprocess.run([sys.executable, "-m", "autoresearch.cli", "validate", str(tmp_path)], capture_output=True,
-                            text=True, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "validate", str(tmp_path)], capture_output=True, text=True, cwd=REPO
+    )
     assert result.returncode == 1
     assert f"{file}:12: attributes.launcher.kind: unknown kind 'modall'" in result.stderr
 
 
 # --- Modal: built offline ---------------------------------------------------------------------
+
 
 def test_modal_plan_gpu_string_volume_and_container_command(tmp_path):
     from engines.transformers_serve import TransformersServeAdapter
@@ -143,12 +175,23 @@ def test_modal_plan_gpu_string_volume_and_container_command(tmp_path):
 
     endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
     p = plan(endpoint)
-    assert (p.app_name, p.gpu, p.timeout_s, p.region, p.volume_name) == ("ar-chat", "H200:1", 1800, "us-east",
-                                                                          "ar-weights")
-    assert p.container_argv == ("autoresearch", "experiment", "run", "/tmp/autoresearch-experiment/spec.json",
-                                "--out", "/tmp/autoresearch-experiment/out")
+    assert (p.app_name, p.gpu, p.timeout_s, p.region, p.volume_name) == (
+        "ar-chat",
+        "H200:1",
+        1800,
+        "us-east",
+        "ar-weights",
+    )
+    assert p.container_argv == (
+        "autoresearch",
+        "experiment",
+        "run",
+        "/tmp/autoresearch-experiment/spec.json",
+        "--out",
+        "/tmp/autoresearch-experiment/out",
+    )
     packages = TransformersServeAdapter.remote_packages
-    assert p.build_commands[1][-len(packages):] == packages and "transformers==5.17.0" in packages
+    assert p.build_commands[1][-len(packages) :] == packages and "transformers==5.17.0" in packages
     assert p.build_commands[2] == ("python", "-m", "pip", "install", "--no-cache-dir", "/opt/autoresearch")
     assert p.env["AUTORESEARCH_MODELS"] == p.weights_mount == "/models"
     assert p.env["AUTORESEARCH_ENGINE_PYTHON"] == "/opt/engine/bin/python"
@@ -169,11 +212,13 @@ def test_modal_plan_installs_the_endpoints_engine(tmp_path, engine, package):
 def test_modal_gpu_defaults_from_hardware_and_takes_modal_spelling(tmp_path):
     from launchers.modal_app import plan
 
-    two = defs_of(write_endpoint(tmp_path / "a", launcher="    kind: modal\n", gpu_type="h100",
-                                          gpu_count=2)).endpoint("chat_modal")
+    two = defs_of(write_endpoint(tmp_path / "a", launcher="    kind: modal\n", gpu_type="h100", gpu_count=2)).endpoint(
+        "chat_modal"
+    )
     assert plan(two).gpu == "H100:2" and plan(two).app_name == "autoresearch-chat-modal"
-    pinned = defs_of(write_endpoint(tmp_path / "b", launcher="    kind: modal\n    gpu_type: H100!\n",
-                                             gpu_type="H100")).endpoint("chat_modal")
+    pinned = defs_of(
+        write_endpoint(tmp_path / "b", launcher="    kind: modal\n    gpu_type: H100!\n", gpu_type="H100")
+    ).endpoint("chat_modal")
     assert plan(pinned).gpu == "H100!:1" and plan(pinned).region is None
 
 
@@ -208,6 +253,7 @@ def test_container_body_runs_the_experiment_entry_point_and_returns_its_out_dir(
 
 # --- failing closed ---------------------------------------------------------------------------
 
+
 def _env(tmp_path: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
     env.update(AUTORESEARCH_HOME=str(tmp_path / "home"), HOME=str(tmp_path / "user"), **extra)
@@ -215,12 +261,19 @@ def _env(tmp_path: Path, **extra: str) -> dict:
 
 
 def _cli(tmp_path: Path, definitions: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autoresearch.cli", "--definitions", str(definitions), *args],
-                          capture_output=True, text=True, cwd=REPO, env=_env(tmp_path, **env), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "--definitions", str(definitions), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(tmp_path, **env),
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("command", [("engine", "up", "chat_modal"), ("campaign", "run", "chat_modal"),
-                                     ("sweep", "chat_modal")])
+@pytest.mark.parametrize(
+    "command", [("engine", "up", "chat_modal"), ("campaign", "run", "chat_modal"), ("sweep", "chat_modal")]
+)
 def test_modal_without_credentials_fails_before_any_work(tmp_path, command):
     definitions = tmp_path / "defs"
     write_endpoint(definitions, campaign=True)
@@ -267,7 +320,7 @@ def test_local_launcher_refuses_a_modal_endpoint(tmp_path):
 
 
 def test_container_endpoint_round_trips_as_json(tmp_path):
-    from autoresearch.config import EndpointSpec
+    from specs.config import EndpointSpec
     from launchers.modal_app import container_endpoint
 
     endpoint = defs_of(write_endpoint(tmp_path)).endpoint("chat_modal")
@@ -301,8 +354,9 @@ class ModalContainerStandIn:
         self.calls.append((built.plan.gpu, spec_json, root, sorted(env)))
         out = Path(root) / "out"
         out.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-c", CONTAINER_SCRIPT, str(out)], env={**os.environ, **env}, check=True,
-                       timeout=120)
+        subprocess.run(
+            [sys.executable, "-c", CONTAINER_SCRIPT, str(out)], env={**os.environ, **env}, check=True, timeout=120
+        )
         return {"returncode": self.returncode, "argv": experiment_argv(root), "files": collect_files(out)}
 
 
@@ -320,8 +374,9 @@ def test_pipes_client_passes_bootstrap_env_and_reports_the_containers_messages(t
 
     @dg.asset
     def experiment(context):
-        return client.run(context=context, endpoint=endpoint, spec_json='{"args": []}',
-                          out_dir=tmp_path / "out").get_materialize_result()
+        return client.run(
+            context=context, endpoint=endpoint, spec_json='{"args": []}', out_dir=tmp_path / "out"
+        ).get_materialize_result()
 
     result = dg.materialize([experiment])
     assert result.success

@@ -47,10 +47,17 @@ def test_production_shaped_keeps_counts_per_interval_and_randomises_inside():
     assert len(doubled) == 2 * sum(counts)
 
 
-@pytest.mark.parametrize("call", [lambda: arrivals.poisson(0, 1), lambda: arrivals.gamma(1, -1, 1),
-                                  lambda: arrivals.poisson(1), lambda: arrivals.recorded([1, float("nan")]),
-                                  lambda: arrivals.production_shaped(counts=[1, -2]),
-                                  lambda: arrivals.schedule("zipf", 1, 1)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: arrivals.poisson(0, 1),
+        lambda: arrivals.gamma(1, -1, 1),
+        lambda: arrivals.poisson(1),
+        lambda: arrivals.recorded([1, float("nan")]),
+        lambda: arrivals.production_shaped(counts=[1, -2]),
+        lambda: arrivals.schedule("zipf", 1, 1),
+    ],
+)
 def test_bad_input_is_a_clear_error(call):
     with pytest.raises(ValueError):
         call()

@@ -15,16 +15,16 @@ import polars as pl
 import pytest
 from conftest import long_measurement
 
-from autoresearch.config import SLASpec
+from specs.config import SLASpec
 from dagster_project.lib import load_definitions
-from autoresearch.engine_args import parse_args, render_args
-from autoresearch.paths import definitions_dir
+from specs.engine_args import parse_args, render_args
+from specs.paths import definitions_dir
 from loadgen.compare import compare
 from loadgen.noise import noise_floor
 from loadgen.report import render_text
 from loadgen.runner import LagBounds
 from loadgen.sweep import run_sweep
-from replay.schema import POOL_SCHEMA
+from specs.pool_schema import POOL_SCHEMA
 
 pytestmark = pytest.mark.engine
 
@@ -46,11 +46,25 @@ def small_pool(n: int = 24, output_tokens: int = 128) -> pl.DataFrame:
     rows = []
     for i in range(n):
         prompt = " ".join(words[(i + k) % len(words)] for k in range(30))
-        body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": output_tokens,
-                "ignore_eos": True, "temperature": 0.0}
-        rows.append({"request_id": f"q{i}", "arrival_offset_s": i * 0.5, "body": json.dumps(body), "prompt_tokens": 40,
-                     "expected_output_tokens": output_tokens, "prefix_group": "g", "logged_cached_tokens": None,
-                     "source": "test"})
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": output_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+        }
+        rows.append(
+            {
+                "request_id": f"q{i}",
+                "arrival_offset_s": i * 0.5,
+                "body": json.dumps(body),
+                "prompt_tokens": 40,
+                "expected_output_tokens": output_tokens,
+                "prefix_group": "g",
+                "logged_cached_tokens": None,
+                "source": "test",
+            }
+        )
     return pl.DataFrame(rows, schema=POOL_SCHEMA)
 
 
@@ -76,8 +90,17 @@ def test_knee_capacity_and_max_num_seqs_far_outside_noise(spec):
     from engines import start_engine
 
     with start_engine(spec) as engine:
-        first = run_sweep(engine, small_pool(), spec, step_duration_s=STEP_S, max_steps=6, repeats_label="automatic",
-                          lag_bounds=BOUNDS, client_retries=1, progress=show)
+        first = run_sweep(
+            engine,
+            small_pool(),
+            spec,
+            step_duration_s=STEP_S,
+            max_steps=6,
+            repeats_label="automatic",
+            lag_bounds=BOUNDS,
+            client_retries=1,
+            progress=show,
+        )
         print(render_text(first))
         assert first.validity == "valid", first.invalid_reason
         assert first.capacity_rps > 0 and first.capacity_bounded
@@ -92,12 +115,24 @@ def test_knee_capacity_and_max_num_seqs_far_outside_noise(spec):
     # replies take ~1.8 s alone, so with one sequence at a time new requests queue behind them.
     smol = load_definitions(definitions_dir()).endpoint("support_smollm")
     spec = smol.with_engine_args(["--max-num-seqs", "32", "--max-model-len", "2048", "--enforce-eager"]).model_copy(
-        update={"sla": SLASpec(ttft_ms=1000, itl_ms=250, max_error_rate=0.01)})
+        update={"sla": SLASpec(ttft_ms=1000, itl_ms=250, max_error_rate=0.01)}
+    )
     pool = small_pool(output_tokens=48)
     with start_engine(spec) as engine:
-        baseline = [run_sweep(engine, pool, spec, rates=RELATION_RATES, step_duration_s=RELATION_STEP_S,
-                              repeats_label=f"baseline#{k}", lag_bounds=BOUNDS, client_retries=1, progress=show)
-                    for k in (1, 2, 3)]
+        baseline = [
+            run_sweep(
+                engine,
+                pool,
+                spec,
+                rates=RELATION_RATES,
+                step_duration_s=RELATION_STEP_S,
+                repeats_label=f"baseline#{k}",
+                lag_bounds=BOUNDS,
+                client_retries=1,
+                progress=show,
+            )
+            for k in (1, 2, 3)
+        ]
     for sweep in baseline:
         print(render_text(sweep))
     floor = noise_floor(baseline)
@@ -105,8 +140,17 @@ def test_knee_capacity_and_max_num_seqs_far_outside_noise(spec):
 
     narrow = with_max_num_seqs(spec, 1)
     with start_engine(narrow) as engine:
-        candidate = run_sweep(engine, pool, narrow, rates=RELATION_RATES, step_duration_s=RELATION_STEP_S,
-                              repeats_label="seqs1", lag_bounds=BOUNDS, client_retries=1, progress=show)
+        candidate = run_sweep(
+            engine,
+            pool,
+            narrow,
+            rates=RELATION_RATES,
+            step_duration_s=RELATION_STEP_S,
+            repeats_label="seqs1",
+            lag_bounds=BOUNDS,
+            client_retries=1,
+            progress=show,
+        )
         print(render_text(candidate))
         assert candidate.validity == "valid", candidate.invalid_reason
         verdict = compare(floor, [candidate])
@@ -126,15 +170,26 @@ def test_server_killed_during_a_step_invalidates_it_and_keeps_earlier_steps(spec
 
         def progress(event):
             if event.phase == "step" and event.step_index == 1 and not killed.is_set():
+
                 def kill():
                     time.sleep(1.5)
                     os.killpg(engine.pid, signal.SIGKILL)
                     killed.set()
+
                 threading.Thread(target=kill, daemon=True).start()
 
         started = time.monotonic()
-        crashed = run_sweep(engine, pool, spec, rates=[1.0, 2.0, 3.0], step_duration_s=6.0, progress=progress,
-                            repeats_label="crash", lag_bounds=BOUNDS, client_retries=1)
+        crashed = run_sweep(
+            engine,
+            pool,
+            spec,
+            rates=[1.0, 2.0, 3.0],
+            step_duration_s=6.0,
+            progress=progress,
+            repeats_label="crash",
+            lag_bounds=BOUNDS,
+            client_retries=1,
+        )
         print(render_text(crashed))
         assert killed.is_set()
         assert time.monotonic() - started < 150

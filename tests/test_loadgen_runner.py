@@ -15,8 +15,10 @@ from loadgen import arrivals, nullserver
 from loadgen.runner import LagBounds, run_open_loop
 from loadgen.sse import parse_stream, prepare_body
 
-pytestmark = pytest.mark.skipif(shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"),
-                                reason="nginx not installed (scripts/setup.sh installs it)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"),
+    reason="nginx not installed (scripts/setup.sh installs it)",
+)
 
 BODY = {"model": "x", "messages": [{"role": "user", "content": "hello " * 30}], "max_tokens": 16}
 LOOSE = LagBounds(p99_ms=1000.0, min_rate_ratio=0.5)
@@ -44,8 +46,12 @@ def test_parse_stream_times_tokens_by_arrival_and_reads_usage():
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}\n\n'
     role = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
     whole = chunk("b")
-    pieces = [(1.0, role + chunk("a")[:10]), (2.0, chunk("a")[10:] + whole[:5]), (3.0, whole[5:] + chunk("c")),
-              (4.0, usage + b"data: [DONE]\n\n")]
+    pieces = [
+        (1.0, role + chunk("a")[:10]),
+        (2.0, chunk("a")[10:] + whole[:5]),
+        (3.0, whole[5:] + chunk("c")),
+        (4.0, usage + b"data: [DONE]\n\n"),
+    ]
     out = parse_stream(pieces)
     assert out.token_times == [2.0, 3.0, 3.0]  # an event is timed by the piece that completed it
     assert (out.output_tokens, out.prompt_tokens, out.cached_tokens, out.error) == (3, 7, 4, None)
@@ -75,8 +81,9 @@ def test_burst_grows_the_pool_instead_of_throttling(null):
 
 def test_several_sender_processes_share_one_schedule(null):
     schedule = arrivals.constant(200.0, 1.5)
-    out = run_open_loop(null.url, None, [BODY, {"prompt": "x", "max_tokens": 16}], schedule, senders=2,
-                        lag_bounds=LOOSE)
+    out = run_open_loop(
+        null.url, None, [BODY, {"prompt": "x", "max_tokens": 16}], schedule, senders=2, lag_bounds=LOOSE
+    )
     assert out.senders == 2 and len(out.records) == len(schedule)
     assert all(r.ok and r.output_tokens == 16 for r in out.records)
     assert sorted(r.scheduled_s for r in out.records) == pytest.approx(schedule.tolist())
@@ -94,8 +101,14 @@ def test_unreachable_server_gives_errors_not_silence():
 def test_stop_check_aborts_the_run_with_its_reason(null):
     start = time.monotonic()
     schedule = arrivals.constant(50.0, 10.0)
-    out = run_open_loop(null.url, None, [BODY], schedule, lag_bounds=LOOSE,
-                        stop_check=lambda: "engine crashed: test" if time.monotonic() - start > 1.0 else None)
+    out = run_open_loop(
+        null.url,
+        None,
+        [BODY],
+        schedule,
+        lag_bounds=LOOSE,
+        stop_check=lambda: "engine crashed: test" if time.monotonic() - start > 1.0 else None,
+    )
     assert time.monotonic() - start < 5
     assert out.validity == "invalid" and "engine crashed: test" in out.reason
     assert len(out.records) == len(schedule)

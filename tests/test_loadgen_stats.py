@@ -10,27 +10,48 @@ from loadgen.report import render_text, step_table, step_table_markdown
 from loadgen.results import LatencySummary, StepResult, SweepResult
 from loadgen.sweep import _next_auto_rate, capacity, extend_down, interpolated_capacity, knee_rate, refine_rate
 from loadgen.stats import judged_percentile_ms, sla_judgement
-from autoresearch.config import SLASpec
+from specs.config import SLASpec
 
 SLA = SLASpec(ttft_ms=500, itl_ms=100)
 
 
 def step(rate, ttft_p95, *, tput=None, ok=True, valid=True, err=0.0):
     lat = LatencySummary(p50=ttft_p95 / 2, p90=ttft_p95 * 0.9, p95=ttft_p95, p99=ttft_p95 * 1.2, mean=ttft_p95 / 2)
-    return StepResult(target_rate=rate, achieved_rate=rate, throughput_rps=tput if tput is not None else rate,
-                      duration_s=5, requests=int(rate * 5), errors=0, error_rate=err, ttft_ms=lat,
-                      itl_ms=LatencySummary(p50=10, p95=20, p99=30), e2e_ms=lat, send_lag_ms=LatencySummary(p99=0.1),
-                      within_sla=ok and valid, validity="valid" if valid else "invalid",
-                      invalid_reason=None if valid else "engine crashed: x")
+    return StepResult(
+        target_rate=rate,
+        achieved_rate=rate,
+        throughput_rps=tput if tput is not None else rate,
+        duration_s=5,
+        requests=int(rate * 5),
+        errors=0,
+        error_rate=err,
+        ttft_ms=lat,
+        itl_ms=LatencySummary(p50=10, p95=20, p99=30),
+        e2e_ms=lat,
+        send_lag_ms=LatencySummary(p99=0.1),
+        within_sla=ok and valid,
+        validity="valid" if valid else "invalid",
+        invalid_reason=None if valid else "engine crashed: x",
+    )
 
 
 def sweep(cap_steps, label=None, valid=True):
     steps = cap_steps
     cap, bounded = capacity(steps)
-    return SweepResult(endpoint="e", engine_args=[], launch_config_hash="h", started_at=0, steps=steps,
-                       knee_rate=knee_rate(steps), capacity_rps=cap, capacity_bounded=bounded, label=label,
-                       validity="valid" if valid else "invalid", invalid_reason=None if valid else "boom",
-                       sla=SLA.model_dump())
+    return SweepResult(
+        endpoint="e",
+        engine_args=[],
+        launch_config_hash="h",
+        started_at=0,
+        steps=steps,
+        knee_rate=knee_rate(steps),
+        capacity_rps=cap,
+        capacity_bounded=bounded,
+        label=label,
+        validity="valid" if valid else "invalid",
+        invalid_reason=None if valid else "boom",
+        sla=SLA.model_dump(),
+    )
 
 
 def curve(cap):
@@ -130,7 +151,8 @@ def test_cut_requests_are_judged_worst_case():
 
 def test_compare_against_a_side_below_its_floor_is_finite():
     below = sweep([step(0.7, 900, ok=False), step(0.35, 800, ok=False)]).model_copy(
-        update={"capacity_rps": 0.0, "capacity_below_rps": 0.35})
+        update={"capacity_rps": 0.0, "capacity_below_rps": 0.35}
+    )
     floor = noise_floor([below, below, below])
     assert floor.capacity_mean == 0 and floor.capacity_below == [0.35] * 3
     win = compare(floor, [sweep(curve(1.0)), sweep(curve(1.2))])
@@ -147,7 +169,7 @@ def test_compare_against_a_side_below_its_floor_is_finite():
 
 
 def test_sweep_settings_are_strict():
-    from autoresearch.config import SweepSpec
+    from specs.config import SweepSpec
 
     spec = SweepSpec(min_rate=0.05, drain_s=5, warmup_max_tokens=8, warmup_timeout_s=3)
     assert spec.drain_s == 5

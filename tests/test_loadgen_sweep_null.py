@@ -6,24 +6,35 @@ import shutil
 import polars as pl
 import pytest
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from loadgen import calibrate, nullserver
 from loadgen.replay import run_production_replay
 from loadgen.runner import LagBounds
 from loadgen.report import render_text
 from loadgen.sweep import run_sweep
-from replay.schema import POOL_SCHEMA
+from specs.pool_schema import POOL_SCHEMA
 
-pytestmark = pytest.mark.skipif(shutil.which("nginx") is None and not __import__("os").path.exists("/usr/sbin/nginx"),
-                                reason="nginx not installed")
+pytestmark = pytest.mark.skipif(
+    shutil.which("nginx") is None and not __import__("os").path.exists("/usr/sbin/nginx"), reason="nginx not installed"
+)
 
 
 def pool(offsets):
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16})
     n = len(offsets)
-    return pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_offset_s": offsets, "body": [body] * n,
-                         "prompt_tokens": [5] * n, "expected_output_tokens": [16] * n, "prefix_group": ["g"] * n,
-                         "logged_cached_tokens": [None] * n, "source": ["t"] * n}, schema=POOL_SCHEMA)
+    return pl.DataFrame(
+        {
+            "request_id": [f"r{i}" for i in range(n)],
+            "arrival_offset_s": offsets,
+            "body": [body] * n,
+            "prompt_tokens": [5] * n,
+            "expected_output_tokens": [16] * n,
+            "prefix_group": ["g"] * n,
+            "logged_cached_tokens": [None] * n,
+            "source": ["t"] * n,
+        },
+        schema=POOL_SCHEMA,
+    )
 
 
 # Send-lag detection has its own tests (test_loadgen_runner); here a busy shared machine must not fail plumbing tests.
@@ -35,9 +46,14 @@ def null_engine():
     from engines import start_engine
 
     with nullserver.start() as server:
-        spec = EndpointSpec(name="null", model={"path": "none", "served_name": nullserver.NULL_MODEL},
-                            engine={"kind": "external", "url": server.url}, sla={"ttft_ms": 500, "itl_ms": 100},
-                            traffic={"kind": "sample"}, sweep={"step_duration_s": 1.0, "warmup_requests": 2})
+        spec = EndpointSpec(
+            name="null",
+            model={"path": "none", "served_name": nullserver.NULL_MODEL},
+            engine={"kind": "external", "url": server.url},
+            sla={"ttft_ms": 500, "itl_ms": 100},
+            traffic={"kind": "sample"},
+            sweep={"step_duration_s": 1.0, "warmup_requests": 2},
+        )
         yield start_engine(spec), spec
 
 
@@ -45,8 +61,9 @@ def test_sweep_on_null_endpoint_reports_steps_progress_and_unbounded_capacity(nu
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
     engine, spec = null_engine
     events = []
-    sweep = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[20, 40], progress=events.append, records_dir=tmp_path,
-                      lag_bounds=LENIENT)
+    sweep = run_sweep(
+        engine, pool([0.0, 1.0]), spec, rates=[20, 40], progress=events.append, records_dir=tmp_path, lag_bounds=LENIENT
+    )
     assert sweep.validity == "valid", sweep.invalid_reason
     assert [s.target_rate for s in sweep.steps] == [20, 40] and all(s.within_sla for s in sweep.steps)
     assert sweep.capacity_rps == 40 and sweep.capacity_bounded is False  # never broke the SLA: a lower bound
@@ -62,8 +79,19 @@ def test_sweep_refuses_rates_beyond_client_calibration(null_engine, tmp_path, mo
     engine, spec = null_engine
     from loadgen.results import CalibrationResult
 
-    calibrate.save_calibration(CalibrationResult(max_rate=30, senders=1, lag_p99_ms_bound=1, rate_ratio_bound=0.98,
-                                                 duration_s=1, points=[], host="h", cpus=2, measured_at=0))
+    calibrate.save_calibration(
+        CalibrationResult(
+            max_rate=30,
+            senders=1,
+            lag_p99_ms_bound=1,
+            rate_ratio_bound=0.98,
+            duration_s=1,
+            points=[],
+            host="h",
+            cpus=2,
+            measured_at=0,
+        )
+    )
     assert calibrate.load_calibration(1).max_rate == 30
     with pytest.raises(ValueError, match="calibrated"):
         run_sweep(engine, pool([0.0]), spec, rates=[20, 40], senders=1)
@@ -72,8 +100,9 @@ def test_sweep_refuses_rates_beyond_client_calibration(null_engine, tmp_path, mo
 def test_production_replay_keeps_the_shape_and_reports_attainment(null_engine):
     engine, spec = null_engine
     offsets = [0.1 * i for i in range(10)] + [20.0 + 0.05 * i for i in range(40)]  # quiet, then a burst
-    result = run_production_replay(engine, pool(offsets), spec, time_scale=0.1, shape_interval_s=10.0,
-                                   lag_bounds=LENIENT)
+    result = run_production_replay(
+        engine, pool(offsets), spec, time_scale=0.1, shape_interval_s=10.0, lag_bounds=LENIENT
+    )
     assert result.validity == "valid", result.invalid_reason
     assert [iv.requests for iv in result.intervals] == [10, 0, 40]
     assert result.intervals[2].target_rate == pytest.approx(40.0)  # 40 requests in 1 replay second
@@ -83,15 +112,18 @@ def test_production_replay_keeps_the_shape_and_reports_attainment(null_engine):
 
 def test_multi_turn_pool_replays_session_aware_and_can_be_forced_open_loop(null_engine):
     sessions = pool([0.1 * i for i in range(10)]).with_columns(
-        session_id=pl.Series([f"s{i // 2}" for i in range(10)]), turn=pl.Series([i % 2 for i in range(10)], dtype=pl.Int64),
-        think_time_s=pl.Series([None if i % 2 == 0 else 0.05 for i in range(10)], dtype=pl.Float64))
+        session_id=pl.Series([f"s{i // 2}" for i in range(10)]),
+        turn=pl.Series([i % 2 for i in range(10)], dtype=pl.Int64),
+        think_time_s=pl.Series([None if i % 2 == 0 else 0.05 for i in range(10)], dtype=pl.Float64),
+    )
     engine, spec = null_engine
     result = run_production_replay(engine, sessions, spec, time_scale=0.1, shape_interval_s=10.0, lag_bounds=LENIENT)
     assert result.validity == "valid", result.invalid_reason
     assert result.overall.requests == 10
     assert (result.sessions.sessions, result.sessions.later_turns, result.sessions.early_turns) == (5, 5, 0)
-    forced = run_production_replay(engine, sessions, spec, time_scale=0.1, shape_interval_s=10.0, lag_bounds=LENIENT,
-                                   sessions=False)
+    forced = run_production_replay(
+        engine, sessions, spec, time_scale=0.1, shape_interval_s=10.0, lag_bounds=LENIENT, sessions=False
+    )
     assert forced.sessions is None and forced.overall.requests == 10
 
 
@@ -100,8 +132,9 @@ def test_calibration_finds_a_sustained_rate(tmp_path, monkeypatch):
     # A short, lenient calibration: the search and the cache, not this machine's speed.
     from loadgen.runner import LagBounds
 
-    result = calibrate.calibrate(duration_s=1.0, start_rate=50, max_rate=100, bisect_steps=0,
-                                 bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.5))
+    result = calibrate.calibrate(
+        duration_s=1.0, start_rate=50, max_rate=100, bisect_steps=0, bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.5)
+    )
     assert result.max_rate == 100 and [p.rate for p in result.points] == [50, 100]
     assert calibrate.load_calibration(1).max_rate == 100
 
@@ -112,11 +145,14 @@ def test_engine_warmup_runs_once_per_engine_before_its_first_sweep_and_is_not_co
 
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
     with nullserver.start() as server:
-        spec = EndpointSpec(name="null", model={"path": "none", "served_name": nullserver.NULL_MODEL},
-                            engine={"kind": "external", "url": server.url}, sla={"ttft_ms": 500, "itl_ms": 100},
-                            traffic={"kind": "sample"},
-                            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "engine_warmup_s": 2.0,
-                                   "engine_warmup_rps": 10})
+        spec = EndpointSpec(
+            name="null",
+            model={"path": "none", "served_name": nullserver.NULL_MODEL},
+            engine={"kind": "external", "url": server.url},
+            sla={"ttft_ms": 500, "itl_ms": 100},
+            traffic={"kind": "sample"},
+            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "engine_warmup_s": 2.0, "engine_warmup_rps": 10},
+        )
         engine = start_engine(spec)
         events = []
         first = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[20], progress=events.append, lag_bounds=LENIENT)
@@ -144,8 +180,9 @@ def test_a_users_step_the_client_fell_behind_on_is_repeated_once_then_invalidate
     result = run_user_sweep(engine, pool([0.0] * 8), spec, users=[2], step_duration_s=1.0, lag_bounds=impossible)
     assert not result.valid and "client" in result.invalid_reason
     assert any(n.startswith("step at 2 users repeated: client") for n in result.notes), result.notes
-    no_retry = run_user_sweep(engine, pool([0.0] * 8), spec, users=[2], step_duration_s=1.0, lag_bounds=impossible,
-                              client_retries=0)
+    no_retry = run_user_sweep(
+        engine, pool([0.0] * 8), spec, users=[2], step_duration_s=1.0, lag_bounds=impossible, client_retries=0
+    )
     assert not no_retry.valid and not any("repeated" in n for n in no_retry.notes)
 
 
@@ -158,10 +195,14 @@ def test_an_engine_whose_cache_cannot_be_reset_never_meets_a_prompt_twice(tmp_pa
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
     requests = pool([0.01 * i for i in range(400)])
     with nullserver.start() as server:
-        spec = EndpointSpec(name="null", model={"path": "none", "served_name": nullserver.NULL_MODEL},
-                            engine={"kind": "external", "url": server.url}, sla={"ttft_ms": 500, "itl_ms": 100},
-                            traffic={"kind": "sample"},
-                            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "min_requests": 5})
+        spec = EndpointSpec(
+            name="null",
+            model={"path": "none", "served_name": nullserver.NULL_MODEL},
+            engine={"kind": "external", "url": server.url},
+            sla={"ttft_ms": 500, "itl_ms": 100},
+            traffic={"kind": "sample"},
+            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "min_requests": 5},
+        )
 
         def ids(sweep):
             return [i for s in sweep.steps for i in pl.read_parquet(s.records_path)["request_id"].to_list()]
@@ -169,8 +210,9 @@ def test_an_engine_whose_cache_cannot_be_reset_never_meets_a_prompt_twice(tmp_pa
         engine = start_engine(spec)
         first = run_sweep(engine, requests, spec, rates=[10, 20], records_dir=tmp_path / "a", lag_bounds=LENIENT)
         second = run_sweep(engine, requests, spec, rates=[10, 20], records_dir=tmp_path / "b", lag_bounds=LENIENT)
-        other = run_sweep(start_engine(spec), requests, spec, rates=[10, 20], records_dir=tmp_path / "c",
-                          lag_bounds=LENIENT)
+        other = run_sweep(
+            start_engine(spec), requests, spec, rates=[10, 20], records_dir=tmp_path / "c", lag_bounds=LENIENT
+        )
     assert all(s.validity == "valid" for s in (first, second, other))
     served = ids(first) + ids(second)
     assert len(served) == len(set(served)) > 40  # two sweeps on one engine: no request id twice

@@ -17,18 +17,18 @@ import time
 import polars as pl
 import pytest
 
-from autoresearch.config import EndpointSpec
+from specs.config import EndpointSpec
 from loadgen.compare import compare
 from loadgen.noise import noise_floor, reference_capacity
 from loadgen.results import LatencySummary, StepResult, SweepResult
 from loadgen.runner import LagBounds
 from loadgen.sweep import run_sweep
-from replay.schema import POOL_SCHEMA
+from specs.pool_schema import POOL_SCHEMA
 
 # Send-lag detection has its own tests (test_loadgen_runner); a busy shared machine must not fail these.
 LENIENT = LagBounds(p99_ms=1000.0, min_rate_ratio=0.7)
 
-STUB = r'''
+STUB = r"""
 import asyncio, sys
 from loadgen.nullserver import sse_body
 
@@ -89,7 +89,7 @@ async def main():
         await server.serve_forever()
 
 asyncio.run(main())
-'''
+"""
 
 
 def _free_port() -> int:
@@ -102,8 +102,11 @@ class Stub:
     def __init__(self, mode: str, service_s: float):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-c", STUB, mode, str(service_s), str(self.port)],  # noqa: S603
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", STUB, mode, str(service_s), str(self.port)],  # noqa: S603
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout.readline().strip() == "ready"
 
     def stop(self) -> None:
@@ -117,17 +120,30 @@ class Stub:
 
 def pool(n: int = 40) -> pl.DataFrame:
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
-    return pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_offset_s": [0.1 * i for i in range(n)],
-                         "body": [body] * n, "prompt_tokens": [5] * n, "expected_output_tokens": [4] * n,
-                         "prefix_group": ["g"] * n, "logged_cached_tokens": [None] * n, "source": ["t"] * n},
-                        schema=POOL_SCHEMA)
+    return pl.DataFrame(
+        {
+            "request_id": [f"r{i}" for i in range(n)],
+            "arrival_offset_s": [0.1 * i for i in range(n)],
+            "body": [body] * n,
+            "prompt_tokens": [5] * n,
+            "expected_output_tokens": [4] * n,
+            "prefix_group": ["g"] * n,
+            "logged_cached_tokens": [None] * n,
+            "source": ["t"] * n,
+        },
+        schema=POOL_SCHEMA,
+    )
 
 
 def endpoint(url: str, sla: dict, **sweep) -> EndpointSpec:
-    return EndpointSpec(name="stub", model={"path": "none", "served_name": "null-model"},
-                        engine={"kind": "external", "url": url}, sla=sla, traffic={"kind": "sample"},
-                        sweep={"step_duration_s": 1.0, "min_requests": 8, "warmup_requests": 1, "refine_steps": 1,
-                               **sweep})
+    return EndpointSpec(
+        name="stub",
+        model={"path": "none", "served_name": "null-model"},
+        engine={"kind": "external", "url": url},
+        sla=sla,
+        traffic={"kind": "sample"},
+        sweep={"step_duration_s": 1.0, "min_requests": 8, "warmup_requests": 1, "refine_steps": 1, **sweep},
+    )
 
 
 @pytest.fixture
@@ -182,10 +198,29 @@ def test_a_sweep_below_its_floor_says_so_and_a_win_over_it_is_a_finite_bound(stu
     floor = noise_floor([base])
     assert floor.capacity_below == [0.5] and reference_capacity(floor) == (0.5, True)
     lat = LatencySummary(p50=100, p90=150, p95=200, p99=250)
-    win = SweepResult(endpoint="stub", engine_args=[], launch_config_hash="h", started_at=0, capacity_rps=3.0,
-                      steps=[StepResult(target_rate=3, achieved_rate=3, throughput_rps=3, duration_s=4, requests=12,
-                                        errors=0, error_rate=0, ttft_ms=lat, itl_ms=lat, e2e_ms=lat,
-                                        send_lag_ms=lat, within_sla=True)])
+    win = SweepResult(
+        endpoint="stub",
+        engine_args=[],
+        launch_config_hash="h",
+        started_at=0,
+        capacity_rps=3.0,
+        steps=[
+            StepResult(
+                target_rate=3,
+                achieved_rate=3,
+                throughput_rps=3,
+                duration_s=4,
+                requests=12,
+                errors=0,
+                error_rate=0,
+                ttft_ms=lat,
+                itl_ms=lat,
+                e2e_ms=lat,
+                send_lag_ms=lat,
+                within_sla=True,
+            )
+        ],
+    )
     verdict = compare(floor, [win, win])
     assert verdict.verdict == "better" and verdict.ratio_bound == "lower"
     assert verdict.capacity_ratio == pytest.approx(6.0)  # at least 3 / 0.5

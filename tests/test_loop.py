@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoresearch.engine_args import REMOVE, apply_diff, parse_args
+from specs.engine_args import REMOVE, apply_diff, parse_args
 from engines import resolve_model_dir
 from engines.registry import ADAPTERS, adapter_class, block_size_for
 from loadgen.results import LatencySummary, StepResult, SweepResult
@@ -23,21 +23,39 @@ from test_diagnosis import make_pool  # noqa: E402 - pytest puts tests/ on sys.p
 
 # ---------------------------------------------------------------------------------- one winner
 def _sweep(capacity: float) -> SweepResult:
-    return SweepResult(endpoint="e", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=capacity, steps=[])
+    return SweepResult(
+        endpoint="e", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=capacity, steps=[]
+    )
 
 
 def _record(eid: str, diff: dict, caps: list[float], *, confirmed=True, lossy=False, verdict="better"):
     base = ["--continuous-batching"]
-    return ExperimentRecord(experiment_id=eid, round=1, proposal_ids=[eid], title=eid, baseline_args=base,
-                            engine_args=apply_diff(base, diff), diff=diff, lossy=lossy, verdict=verdict,
-                            confirmed=confirmed, sweeps=[_sweep(c) for c in caps])
+    return ExperimentRecord(
+        experiment_id=eid,
+        round=1,
+        proposal_ids=[eid],
+        title=eid,
+        baseline_args=base,
+        engine_args=apply_diff(base, diff),
+        diff=diff,
+        lossy=lossy,
+        verdict=verdict,
+        confirmed=confirmed,
+        sweeps=[_sweep(c) for c in caps],
+    )
 
 
 def _as_saved_verdict(e: ExperimentRecord) -> CandidateVerdict:
     """What the Dagster `verdicts` asset stores for the same experiment, read back through its IO manager."""
-    stored = CandidateVerdict(proposal_id=e.experiment_id, verdict=e.verdict, confirmed=e.confirmed, lossy=e.lossy,
-                              engine_args=e.engine_args, baseline_args=e.baseline_args,
-                              capacities=[s.capacity_rps for s in e.sweeps]).model_dump_json()
+    stored = CandidateVerdict(
+        proposal_id=e.experiment_id,
+        verdict=e.verdict,
+        confirmed=e.confirmed,
+        lossy=e.lossy,
+        engine_args=e.engine_args,
+        baseline_args=e.baseline_args,
+        capacities=[s.capacity_rps for s in e.sweeps],
+    ).model_dump_json()
     return CandidateVerdict.model_validate_json(stored)
 
 
@@ -89,16 +107,25 @@ def test_block_size_comes_from_the_adapter(definitions):
 def _diagnosis_for(kind: str, args: list[str], bottleneck: str):
     from research.proposals import Bottleneck, Diagnosis
 
-    return Diagnosis(endpoint="e", engine_kind=kind, engine_args=args,
-                     bottlenecks=[Bottleneck(name=bottleneck, severity=0.9, evidence=["constructed"])])
+    return Diagnosis(
+        endpoint="e",
+        engine_kind=kind,
+        engine_args=args,
+        bottlenecks=[Bottleneck(name=bottleneck, severity=0.9, evidence=["constructed"])],
+    )
 
 
 def test_rules_cover_the_real_knobs_of_transformers_serve():
     """Continuous batching, CUDA graphs, batch-token budget, block count, attention, compile, dtype/quantization."""
     seen: dict[str, dict] = {}
     for args in (["--continuous-batching"], [], ["--continuous-batching", "--cb-num-blocks", "2048"]):
-        ctx = rules.Context(diagnosis=_diagnosis_for("transformers", args, "cpu_overhead"), kind="transformers",
-                            args=parse_args(args), gpu_count=1, vocab=adapter_class("transformers").vocabulary)
+        ctx = rules.Context(
+            diagnosis=_diagnosis_for("transformers", args, "cpu_overhead"),
+            kind="transformers",
+            args=parse_args(args),
+            gpu_count=1,
+            vocab=adapter_class("transformers").vocabulary,
+        )
         for bottleneck in rules.PLAYBOOK:
             for iv in rules.interventions_for(bottleneck, ctx):
                 seen.setdefault(iv.technique, iv.engine_arg_diff)
@@ -111,10 +138,16 @@ def test_rules_cover_the_real_knobs_of_transformers_serve():
     assert "--attn-implementation" in seen["attention_kernel"]
     assert "--quantization" in seen["weight_quantization"]
     # a CPU host gets no GPU-only switch
-    cpu = rules.Context(diagnosis=_diagnosis_for("transformers", ["--continuous-batching"], "cpu_overhead"),
-                        kind="transformers", args={"--continuous-batching": None}, gpu_count=0,
-                        vocab=adapter_class("transformers").vocabulary)
-    assert not any(iv.technique in ("cuda_graphs", "torch_compile") for iv in rules.interventions_for("cpu_overhead", cpu))
+    cpu = rules.Context(
+        diagnosis=_diagnosis_for("transformers", ["--continuous-batching"], "cpu_overhead"),
+        kind="transformers",
+        args={"--continuous-batching": None},
+        gpu_count=0,
+        vocab=adapter_class("transformers").vocabulary,
+    )
+    assert not any(
+        iv.technique in ("cuda_graphs", "torch_compile") for iv in rules.interventions_for("cpu_overhead", cpu)
+    )
 
 
 def test_graphs_on_vllm_mean_removing_enforce_eager():
@@ -127,29 +160,51 @@ def test_graphs_on_vllm_mean_removing_enforce_eager():
 def _low_load_sweep(itl_p50: float, rate: float = 0.5, itl_breaks_sla: bool = True) -> SweepResult:
     lat = lambda v: LatencySummary(p50=v, p95=v * 1.3, p99=v * 1.5, mean=v)  # noqa: E731
     within = not itl_breaks_sla
-    steps = [StepResult(target_rate=rate, achieved_rate=rate, throughput_rps=rate, duration_s=10, requests=5, errors=0,
-                        error_rate=0.0, ttft_ms=lat(50), itl_ms=lat(itl_p50), e2e_ms=lat(50 + 100 * itl_p50),
-                        tpot_ms=lat(itl_p50), send_lag_ms=lat(0.1), within_sla=within,
-                        sla_violations=[] if within else [f"itl p95 {itl_p50 * 1.3:.0f}ms > 100ms"])]
-    return SweepResult(endpoint="chat", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=rate,
-                       steps=steps)
+    steps = [
+        StepResult(
+            target_rate=rate,
+            achieved_rate=rate,
+            throughput_rps=rate,
+            duration_s=10,
+            requests=5,
+            errors=0,
+            error_rate=0.0,
+            ttft_ms=lat(50),
+            itl_ms=lat(itl_p50),
+            e2e_ms=lat(50 + 100 * itl_p50),
+            tpot_ms=lat(itl_p50),
+            send_lag_ms=lat(0.1),
+            within_sla=within,
+            sla_violations=[] if within else [f"itl p95 {itl_p50 * 1.3:.0f}ms > 100ms"],
+        )
+    ]
+    return SweepResult(
+        endpoint="chat", engine_args=[], launch_config_hash="h", started_at=0.0, capacity_rps=rate, steps=steps
+    )
 
 
 def test_roofline_separates_overhead_from_a_bandwidth_bound_decode():
     h200 = Roofline(weight_bytes=884_000_000, bandwidth_gbps=4800, device="H200", source="data sheet")  # 0.18 ms
-    slow = diagnose(make_pool(), [_low_load_sweep(80.0)], ["--continuous-batching"], engine_kind="transformers",
-                    roofline=h200)
+    slow = diagnose(
+        make_pool(), [_low_load_sweep(80.0)], ["--continuous-batching"], engine_kind="transformers", roofline=h200
+    )
     overhead = slow.bottleneck("cpu_overhead")
     assert overhead is not None and slow.bottlenecks[0].name == "cpu_overhead"
     assert any("launch or CPU overhead" in e for e in overhead.evidence)
     assert slow.engine_stats["roofline_ratio"] > 100
     # overhead that no SLA target feels ranks below what does limit capacity
-    felt_not = diagnose(make_pool(), [_low_load_sweep(80.0, itl_breaks_sla=False)], ["--continuous-batching"],
-                        engine_kind="transformers", roofline=h200).bottleneck("cpu_overhead")
+    felt_not = diagnose(
+        make_pool(),
+        [_low_load_sweep(80.0, itl_breaks_sla=False)],
+        ["--continuous-batching"],
+        engine_kind="transformers",
+        roofline=h200,
+    ).bottleneck("cpu_overhead")
     assert felt_not is not None and felt_not.severity <= 0.3 < overhead.severity
     # a decode step near the bound is not overhead
-    near = diagnose(make_pool(), [_low_load_sweep(0.3)], ["--continuous-batching"], engine_kind="transformers",
-                    roofline=h200)
+    near = diagnose(
+        make_pool(), [_low_load_sweep(0.3)], ["--continuous-batching"], engine_kind="transformers", roofline=h200
+    )
     assert near.bottleneck("cpu_overhead") is None
     # the first proposal for this engine on a GPU is CUDA graphs
     [proposal] = rules.propose(slow, 1, gpu_count=1)
@@ -167,8 +222,9 @@ def test_roofline_names_launch_overhead_on_a_measured_low_load_case(tiny_engine,
     roofline = roofline_for(resolve_model_dir(spec), "cpu")
     assert roofline is not None and roofline.source == "measured on this host"
     assert 0 < roofline.decode_step_ms < 5  # a few MB of weights at GB/s
-    diagnosis = diagnose(pool, [sweep], list(spec.engine.args), endpoint=spec.name, engine_kind="vllm",
-                         roofline=roofline)
+    diagnosis = diagnose(
+        pool, [sweep], list(spec.engine.args), endpoint=spec.name, engine_kind="vllm", roofline=roofline
+    )
     itl = diagnosis.engine_stats["low_tpot_p50_ms"]
     assert itl >= 5 * roofline.decode_step_ms, (itl, roofline.describe())
     overhead = diagnosis.bottleneck("cpu_overhead")
@@ -188,9 +244,11 @@ def test_proposals_below_the_mde_fill_free_slots_and_wait_only_when_the_round_is
 
     big, prefix, tokens = proposal("seqs", 1.6), proposal("prefix caching", 1.46), proposal("tokens", 1.15)
     working = SimpleNamespace(noise=SimpleNamespace(mde=0.51))
-    for subagents, runs, waits in ((3, ["seqs", "prefix caching", "tokens"], []),
-                                   (2, ["seqs", "prefix caching"], ["tokens"]),
-                                   (1, ["seqs"], ["prefix caching", "tokens"])):
+    for subagents, runs, waits in (
+        (3, ["seqs", "prefix caching", "tokens"], []),
+        (2, ["seqs", "prefix caching"], ["tokens"]),
+        (1, ["seqs"], ["prefix caching", "tokens"]),
+    ):
         questions = []
         fake = SimpleNamespace(campaign=SimpleNamespace(subagents=subagents), _question=questions.append)
         chosen = _Campaign._below_mde(fake, [tokens, big, prefix], working)

@@ -29,9 +29,17 @@ def _writer(db: str, index: int, deadline: float, out: str) -> None:
     acknowledged: list[str] = []
     n = 0
     while time.time() < deadline:
-        record = ExperimentRecord(experiment_id=f"w{index}-{n}", endpoint=f"ep{index % 3}", campaign_id=f"c{index}",
-                                  conditions=CONDITIONS, bottleneck="queueing", technique="max_num_seqs",
-                                  change={"--max-num-seqs": str(n)}, verdict="same", capacity_ratio=1.0)
+        record = ExperimentRecord(
+            experiment_id=f"w{index}-{n}",
+            endpoint=f"ep{index % 3}",
+            campaign_id=f"c{index}",
+            conditions=CONDITIONS,
+            bottleneck="queueing",
+            technique="max_num_seqs",
+            change={"--max-num-seqs": str(n)},
+            verdict="same",
+            capacity_ratio=1.0,
+        )
         acknowledged.append(store.record_experiment(record))
         if n % 10 == 5:  # a retried Dagster step writes the same record again
             store.record_experiment(record)
@@ -65,8 +73,9 @@ def test_eight_writers_for_a_minute_lose_nothing(tmp_path: Path):
     ctx = multiprocessing.get_context("spawn")
     start = time.time()
     deadline = start + DURATION_S
-    writers = [ctx.Process(target=_writer, args=(db, i, deadline, str(tmp_path / f"w{i}.json")))
-               for i in range(WRITERS)]
+    writers = [
+        ctx.Process(target=_writer, args=(db, i, deadline, str(tmp_path / f"w{i}.json"))) for i in range(WRITERS)
+    ]
     reader = ctx.Process(target=_reader, args=(db, deadline, str(tmp_path / "reader.json")))
     for process in (*writers, reader):
         process.start()
@@ -94,6 +103,8 @@ def test_eight_writers_for_a_minute_lose_nothing(tmp_path: Path):
     assert len(seen["product"]) > 5 and seen["product"] == sorted(seen["product"])  # reads never went back
     assert seen["product"][-1] <= len(acknowledged)
     assert seen["plain"] == sorted(seen["plain"]) and len(seen["plain"]) > 0  # the plain CLI path read it too
-    print(f"\n{WRITERS} writers, {DURATION_S:.0f}s: {len(acknowledged)} records "
-          f"({len(acknowledged) / DURATION_S:.0f}/s), {len(seen['product'])} product reads, "
-          f"{len(seen['plain'])} plain reads ({seen['plain_busy']} met a writer and retried later)")
+    print(
+        f"\n{WRITERS} writers, {DURATION_S:.0f}s: {len(acknowledged)} records "
+        f"({len(acknowledged) / DURATION_S:.0f}/s), {len(seen['product'])} product reads, "
+        f"{len(seen['plain'])} plain reads ({seen['plain_busy']} met a writer and retried later)"
+    )

@@ -23,33 +23,98 @@ CONDITIONS = Conditions(model="smollm2-135m", engine="vllm", engine_version="0.3
 
 
 def fill(store: MemoryStore) -> None:
-    store.record(EndpointRecord(endpoint="chat", description="Support chat | EU", model="smollm2-135m",
-                                engine="vllm", engine_version="0.32.0"))
-    store.record(CampaignRecord(campaign_id="chat-c1", campaign="tune_chat", endpoint="chat", status="finished",
-                                started_at=T0, finished_at=T0 + timedelta(hours=1), baseline_capacity=2.0,
-                                best_capacity=2.6, total_gain_ratio=1.3,
-                                stop_reason="no supported experiment left | budget"))
-    good = ExperimentRecord(endpoint="chat", campaign_id="chat-c1", conditions=CONDITIONS, bottleneck="prefix_reuse",
-                            technique="prefix_caching", change={"--enable-prefix-caching": None}, verdict="better",
-                            capacity_ratio=1.3, noise_threshold=0.05, dagster_run_ids=["dg-7"],
-                            created_at=T0 + timedelta(minutes=10))
-    bad = ExperimentRecord(endpoint="chat", campaign_id="chat-c1", conditions=CONDITIONS, bottleneck="queueing",
-                           technique="max_num_seqs", change={"--max-num-seqs": "256"}, verdict="worse",
-                           capacity_ratio=0.7, noise_threshold=0.05, created_at=T0 + timedelta(minutes=20))
+    store.record(
+        EndpointRecord(
+            endpoint="chat",
+            description="Support chat | EU",
+            model="smollm2-135m",
+            engine="vllm",
+            engine_version="0.32.0",
+        )
+    )
+    store.record(
+        CampaignRecord(
+            campaign_id="chat-c1",
+            campaign="tune_chat",
+            endpoint="chat",
+            status="finished",
+            started_at=T0,
+            finished_at=T0 + timedelta(hours=1),
+            baseline_capacity=2.0,
+            best_capacity=2.6,
+            total_gain_ratio=1.3,
+            stop_reason="no supported experiment left | budget",
+        )
+    )
+    good = ExperimentRecord(
+        endpoint="chat",
+        campaign_id="chat-c1",
+        conditions=CONDITIONS,
+        bottleneck="prefix_reuse",
+        technique="prefix_caching",
+        change={"--enable-prefix-caching": None},
+        verdict="better",
+        capacity_ratio=1.3,
+        noise_threshold=0.05,
+        dagster_run_ids=["dg-7"],
+        created_at=T0 + timedelta(minutes=10),
+    )
+    bad = ExperimentRecord(
+        endpoint="chat",
+        campaign_id="chat-c1",
+        conditions=CONDITIONS,
+        bottleneck="queueing",
+        technique="max_num_seqs",
+        change={"--max-num-seqs": "256"},
+        verdict="worse",
+        capacity_ratio=0.7,
+        noise_threshold=0.05,
+        created_at=T0 + timedelta(minutes=20),
+    )
     store.record(good)
     store.record(bad)
-    store.record(ConfirmationRecord(experiment_id=good.experiment_id, endpoint="chat", campaign_id="chat-c1",
-                                    engine_args=["--enable-prefix-caching"], confirmed_at=T0 + timedelta(minutes=30)))
-    store.record(FindingRecord(endpoint="chat", campaign_id="chat-c1", bottleneck="prefix_reuse",
-                               technique="prefix_caching", text="Shared system prompts make prefix caching pay",
-                               confidence="high", created_at=T0))
-    store.record(OpenQuestion(endpoint="chat", campaign_id="chat-c1", question="Does fp8 KV cache help?",
-                              bottleneck="kv_capacity", created_at=T0))
-    store.record(OpenQuestion(endpoint="chat", question="Answered one", status="answered", answer="yes",
-                              created_at=T0))
-    store.record(ExperimentRecord(endpoint="rag", campaign_id="rag-c1", conditions=CONDITIONS, bottleneck="decode",
-                                  technique="ngram_speculation", change={"--speculative-config": "{}"},
-                                  verdict="same", created_at=T0))
+    store.record(
+        ConfirmationRecord(
+            experiment_id=good.experiment_id,
+            endpoint="chat",
+            campaign_id="chat-c1",
+            engine_args=["--enable-prefix-caching"],
+            confirmed_at=T0 + timedelta(minutes=30),
+        )
+    )
+    store.record(
+        FindingRecord(
+            endpoint="chat",
+            campaign_id="chat-c1",
+            bottleneck="prefix_reuse",
+            technique="prefix_caching",
+            text="Shared system prompts make prefix caching pay",
+            confidence="high",
+            created_at=T0,
+        )
+    )
+    store.record(
+        OpenQuestion(
+            endpoint="chat",
+            campaign_id="chat-c1",
+            question="Does fp8 KV cache help?",
+            bottleneck="kv_capacity",
+            created_at=T0,
+        )
+    )
+    store.record(OpenQuestion(endpoint="chat", question="Answered one", status="answered", answer="yes", created_at=T0))
+    store.record(
+        ExperimentRecord(
+            endpoint="rag",
+            campaign_id="rag-c1",
+            conditions=CONDITIONS,
+            bottleneck="decode",
+            technique="ngram_speculation",
+            change={"--speculative-config": "{}"},
+            verdict="same",
+            created_at=T0,
+        )
+    )
 
 
 def test_endpoint_page_has_every_section(tmp_path: Path):
@@ -58,8 +123,16 @@ def test_endpoint_page_has_every_section(tmp_path: Path):
     pages = export_markdown(store, tmp_path / "pages")
     assert [p.name for p in pages] == ["chat.md", "rag.md"]
     text = pages[0].read_text()
-    for heading in ("# Research memory: endpoint `chat`", "## Summary", "## Confirmed changes", "## Campaigns",
-                    "## Experiments", "## Skipped candidates", "## Findings and lessons", "## Open questions"):
+    for heading in (
+        "# Research memory: endpoint `chat`",
+        "## Summary",
+        "## Confirmed changes",
+        "## Campaigns",
+        "## Experiments",
+        "## Skipped candidates",
+        "## Findings and lessons",
+        "## Open questions",
+    ):
         assert heading in text
     assert "Support chat | EU" in text
     assert "no supported experiment left \\| budget |" in text  # table-breaking characters are escaped

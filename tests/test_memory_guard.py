@@ -12,26 +12,32 @@ from memory_db.guard import find_secret
 CONDITIONS = Conditions(model="m", engine="vllm", engine_version="0.32.0", workload_signature="w")
 
 
-@pytest.mark.parametrize("text", [
-    "called the judge with sk-proj-AbCdEf0123456789abcdef0123",
-    "hf_abcdefghijklmnopqrstuvwxyzABCDEF12",
-    "token ghp_0123456789abcdefghijABCDEFGHIJ012345",
-    "AKIAIOSFODNN7EXAMPLE",
-    "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345",
-    "-----BEGIN RSA PRIVATE KEY-----",
-    "api_key=0123456789abcdefXYZ",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "called the judge with sk-proj-AbCdEf0123456789abcdef0123",
+        "hf_abcdefghijklmnopqrstuvwxyzABCDEF12",
+        "token ghp_0123456789abcdefghijABCDEFGHIJ012345",
+        "AKIAIOSFODNN7EXAMPLE",
+        "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "api_key=0123456789abcdefXYZ",
+    ],
+)
 def test_known_key_shapes_are_found(text: str):
     assert find_secret(text, env_values=[]) is not None
 
 
-@pytest.mark.parametrize("text", [
-    '{"--max-num-seqs":"64"}',
-    "--enable-prefix-caching --kv-cache-dtype fp8 --disk-cache-dir /tmp/x",
-    "task-0123456789abcdefghij finished; mask-abcdefghijklmnopqrstu",
-    "capacity ratio 1.23 within noise threshold 5%",
-    "exp_120a5318748851d826da",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"--max-num-seqs":"64"}',
+        "--enable-prefix-caching --kv-cache-dtype fp8 --disk-cache-dir /tmp/x",
+        "task-0123456789abcdefghij finished; mask-abcdefghijklmnopqrstu",
+        "capacity ratio 1.23 within noise threshold 5%",
+        "exp_120a5318748851d826da",
+    ],
+)
 def test_ordinary_research_text_passes(text: str):
     assert find_secret(text, env_values=[]) is None
 
@@ -47,8 +53,15 @@ def test_values_of_secret_named_env_vars_are_refused(monkeypatch):
 def test_store_refuses_the_record_and_writes_nothing(tmp_path: Path):
     store = MemoryStore(tmp_path / "m.duckdb")
     secret = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
-    bad = ExperimentRecord(endpoint="e", campaign_id="c", conditions=CONDITIONS, bottleneck="b", technique="t",
-                           change={"--api-key": secret}, verdict="same")
+    bad = ExperimentRecord(
+        endpoint="e",
+        campaign_id="c",
+        conditions=CONDITIONS,
+        bottleneck="b",
+        technique="t",
+        change={"--api-key": secret},
+        verdict="same",
+    )
     with pytest.raises(SecretInRecordError) as info:
         store.record(bad)
     assert "change" in str(info.value) and secret not in str(info.value)

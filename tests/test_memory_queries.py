@@ -30,40 +30,90 @@ def store(tmp_path: Path) -> MemoryStore:
     return MemoryStore(tmp_path / "memory.duckdb", timeout_s=10)
 
 
-def exp(store: MemoryStore, *, endpoint="chat", campaign_id="chat-c1", conditions=CHAT, technique="max_num_seqs",
-        change=None, verdict="better", ratio=1.2, minutes=0, **extra) -> ExperimentRecord:
-    record = ExperimentRecord(endpoint=endpoint, campaign_id=campaign_id, conditions=conditions,
-                              bottleneck=extra.pop("bottleneck", "queueing"), technique=technique,
-                              change=change or {"--max-num-seqs": "64"}, verdict=verdict, capacity_ratio=ratio,
-                              noise_threshold=extra.pop("noise_threshold", 0.05),
-                              created_at=T0 + timedelta(minutes=minutes), **extra)
+def exp(
+    store: MemoryStore,
+    *,
+    endpoint="chat",
+    campaign_id="chat-c1",
+    conditions=CHAT,
+    technique="max_num_seqs",
+    change=None,
+    verdict="better",
+    ratio=1.2,
+    minutes=0,
+    **extra,
+) -> ExperimentRecord:
+    record = ExperimentRecord(
+        endpoint=endpoint,
+        campaign_id=campaign_id,
+        conditions=conditions,
+        bottleneck=extra.pop("bottleneck", "queueing"),
+        technique=technique,
+        change=change or {"--max-num-seqs": "64"},
+        verdict=verdict,
+        capacity_ratio=ratio,
+        noise_threshold=extra.pop("noise_threshold", 0.05),
+        created_at=T0 + timedelta(minutes=minutes),
+        **extra,
+    )
     store.record(record)
     return record
 
 
 def confirm(store: MemoryStore, record: ExperimentRecord, args: list[str], minutes: int) -> None:
-    store.record(ConfirmationRecord(experiment_id=record.experiment_id, endpoint=record.endpoint,
-                                    campaign_id=record.campaign_id, engine_args=args, new_config_hash=f"cfg{minutes}",
-                                    confirmed_at=T0 + timedelta(minutes=minutes)))
+    store.record(
+        ConfirmationRecord(
+            experiment_id=record.experiment_id,
+            endpoint=record.endpoint,
+            campaign_id=record.campaign_id,
+            engine_args=args,
+            new_config_hash=f"cfg{minutes}",
+            confirmed_at=T0 + timedelta(minutes=minutes),
+        )
+    )
 
 
 def test_change_signature_is_canonical():
-    assert change_signature({"max-num-seqs": 64, "--enable-prefix-caching": None}) == \
-        change_signature({"--enable-prefix-caching": None, "--max-num-seqs": "64"}) == \
-        '{"--enable-prefix-caching":null,"--max-num-seqs":"64"}'
+    assert (
+        change_signature({"max-num-seqs": 64, "--enable-prefix-caching": None})
+        == change_signature({"--enable-prefix-caching": None, "--max-num-seqs": "64"})
+        == '{"--enable-prefix-caching":null,"--max-num-seqs":"64"}'
+    )
 
 
 def test_rerun_of_a_finished_campaign_skips_every_decided_experiment(store: MemoryStore):
     first = "chat-c1"
     same = exp(store, campaign_id=first, change={"--max-num-seqs": "16"}, verdict="same", ratio=1.01, minutes=1)
-    worse = exp(store, campaign_id=first, technique="chunked_prefill", change={"--max-num-batched-tokens": "256"},
-                verdict="worse", ratio=0.8, minutes=2)
-    kept = exp(store, campaign_id=first, technique="prefix_caching", change={"--enable-prefix-caching": None},
-               verdict="better", ratio=1.3, minutes=3)
+    worse = exp(
+        store,
+        campaign_id=first,
+        technique="chunked_prefill",
+        change={"--max-num-batched-tokens": "256"},
+        verdict="worse",
+        ratio=0.8,
+        minutes=2,
+    )
+    kept = exp(
+        store,
+        campaign_id=first,
+        technique="prefix_caching",
+        change={"--enable-prefix-caching": None},
+        verdict="better",
+        ratio=1.3,
+        minutes=3,
+    )
     confirm(store, kept, ["--enable-prefix-caching"], minutes=4)
     dropped = exp(store, campaign_id=first, change={"--max-num-seqs": "128"}, verdict="better", ratio=1.1, minutes=5)
-    crashed = exp(store, campaign_id=first, technique="kv_cache_dtype", change={"--kv-cache-dtype": "fp8"},
-                  verdict="invalid", ratio=None, invalid_reason="engine crashed at start", minutes=6)
+    crashed = exp(
+        store,
+        campaign_id=first,
+        technique="kv_cache_dtype",
+        change={"--kv-cache-dtype": "fp8"},
+        verdict="invalid",
+        ratio=None,
+        invalid_reason="engine crashed at start",
+        minutes=6,
+    )
     store.record(CampaignRecord(campaign_id=first, campaign="tune_chat", endpoint="chat", status="finished"))
 
     # The rerun proposes the same candidates again.
@@ -72,8 +122,15 @@ def test_rerun_of_a_finished_campaign_skips_every_decided_experiment(store: Memo
     for candidate in (same, worse, kept, dropped, crashed):
         prior = store.prior_decision("chat", candidate.change, CHAT)
         if prior is not None and prior.should_skip:
-            store.record_skip(endpoint="chat", campaign_id=rerun, conditions=CHAT, technique=candidate.technique,
-                              change=candidate.change, prior=prior, dagster_run_id="dg-rerun")
+            store.record_skip(
+                endpoint="chat",
+                campaign_id=rerun,
+                conditions=CHAT,
+                technique=candidate.technique,
+                change=candidate.change,
+                prior=prior,
+                dagster_run_id="dg-rerun",
+            )
             skipped.append(candidate.experiment_id)
         else:
             ran.append(candidate.experiment_id)
@@ -90,8 +147,14 @@ def test_rerun_of_a_finished_campaign_skips_every_decided_experiment(store: Memo
 
     # Re-running the rerun (a Dagster retry) records the same skips again: no duplicates.
     for candidate in (same, worse):
-        store.record_skip(endpoint="chat", campaign_id=rerun, conditions=CHAT, technique=candidate.technique,
-                          change=candidate.change, prior=store.prior_decision("chat", candidate.change, CHAT))
+        store.record_skip(
+            endpoint="chat",
+            campaign_id=rerun,
+            conditions=CHAT,
+            technique=candidate.technique,
+            change=candidate.change,
+            prior=store.prior_decision("chat", candidate.change, CHAT),
+        )
     assert store.query("SELECT count(*) AS n FROM skips")["n"][0] == 4
     assert store.query("SELECT skipped FROM v_campaign_history WHERE campaign_id = 'chat-c1'")["skipped"][0] == 0
 
@@ -101,8 +164,14 @@ def test_prior_decision_needs_the_same_conditions(store: MemoryStore):
     change = {"--max-num-seqs": "64"}
     assert store.prior_decision("chat", change, CHAT).verdict == "worse"
     assert store.prior_decision("chat", {"--max-num-seqs": "32"}, CHAT) is None  # another change
-    for differing in ({"engine_version": "0.33.0"}, {"gpu_count": 2}, {"workload_signature": "wl-rag"},
-                      {"model": "other"}, {"model_revision": "v2"}, {"hardware": "H200"}):
+    for differing in (
+        {"engine_version": "0.33.0"},
+        {"gpu_count": 2},
+        {"workload_signature": "wl-rag"},
+        {"model": "other"},
+        {"model_revision": "v2"},
+        {"hardware": "H200"},
+    ):
         assert store.prior_decision("chat", change, CHAT.model_copy(update=differing)) is None, differing
 
 
@@ -112,8 +181,9 @@ def test_an_inconclusive_same_is_not_a_dead_end(store: MemoryStore):
     assert store.prior_decision("chat", change, CHAT) is None  # +50 % under a +-61 % floor: run it again
     exp(store, technique="prefix_caching", change=change, verdict="same", ratio=1.12, noise_threshold=0.08, minutes=1)
     assert store.prior_decision("chat", change, CHAT) is None  # mean above the floor, repeats disagreed
-    settled = exp(store, technique="prefix_caching", change=change, verdict="same", ratio=1.03, noise_threshold=0.08,
-                  minutes=2)
+    settled = exp(
+        store, technique="prefix_caching", change=change, verdict="same", ratio=1.03, noise_threshold=0.08, minutes=2
+    )
     prior = store.prior_decision("chat", change, CHAT)
     assert prior.experiment_id == settled.experiment_id and prior.should_skip and prior.matching_experiments == 1
 
@@ -143,10 +213,19 @@ def test_new_campaign_starts_from_confirmed_improvements_and_open_questions(stor
     assert store.latest_confirmed_engine_args("chat") == ["--enable-prefix-caching", "--max-num-seqs", "64"]
     assert store.latest_confirmed_engine_args("nobody") is None
 
-    q1 = OpenQuestion(endpoint="chat", campaign_id="chat-c1", question="Would fp8 KV cache lift the KV limit?",
-                      bottleneck="kv_capacity", created_at=T0)
-    q2 = OpenQuestion(endpoint="chat", campaign_id="chat-c1", question="Is TTFT p99 driven by long prompts?",
-                      created_at=T0 + timedelta(minutes=1))
+    q1 = OpenQuestion(
+        endpoint="chat",
+        campaign_id="chat-c1",
+        question="Would fp8 KV cache lift the KV limit?",
+        bottleneck="kv_capacity",
+        created_at=T0,
+    )
+    q2 = OpenQuestion(
+        endpoint="chat",
+        campaign_id="chat-c1",
+        question="Is TTFT p99 driven by long prompts?",
+        created_at=T0 + timedelta(minutes=1),
+    )
     store.record(q1)
     store.record(q2)
     store.record(OpenQuestion(endpoint="other", question="unrelated"))
@@ -159,10 +238,23 @@ def test_new_campaign_starts_from_confirmed_improvements_and_open_questions(stor
 
 def test_subagents_get_findings_for_the_same_bottleneck_from_other_endpoints(store: MemoryStore):
     mine = FindingRecord(endpoint="chat", bottleneck="queueing", text="mine", created_at=T0)
-    theirs_low = FindingRecord(endpoint="rag", bottleneck="queueing", technique="max_num_seqs", confidence="low",
-                               text="max_num_seqs 64 barely helped", created_at=T0)
-    theirs_high = FindingRecord(endpoint="batch", bottleneck="queueing", technique="max_num_seqs", confidence="high",
-                                text="max_num_seqs 128 doubled capacity", kind="lesson", created_at=T0)
+    theirs_low = FindingRecord(
+        endpoint="rag",
+        bottleneck="queueing",
+        technique="max_num_seqs",
+        confidence="low",
+        text="max_num_seqs 64 barely helped",
+        created_at=T0,
+    )
+    theirs_high = FindingRecord(
+        endpoint="batch",
+        bottleneck="queueing",
+        technique="max_num_seqs",
+        confidence="high",
+        text="max_num_seqs 128 doubled capacity",
+        kind="lesson",
+        created_at=T0,
+    )
     other_bottleneck = FindingRecord(endpoint="rag", bottleneck="kv_capacity", text="kv", created_at=T0)
     for f in (mine, theirs_low, theirs_high, other_bottleneck):
         store.record(f)
@@ -178,18 +270,37 @@ def test_subagents_get_findings_for_the_same_bottleneck_from_other_endpoints(sto
 
 
 def test_disagreement_row_shows_both_outcomes_and_the_differing_conditions(store: MemoryStore):
-    rag_conditions = Conditions(model="smollm2-135m", engine="vllm", engine_version="0.31.0", gpu_count=2,
-                                workload_signature="wl-rag")
+    rag_conditions = Conditions(
+        model="smollm2-135m", engine="vllm", engine_version="0.31.0", gpu_count=2, workload_signature="wl-rag"
+    )
     chat_traits = dict(decode_share=0.8, prompt_tokens_p50=200.0, output_tokens_p50=250.0, prefix_reuse=0.1)
     rag_traits = dict(decode_share=0.2, prompt_tokens_p50=3000.0, output_tokens_p50=240.0, prefix_reuse=0.7)
     spec = {"--speculative-config": '{"method":"ngram","num_speculative_tokens":3}'}
     exp(store, technique="ngram_speculation", change=spec, ratio=1.25, bottleneck="decode", **chat_traits)
-    exp(store, endpoint="rag", campaign_id="rag-c1", conditions=rag_conditions, technique="ngram_speculation",
-        change=spec, verdict="worse", ratio=0.8, bottleneck="prefill_interference", **rag_traits)
+    exp(
+        store,
+        endpoint="rag",
+        campaign_id="rag-c1",
+        conditions=rag_conditions,
+        technique="ngram_speculation",
+        change=spec,
+        verdict="worse",
+        ratio=0.8,
+        bottleneck="prefill_interference",
+        **rag_traits,
+    )
     # a technique that helped both endpoints, and one that helped one and was neutral elsewhere: no rows
     exp(store, technique="prefix_caching", change={"--enable-prefix-caching": None}, ratio=1.1, **chat_traits)
-    exp(store, endpoint="rag", campaign_id="rag-c1", conditions=rag_conditions, technique="prefix_caching",
-        change={"--enable-prefix-caching": None}, ratio=1.6, **rag_traits)
+    exp(
+        store,
+        endpoint="rag",
+        campaign_id="rag-c1",
+        conditions=rag_conditions,
+        technique="prefix_caching",
+        change={"--enable-prefix-caching": None},
+        ratio=1.6,
+        **rag_traits,
+    )
     exp(store, endpoint="rag", campaign_id="rag-c1", conditions=rag_conditions, verdict="same", ratio=1.0)
 
     rows = store.query("SELECT * FROM v_disagreements").to_dicts()
@@ -200,15 +311,29 @@ def test_disagreement_row_shows_both_outcomes_and_the_differing_conditions(store
     assert (row["helped_decode_share"], row["hurt_decode_share"]) == (0.8, 0.2)
     assert (row["helped_gpu_count"], row["hurt_gpu_count"]) == (0, 2)
     assert (row["helped_engine"], row["hurt_engine"]) == ("vllm 0.32.0", "vllm 0.31.0")
-    assert row["differing_conditions"] == ["decode_share", "prompt_tokens", "prefix_reuse", "gpu_count",
-                                           "engine_version"]  # output lengths are within 10%: not listed
+    assert row["differing_conditions"] == [
+        "decode_share",
+        "prompt_tokens",
+        "prefix_reuse",
+        "gpu_count",
+        "engine_version",
+    ]  # output lengths are within 10%: not listed
     assert (row["helped_bottleneck"], row["hurt_bottleneck"]) == ("decode", "prefill_interference")
 
 
 def test_campaign_gains_accumulate_confirmed_ratios_in_order(store: MemoryStore):
-    store.record(CampaignRecord(campaign_id="chat-c1", campaign="tune_chat", endpoint="chat", started_at=T0,
-                                baseline_capacity=2.0, best_capacity=2.0 * 1.3 * 1.1, total_gain_ratio=1.43,
-                                status="finished"))
+    store.record(
+        CampaignRecord(
+            campaign_id="chat-c1",
+            campaign="tune_chat",
+            endpoint="chat",
+            started_at=T0,
+            baseline_capacity=2.0,
+            best_capacity=2.0 * 1.3 * 1.1,
+            total_gain_ratio=1.43,
+            status="finished",
+        )
+    )
     a = exp(store, technique="prefix_caching", change={"--enable-prefix-caching": None}, ratio=1.3, minutes=1)
     b = exp(store, change={"--max-num-seqs": "64"}, base_config_hash="cfg2", ratio=1.1, minutes=3)
     exp(store, change={"--max-num-seqs": "256"}, verdict="worse", ratio=0.7, minutes=5)

@@ -34,9 +34,19 @@ CONDITIONS = Conditions(model="smollm2-135m", engine="vllm", engine_version="0.3
 
 
 def experiment(**overrides) -> ExperimentRecord:
-    fields = dict(endpoint="chat", campaign_id="chat-c1", conditions=CONDITIONS, bottleneck="queueing",
-                  technique="max_num_seqs", change={"--max-num-seqs": "64"}, verdict="better",
-                  capacity_ratio=1.2, noise_threshold=0.05, dagster_run_ids=["run-1"], asset_keys=["chat/verdicts"])
+    fields = dict(
+        endpoint="chat",
+        campaign_id="chat-c1",
+        conditions=CONDITIONS,
+        bottleneck="queueing",
+        technique="max_num_seqs",
+        change={"--max-num-seqs": "64"},
+        verdict="better",
+        capacity_ratio=1.2,
+        noise_threshold=0.05,
+        dagster_run_ids=["run-1"],
+        asset_keys=["chat/verdicts"],
+    )
     fields.update(overrides)
     return ExperimentRecord(**fields)
 
@@ -70,36 +80,78 @@ def test_default_path_comes_from_autoresearch_paths(tmp_path: Path, monkeypatch)
 
 
 def test_every_record_type_round_trips(store: MemoryStore):
-    exp = experiment(decode_share=0.7, prompt_tokens_p50=512.0, prefix_reuse=0.4,
-                     correctness={"exact_match": 1.0, "kl": 0.0})
+    exp = experiment(
+        decode_share=0.7, prompt_tokens_p50=512.0, prefix_reuse=0.4, correctness={"exact_match": 1.0, "kl": 0.0}
+    )
     store.record(exp)
     assert store.experiments("chat") == [exp]
 
-    question = OpenQuestion(endpoint="chat", campaign_id="chat-c1", question="Does chunked prefill cut TTFT p99?",
-                            bottleneck="prefill_interference")
+    question = OpenQuestion(
+        endpoint="chat",
+        campaign_id="chat-c1",
+        question="Does chunked prefill cut TTFT p99?",
+        bottleneck="prefill_interference",
+    )
     store.record(question)
     assert store.open_questions("chat") == [question]
 
-    finding = FindingRecord(endpoint="chat", campaign_id="chat-c1", bottleneck="queueing", technique="max_num_seqs",
-                            text="More sequences per batch raised capacity until KV ran out", conditions=CONDITIONS,
-                            experiment_ids=[exp.experiment_id], confidence="high")
+    finding = FindingRecord(
+        endpoint="chat",
+        campaign_id="chat-c1",
+        bottleneck="queueing",
+        technique="max_num_seqs",
+        text="More sequences per batch raised capacity until KV ran out",
+        conditions=CONDITIONS,
+        experiment_ids=[exp.experiment_id],
+        confidence="high",
+    )
     store.record(finding)
     assert store.findings_for_bottleneck("queueing") == [finding]
 
-    step = StepResult(target_rate=2.0, achieved_rate=2.0, throughput_rps=1.9, duration_s=15, requests=30, errors=0,
-                      error_rate=0.0, ttft_ms=LatencySummary(p95=120.0), itl_ms=LatencySummary(),
-                      e2e_ms=LatencySummary(), send_lag_ms=LatencySummary(), within_sla=True)
-    sweep = SweepResult(endpoint="chat", engine_args=["--max-num-seqs", "64"], launch_config_hash="abc123",
-                        started_at=time.time(), steps=[step], capacity_rps=2.0, capacity_per_gpu=2.0)
-    run = RunRecord.from_sweep(sweep, run_id="sweep-1", kind="baseline", campaign_id="chat-c1",
-                               dagster_run_id="dg-1", asset_key="chat/baseline_runs")
+    step = StepResult(
+        target_rate=2.0,
+        achieved_rate=2.0,
+        throughput_rps=1.9,
+        duration_s=15,
+        requests=30,
+        errors=0,
+        error_rate=0.0,
+        ttft_ms=LatencySummary(p95=120.0),
+        itl_ms=LatencySummary(),
+        e2e_ms=LatencySummary(),
+        send_lag_ms=LatencySummary(),
+        within_sla=True,
+    )
+    sweep = SweepResult(
+        endpoint="chat",
+        engine_args=["--max-num-seqs", "64"],
+        launch_config_hash="abc123",
+        started_at=time.time(),
+        steps=[step],
+        capacity_rps=2.0,
+        capacity_per_gpu=2.0,
+    )
+    run = RunRecord.from_sweep(
+        sweep,
+        run_id="sweep-1",
+        kind="baseline",
+        campaign_id="chat-c1",
+        dagster_run_id="dg-1",
+        asset_key="chat/baseline_runs",
+    )
     store.record(run)
     row = store.query("SELECT * FROM runs").to_dicts()[0]
     assert RunRecord.from_row(row) == run
     assert StepResult.model_validate(json.loads(row["steps"])[0]) == step  # the sweep can be rebuilt
 
-    recipe = RecipeResult(endpoint="chat", recipe="prompt_length_scan", step="long", vary="prompt_tokens",
-                          value=2048, metrics={"ttft_p95_ms": 900.0})
+    recipe = RecipeResult(
+        endpoint="chat",
+        recipe="prompt_length_scan",
+        step="long",
+        vary="prompt_tokens",
+        value=2048,
+        metrics={"ttft_p95_ms": 900.0},
+    )
     store.record(recipe)
     assert RecipeResult.from_row(store.query("SELECT * FROM recipe_results").to_dicts()[0]) == recipe
 
@@ -109,16 +161,25 @@ def test_every_record_type_round_trips(store: MemoryStore):
 
 
 def test_endpoint_record_from_yaml_spec(store: MemoryStore):
-    from autoresearch.config import EndpointSpec
+    from specs.config import EndpointSpec
 
-    spec = EndpointSpec.model_validate({
-        "name": "chat", "model": {"path": "builtin:tiny-random", "served_name": "tiny"},
-        "engine": {"kind": "vllm", "args": ["--max-num-seqs", "8"]}, "sla": {"ttft_ms": 500},
-        "traffic": {"kind": "sample"}})
+    spec = EndpointSpec.model_validate(
+        {
+            "name": "chat",
+            "model": {"path": "builtin:tiny-random", "served_name": "tiny"},
+            "engine": {"kind": "vllm", "args": ["--max-num-seqs", "8"]},
+            "sla": {"ttft_ms": 500},
+            "traffic": {"kind": "sample"},
+        }
+    )
     store.record(EndpointRecord.from_spec(spec, engine_version="0.32.0"))
     row = store.query("SELECT model, engine, engine_version, engine_args FROM endpoints").to_dicts()[0]
-    assert row == {"model": "tiny", "engine": "vllm", "engine_version": "0.32.0",
-                   "engine_args": ["--max-num-seqs", "8"]}
+    assert row == {
+        "model": "tiny",
+        "engine": "vllm",
+        "engine_version": "0.32.0",
+        "engine_args": ["--max-num-seqs", "8"],
+    }
 
 
 def test_rerun_writes_the_same_id_and_never_duplicates(store: MemoryStore):
@@ -203,9 +264,19 @@ def _duckdb_cli() -> str | None:
 @pytest.mark.skipif(_duckdb_cli() is None, reason="the duckdb CLI is not installed (pip install duckdb-cli)")
 def test_plain_duckdb_cli_reads_the_file_and_writers_still_succeed(store: MemoryStore):
     store.record(experiment())
-    done = subprocess.run([_duckdb_cli(), "-readonly", "-csv", str(store.path), "-c",
-                           "SELECT technique, verdict FROM v_experiments; SELECT count(*) AS n FROM v_disagreements;"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            _duckdb_cli(),
+            "-readonly",
+            "-csv",
+            str(store.path),
+            "-c",
+            "SELECT technique, verdict FROM v_experiments; SELECT count(*) AS n FROM v_disagreements;",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["technique,verdict", "max_num_seqs,better", "n", "0"]
     store.record(experiment(change={"--max-num-seqs": "8"}))  # the CLI closed: writing goes on

@@ -11,31 +11,45 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.paths import engine_python
+from specs.paths import engine_python
 from engines import engine_identity, overlays
 from engines.overlays import FLAG, Overlay, OverlayError, split
 from engines.registry import adapter_class
 
-CB_PROBE = ("from transformers.generation.configuration_utils import ContinuousBatchingConfig as C; "
-            "print('kv', C().kv_padding_interval_size)")
+CB_PROBE = (
+    "from transformers.generation.configuration_utils import ContinuousBatchingConfig as C; "
+    "print('kv', C().kv_padding_interval_size)"
+)
 
 
 def test_overlay_arguments_are_taken_out_of_the_command_line_in_both_spellings():
-    own, asked = split(["--continuous-batching", FLAG, 'transformers_cb_config={"kv_padding_interval_size": 4096}',
-                        "--cb-use-cuda-graph", f"{FLAG}=planted_slowdown=0.2"])
+    own, asked = split(
+        [
+            "--continuous-batching",
+            FLAG,
+            'transformers_cb_config={"kv_padding_interval_size": 4096}',
+            "--cb-use-cuda-graph",
+            f"{FLAG}=planted_slowdown=0.2",
+        ]
+    )
     assert own == ["--continuous-batching", "--cb-use-cuda-graph"]
     assert [(r.overlay.name, r.settings) for r in asked] == [
-        ("transformers_cb_config", '{"kv_padding_interval_size": 4096}'), ("planted_slowdown", "0.2")]
+        ("transformers_cb_config", '{"kv_padding_interval_size": 4096}'),
+        ("planted_slowdown", "0.2"),
+    ]
 
 
-@pytest.mark.parametrize("args, says", [
-    ([FLAG, "no_such_overlay"], "is not a known overlay"),
-    ([FLAG], "needs a value"),
-    ([FLAG, "vllm_issue_55005=1"], "takes no settings"),
-    ([FLAG, "transformers_cb_config=[1, 2]"], "must be a JSON object"),
-    ([FLAG, "transformers_cb_config={not json"], "must be a JSON object"),
-    ([FLAG, "vllm_issue_55005", FLAG, "vllm_issue_55005"], "twice"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        ([FLAG, "no_such_overlay"], "is not a known overlay"),
+        ([FLAG], "needs a value"),
+        ([FLAG, "vllm_issue_55005=1"], "takes no settings"),
+        ([FLAG, "transformers_cb_config=[1, 2]"], "must be a JSON object"),
+        ([FLAG, "transformers_cb_config={not json"], "must be a JSON object"),
+        ([FLAG, "vllm_issue_55005", FLAG, "vllm_issue_55005"], "twice"),
+    ],
+)
 def test_an_overlay_that_cannot_be_honoured_is_refused_with_the_reason(args, says):
     with pytest.raises(OverlayError, match=says):
         split(args)
@@ -56,7 +70,8 @@ def test_the_overlay_is_hashed_into_the_identity_and_never_reaches_the_command_l
     with_patch = base.with_engine_args(list(base.engine.args) + [FLAG, "vllm_issue_55005"])
     plain, patched = engine_identity(base), engine_identity(with_patch)
     assert plain.overlays == () and dict(patched.overlays) == {
-        "vllm_issue_55005": overlays.REGISTRY["vllm_issue_55005"].sha256()}
+        "vllm_issue_55005": overlays.REGISTRY["vllm_issue_55005"].sha256()
+    }
     assert FLAG not in patched.launch_command and patched.launch_command == plain.launch_command
     assert patched.launch_config_hash != plain.launch_config_hash  # a different configuration
 
@@ -97,8 +112,10 @@ def test_an_overlay_that_cannot_apply_stops_the_interpreter_with_its_reason():
 
 def test_two_overlays_compose_and_an_environment_sitecustomize_still_runs(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['ENV_SITECUSTOMIZE_RAN'] = '1'\n")
-    done = _run_with([FLAG, 'transformers_cb_config={"kv_padding_interval_size": 2048}', FLAG, "planted_slowdown=0"],
-                     CB_PROBE + "; import os; print('env', os.environ.get('ENV_SITECUSTOMIZE_RAN'))",
-                     extra_env={"PYTHONPATH": str(tmp_path)})
+    done = _run_with(
+        [FLAG, 'transformers_cb_config={"kv_padding_interval_size": 2048}', FLAG, "planted_slowdown=0"],
+        CB_PROBE + "; import os; print('env', os.environ.get('ENV_SITECUSTOMIZE_RAN'))",
+        extra_env={"PYTHONPATH": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "kv 2048" in done.stdout and "env 1" in done.stdout

@@ -18,7 +18,7 @@ import dagster as dg
 import duckdb
 import polars as pl
 
-from autoresearch import paths
+from specs import paths
 from dagster_project.lib import load_definitions
 from dagster_project.lib.migrate import write_declarations
 from dagster_project.definitions import build_definitions
@@ -54,7 +54,9 @@ def readable_text(path: Path) -> str:
     elif path.suffix == ".duckdb":
         con = duckdb.connect(str(path), read_only=True)
         tables = con.execute("select table_schema, table_name from information_schema.tables").fetchall()
-        text += "\n".join(str(v) for s, t in tables for row in con.execute(f'select * from "{s}"."{t}"').fetchall() for v in row)
+        text += "\n".join(
+            str(v) for s, t in tables for row in con.execute(f'select * from "{s}"."{t}"').fetchall() for v in row
+        )
         con.close()
     return text
 
@@ -89,8 +91,12 @@ def _build_and_scan(tmp_path, monkeypatch, lines: list[str]) -> tuple[dict[Path,
     spec = load_definitions(definitions).endpoint("pii_probe")
     MemoryStore(paths.memory_db_path()).record_endpoint(EndpointRecord.from_spec(spec, "test"))
 
-    persisted = [p for root in (tmp_path / "home", dagster_home) for p in root.rglob("*") if p.is_file()
-                 and "models" not in p.relative_to(root).parts]
+    persisted = [
+        p
+        for root in (tmp_path / "home", dagster_home)
+        for p in root.rglob("*")
+        if p.is_file() and "models" not in p.relative_to(root).parts
+    ]
     assert any(p.suffix == ".parquet" for p in persisted) and any(p.suffix == ".duckdb" for p in persisted)
     assert any(p.suffix == ".db" for p in persisted), "the Dagster event log (sqlite) must be scanned too"
     pool = pl.read_parquet(next(p for p in persisted if p.name.endswith("-pool.parquet")))
@@ -100,11 +106,23 @@ def _build_and_scan(tmp_path, monkeypatch, lines: list[str]) -> tuple[dict[Path,
 
 def test_planted_pii_is_in_no_persisted_file(tmp_path, monkeypatch):
     lines, planted = planted_pii_logs(400, seed=11)
-    assert {p.category for p in planted} >= {"EMAIL", "PHONE", "CREDIT_CARD", "IBAN", "US_SSN", "IP_ADDRESS",
-                                             "STREET_ADDRESS", "PERSON"}
+    assert {p.category for p in planted} >= {
+        "EMAIL",
+        "PHONE",
+        "CREDIT_CARD",
+        "IBAN",
+        "US_SSN",
+        "IP_ADDRESS",
+        "STREET_ADDRESS",
+        "PERSON",
+    }
     corpus, _ = _build_and_scan(tmp_path, monkeypatch, lines)
-    leaks = [(p.name, planted_value.category) for planted_value in planted for p, text in corpus.items()
-             if planted_value.leaked_in(text)]
+    leaks = [
+        (p.name, planted_value.category)
+        for planted_value in planted
+        for p, text in corpus.items()
+        if planted_value.leaked_in(text)
+    ]
     assert not leaks, f"{len(leaks)} planted values persisted, e.g. {leaks[:5]}"
 
 
@@ -114,8 +132,12 @@ def test_held_out_pii_is_in_no_persisted_file(tmp_path, monkeypatch):
     lines, planted = pii_heldout_corpus.generate(400, seed=13)
     assert {p.kind for p in planted} == set(pii_heldout_corpus.KINDS) and len(planted) >= 1200
     corpus, rows = _build_and_scan(tmp_path, monkeypatch, lines)
-    anywhere = [(p.name, v.kind, v.value) for v in planted for p, text in corpus.items()
-                if v.value in text and re.search(rf"(?<!\w){re.escape(v.value)}(?!\w)", text)]  # "Ama" is in "Amazon"
+    anywhere = [
+        (p.name, v.kind, v.value)
+        for v in planted
+        for p, text in corpus.items()
+        if v.value in text and re.search(rf"(?<!\w){re.escape(v.value)}(?!\w)", text)
+    ]  # "Ama" is in "Amazon"
     assert not anywhere, f"{len(anywhere)} planted values persisted, e.g. {anywhere[:5]}"
     in_row = [(v.kind, v.value) for v in planted if pii_heldout_corpus.leaked(v, rows[v.line])]
     assert not in_row, f"{len(in_row)} planted values left in their pool rows, e.g. {in_row[:5]}"

@@ -18,7 +18,7 @@ import pytest
 
 from loadgen.runner import LagBounds, run_open_loop
 from loadgen.sweep import _StepRunner, prefix_representatives
-from replay.schema import POOL_SCHEMA
+from specs.pool_schema import POOL_SCHEMA
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parent.parent
@@ -28,14 +28,31 @@ def two_group_pool() -> pl.DataFrame:
     """Two tenants, each with its own long system prompt, four questions each; group a is the larger."""
     rows = []
     for group, count, topic in (("a", 5, "billing"), ("b", 3, "shipping")):
-        system = " ".join(f"Rule {k}: answer {topic} questions politely and cite policy {topic}-{k}." for k in range(25))
+        system = " ".join(
+            f"Rule {k}: answer {topic} questions politely and cite policy {topic}-{k}." for k in range(25)
+        )
         for i in range(count):
-            body = {"model": "m", "max_tokens": 4, "temperature": 0.0,
-                    "messages": [{"role": "system", "content": system},
-                                 {"role": "user", "content": f"Question {i} about my {topic} case number {i * 7919}?"}]}
-            rows.append({"request_id": f"{group}{i}", "arrival_offset_s": float(len(rows)), "body": json.dumps(body),
-                         "prompt_tokens": 400, "expected_output_tokens": 4, "prefix_group": f"sys:{group}",
-                         "logged_cached_tokens": None, "source": "test"})
+            body = {
+                "model": "m",
+                "max_tokens": 4,
+                "temperature": 0.0,
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": f"Question {i} about my {topic} case number {i * 7919}?"},
+                ],
+            }
+            rows.append(
+                {
+                    "request_id": f"{group}{i}",
+                    "arrival_offset_s": float(len(rows)),
+                    "body": json.dumps(body),
+                    "prompt_tokens": 400,
+                    "expected_output_tokens": 4,
+                    "prefix_group": f"sys:{group}",
+                    "logged_cached_tokens": None,
+                    "source": "test",
+                }
+            )
     return pl.DataFrame(rows, schema=POOL_SCHEMA)
 
 
@@ -53,12 +70,27 @@ def test_a_step_starts_with_the_pools_hot_prefixes_cached(smollm_engine, smollm_
     probe = bodies[3]  # a billing question that is not the group's representative
 
     def hits_after_reset(prefix_bodies: list[str]) -> float:
-        runner = _StepRunner(engine, smollm_spec, bodies, ids, senders=1, lag_bounds=LagBounds(1e9, 0.0, 10**9),
-                             timeout_s=120, records_dir=None, prefix_bodies=prefix_bodies)
+        runner = _StepRunner(
+            engine,
+            smollm_spec,
+            bodies,
+            ids,
+            senders=1,
+            lag_bounds=LagBounds(1e9, 0.0, 10**9),
+            timeout_s=120,
+            records_dir=None,
+            prefix_bodies=prefix_bodies,
+        )
         runner.reset()
         before = engine.metrics().prefix_cache_hits_total
-        outcome = run_open_loop(engine.base_url, engine.served_model, [probe], np.zeros(1),
-                                lag_bounds=LagBounds(1e9, 0.0, 10**9), timeout_s=120)
+        outcome = run_open_loop(
+            engine.base_url,
+            engine.served_model,
+            [probe],
+            np.zeros(1),
+            lag_bounds=LagBounds(1e9, 0.0, 10**9),
+            timeout_s=120,
+        )
         assert all(r.ok for r in outcome.records)
         return engine.metrics().prefix_cache_hits_total - before
 
@@ -72,8 +104,13 @@ def test_engine_up_leaves_the_engine_serving_until_engine_down(engine_slot):
     engine_slot.release()  # one engine at a time on this host
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "autoresearch.cli", "engine", *args, "tiny_random", "--json"],
-                              capture_output=True, text=True, cwd=REPO, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "autoresearch.cli", "engine", *args, "tiny_random", "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=300,
+        )
 
     up = cli("up")
     try:  # stop it whatever happens: `engine up` leaves it running by design

@@ -46,14 +46,32 @@ def test_real_cpu_trace_timeline_sees_prefill_mixed_into_decode(cpu_breakdown):
 
 
 def test_generic_ops_are_named_by_their_scope():
-    trace = {"traceEvents": [
-        {"ph": "X", "cat": "python_function", "name": "vllm/v1/sample/sampler.py(73): forward", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "python_function", "name": "vllm/v1/worker/gpu_model_runner.py(1920): _prepare_inputs", "ts": 200, "dur": 100, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 210, "dur": 30, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 400, "dur": 100, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 410, "dur": 20, "pid": 1, "tid": 1},
-    ]}
+    trace = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": "vllm/v1/sample/sampler.py(73): forward",
+                "ts": 0,
+                "dur": 100,
+                "pid": 1,
+                "tid": 1,
+            },
+            {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": "vllm/v1/worker/gpu_model_runner.py(1920): _prepare_inputs",
+                "ts": 200,
+                "dur": 100,
+                "pid": 1,
+                "tid": 1,
+            },
+            {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 210, "dur": 30, "pid": 1, "tid": 1},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 400, "dur": 100, "pid": 1, "tid": 1},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 410, "dur": 20, "pid": 1, "tid": 1},
+        ]
+    }
     b = analyse_trace(trace, "constructed")
     assert b.category_us["sampling"] == 50
     assert b.category_us["matmul"] == 100  # a copy nested in the matmul counts as matmul work
@@ -62,23 +80,68 @@ def test_generic_ops_are_named_by_their_scope():
 
 def test_gpu_kernels_categorised_by_name_and_launch_scope():
     def k(name, ts, dur, corr):
-        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7,
-                "args": {"correlation": corr}}
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "ts": ts,
+            "dur": dur,
+            "pid": 0,
+            "tid": 7,
+            "args": {"correlation": corr},
+        }
 
     def launch(ts, corr):
-        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 5, "pid": 1, "tid": 1,
-                "args": {"correlation": corr}}
+        return {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": ts,
+            "dur": 5,
+            "pid": 1,
+            "tid": 1,
+            "args": {"correlation": corr},
+        }
 
-    trace = {"traceEvents": [
-        {"ph": "X", "cat": "user_annotation", "name": "execute_context_0(0)_generation_8(8)", "ts": 0, "dur": 400, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "cpu_op", "name": "vllm::unified_attention_with_output", "ts": 50, "dur": 40, "pid": 1, "tid": 1},
-        launch(10, 1), launch(60, 2), launch(120, 3), launch(200, 4),
-        k("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 100, 300, 1),
-        k("void at::native::elementwise_kernel<128, 4>", 420, 20, 2),  # launched inside attention
-        k("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 500, 100, 3),
-        k("void flash::flash_fwd_splitkv_kernel<>", 1000, 100, 4),  # gap before it: GPU idle
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 1100, "dur": 10, "pid": 0, "tid": 8},
-    ]}
+    trace = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "execute_context_0(0)_generation_8(8)",
+                "ts": 0,
+                "dur": 400,
+                "pid": 1,
+                "tid": 1,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "vllm::unified_attention_with_output",
+                "ts": 50,
+                "dur": 40,
+                "pid": 1,
+                "tid": 1,
+            },
+            launch(10, 1),
+            launch(60, 2),
+            launch(120, 3),
+            launch(200, 4),
+            k("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 100, 300, 1),
+            k("void at::native::elementwise_kernel<128, 4>", 420, 20, 2),  # launched inside attention
+            k("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 500, 100, 3),
+            k("void flash::flash_fwd_splitkv_kernel<>", 1000, 100, 4),  # gap before it: GPU idle
+            {
+                "ph": "X",
+                "cat": "gpu_memcpy",
+                "name": "Memcpy HtoD (Pinned -> Device)",
+                "ts": 1100,
+                "dur": 10,
+                "pid": 0,
+                "tid": 8,
+            },
+        ]
+    }
     b = analyse_trace(trace, "gpu")
     assert b.device == "gpu"
     assert b.category_us["matmul"] == 300
@@ -89,12 +152,19 @@ def test_gpu_kernels_categorised_by_name_and_launch_scope():
     assert b.cpu_gpu_overlap is not None and b.cpu_gpu_overlap < 0.5
 
 
-@pytest.mark.parametrize("name,category", [
-    ("_C::onednn_mm", "matmul"), ("aten::addmm", "matmul"), ("fused_moe_kernel", "matmul"),
-    ("_C::cpu_attention_with_kv_cache", "attention"), ("ncclDevKernel_AllGather_RING_LL", "communication"),
-    ("_C::fused_gumbel_argmax", "sampling"), ("Memcpy DtoH (Device -> Pageable)", "memory"),
-    ("aten::copy_", None),
-])
+@pytest.mark.parametrize(
+    "name,category",
+    [
+        ("_C::onednn_mm", "matmul"),
+        ("aten::addmm", "matmul"),
+        ("fused_moe_kernel", "matmul"),
+        ("_C::cpu_attention_with_kv_cache", "attention"),
+        ("ncclDevKernel_AllGather_RING_LL", "communication"),
+        ("_C::fused_gumbel_argmax", "sampling"),
+        ("Memcpy DtoH (Device -> Pageable)", "memory"),
+        ("aten::copy_", None),
+    ],
+)
 def test_classify(name, category):
     assert classify(name) == category or (category is None and classify(name) is None)
 
@@ -103,8 +173,17 @@ def test_front_end_trace_redirects_to_worker_rank(tmp_path):
     rank = tmp_path / "rank0.123.pt.trace.json.gz"
     rank.write_bytes(CPU_TRACE.read_bytes())
     front = tmp_path / "vm_1.async_llm.456.pt.trace.json.gz"
-    front.write_bytes(gzip.compress(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "python_function", "name": "uvloop/__init__.py(92): run", "ts": 0, "dur": 5}]}).encode()))
+    front.write_bytes(
+        gzip.compress(
+            json.dumps(
+                {
+                    "traceEvents": [
+                        {"ph": "X", "cat": "python_function", "name": "uvloop/__init__.py(92): run", "ts": 0, "dur": 5}
+                    ]
+                }
+            ).encode()
+        )
+    )
     assert find_worker_trace(front) == rank
     assert find_worker_trace(tmp_path) == rank
 
@@ -115,7 +194,9 @@ def test_bad_traces_raise_clear_errors(tmp_path):
     with pytest.raises(TraceError, match="x.json"):
         parse_profile(bad)
     empty = tmp_path / "y.json"
-    empty.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "python_function", "name": "f", "ts": 0, "dur": 1}]}))
+    empty.write_text(
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "python_function", "name": "f", "ts": 0, "dur": 1}]})
+    )
     with pytest.raises(TraceError, match="no cpu_op or kernel"):
         parse_profile(empty)
 

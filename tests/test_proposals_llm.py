@@ -14,8 +14,15 @@ import time
 import pytest
 
 from research.interventions import known_flags_for
-from research.llm_agents import (LLMConfig, Orchestrator, SubagentContext, WireIntervention, WireProposal,
-                                 _to_intervention, check_proposal)
+from research.llm_agents import (
+    LLMConfig,
+    Orchestrator,
+    SubagentContext,
+    WireIntervention,
+    WireProposal,
+    _to_intervention,
+    check_proposal,
+)
 from research.proposals import Bottleneck, Diagnosis, Proposal, RejectedProposal
 
 pytestmark = pytest.mark.engine
@@ -23,8 +30,15 @@ pytestmark = pytest.mark.engine
 ARGS = ["--max-num-seqs", "2", "--max-model-len", "2048", "--enforce-eager", "--no-enable-prefix-caching"]
 # The agent server: SmolLM2 with compact JSON (xgrammar otherwise lets a tiny model pad answers
 # with newlines until max_tokens) and room for three concurrent subagents.
-AGENT_ARGS = ["--max-num-seqs", "4", "--max-model-len", "2048", "--enforce-eager",
-              "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+AGENT_ARGS = [
+    "--max-num-seqs",
+    "4",
+    "--max-model-len",
+    "2048",
+    "--enforce-eager",
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+]
 
 
 @pytest.fixture
@@ -63,14 +77,27 @@ def test_concurrent_subagents_return_schema_valid_validated_proposals(agent_engi
     client = RecordingClient(config.client())
     orchestrator = Orchestrator(config, mode="llm", client=client)
 
-    diagnosis = Diagnosis(endpoint="support_smollm", engine_kind="vllm", engine_args=ARGS, bottlenecks=[
-        Bottleneck(name="batch_limit", severity=0.9, evidence=["9 requests wait while 2 run (--max-num-seqs 2)"]),
-        Bottleneck(name="prefix_cache_unused", severity=0.8, evidence=["91% prefix reuse, cache off"]),
-        Bottleneck(name="decode_bound", severity=0.4, evidence=["decode is 70% of e2e latency"])],
-        traits={"prefix_reuse": 0.91, "decode_share": 0.08})
-    context = SubagentContext(campaign_id="support_smollm_default", experiment_id="round-1", replay_pool_id="pool-abc",
-                              sla={"ttft_ms": 2000, "itl_ms": 250}, baseline={"capacity_rps": 0.5},
-                              engine_kind="vllm", engine_args=ARGS, gpu_count=0)
+    diagnosis = Diagnosis(
+        endpoint="support_smollm",
+        engine_kind="vllm",
+        engine_args=ARGS,
+        bottlenecks=[
+            Bottleneck(name="batch_limit", severity=0.9, evidence=["9 requests wait while 2 run (--max-num-seqs 2)"]),
+            Bottleneck(name="prefix_cache_unused", severity=0.8, evidence=["91% prefix reuse, cache off"]),
+            Bottleneck(name="decode_bound", severity=0.4, evidence=["decode is 70% of e2e latency"]),
+        ],
+        traits={"prefix_reuse": 0.91, "decode_share": 0.08},
+    )
+    context = SubagentContext(
+        campaign_id="support_smollm_default",
+        experiment_id="round-1",
+        replay_pool_id="pool-abc",
+        sla={"ttft_ms": 2000, "itl_ms": 250},
+        baseline={"capacity_rps": 0.5},
+        engine_kind="vllm",
+        engine_args=ARGS,
+        gpu_count=0,
+    )
     questions = orchestrator.questions(diagnosis, 3)
     assert sorted(q.bottleneck for q in questions) == ["batch_limit", "decode_bound", "prefix_cache_unused"]
     client.calls.clear()
@@ -78,8 +105,11 @@ def test_concurrent_subagents_return_schema_valid_validated_proposals(agent_engi
     batch = orchestrator.run_subagents(questions, diagnosis, context)
 
     answers = batch.proposals + batch.rejected
-    print(f"subagents: {len(batch.proposals)} accepted, {len(batch.rejected)} rejected:",
-          [r.reasons[:2] for r in batch.rejected], [p.intervention.describe() for p in batch.proposals])
+    print(
+        f"subagents: {len(batch.proposals)} accepted, {len(batch.rejected)} rejected:",
+        [r.reasons[:2] for r in batch.rejected],
+        [p.intervention.describe() for p in batch.proposals],
+    )
     assert batch.source == "llm" and len(answers) == 3
     # The three subagents ran at the same time (overlapping calls), not one after another.
     assert len(client.calls) == 3
@@ -104,12 +134,26 @@ def test_concurrent_subagents_return_schema_valid_validated_proposals(agent_engi
 
     # A nonsensical intervention in the same wire format is rejected before anything runs.
     nonsense = WireProposal(
-        explanation="x", observations=[], prediction="p", predicted_capacity_ratio=None, falsification="f",
-        intervention=WireIntervention(technique="t", changes=[{"flag": "--max-num-seqs", "value": "-1"}],
-                                      engine_patch=None, lossy=False), alternatives=[])
-    proposal = Proposal(proposal_id="n", question="q", bottleneck="batch_limit", explanation=nonsense.explanation,
-                        intervention=_to_intervention(nonsense.intervention), prediction="p", falsification="f",
-                        source="llm")
+        explanation="x",
+        observations=[],
+        prediction="p",
+        predicted_capacity_ratio=None,
+        falsification="f",
+        intervention=WireIntervention(
+            technique="t", changes=[{"flag": "--max-num-seqs", "value": "-1"}], engine_patch=None, lossy=False
+        ),
+        alternatives=[],
+    )
+    proposal = Proposal(
+        proposal_id="n",
+        question="q",
+        bottleneck="batch_limit",
+        explanation=nonsense.explanation,
+        intervention=_to_intervention(nonsense.intervention),
+        prediction="p",
+        falsification="f",
+        source="llm",
+    )
     verdict = check_proposal(proposal, context)
     assert isinstance(verdict, RejectedProposal) and any("--max-num-seqs must be >= 1" in r for r in verdict.reasons)
     agent_engine.check_alive()  # the engine under test was never touched by the rejected change

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from autoresearch.config import EndpointSpec, SweepSpec, TrafficSpec
-from autoresearch.models import ensure_model
+from specs.config import EndpointSpec, SweepSpec, TrafficSpec
+from specs.models import ensure_model
 from replay import sample_logs
 from replay.build import MalformedSourceError, build_pool, pool_files, rejected_path
 from replay.fidelity import FidelityReport, FidelityRow, TrafficProfile, fidelity_report, min_pool_requests
@@ -24,15 +24,22 @@ from replay.fidelity import FidelityReport, FidelityRow, TrafficProfile, fidelit
 REPO = Path(__file__).resolve().parents[1]
 
 # One good request-log line, written by hand (a tenant system prompt, a user turn, usage).
-GOOD = {"timestamp": "2026-03-02T10:00:00Z",
-        "request": {"model": "m", "max_tokens": 32, "temperature": 0.2,
-                    "messages": [{"role": "system", "content": "You are the support agent of a parcel courier."},
-                                 {"role": "user", "content": "My parcel has not arrived, what can I do?"}]},
-        "usage": {"prompt_tokens": 40, "completion_tokens": 20}}
+GOOD = {
+    "timestamp": "2026-03-02T10:00:00Z",
+    "request": {
+        "model": "m",
+        "max_tokens": 32,
+        "temperature": 0.2,
+        "messages": [
+            {"role": "system", "content": "You are the support agent of a parcel courier."},
+            {"role": "user", "content": "My parcel has not arrived, what can I do?"},
+        ],
+    },
+    "usage": {"prompt_tokens": 40, "completion_tokens": 20},
+}
 BAD_JSON = '{"timestamp": "2026-03-02T10:00:01Z", "request": {"messages": ['
 NO_MESSAGES = '{"timestamp": "2026-03-02T10:00:02Z", "request": {"messages": []}}'
-BAD_ROLE = ('{"timestamp": "2026-03-02T10:00:03Z", "request": {"messages": '
-            '[{"role": "wizard", "content": "hi"}]}}')
+BAD_ROLE = '{"timestamp": "2026-03-02T10:00:03Z", "request": {"messages": [{"role": "wizard", "content": "hi"}]}}'
 NO_TIMESTAMP = '{"request": {"messages": [{"role": "user", "content": "hi"}]}}'
 
 
@@ -64,11 +71,17 @@ def _with(spec: EndpointSpec, log: Path, **traffic) -> EndpointSpec:
 
 def _profile(n: int) -> TrafficProfile:
     rng = np.random.default_rng(n)
-    return TrafficProfile(np.cumsum(rng.exponential(1.0, n)), rng.integers(100, 900, n), rng.integers(16, 128, n),
-                          cached_fraction=0.5 if n else 0.0, cached_block=128)
+    return TrafficProfile(
+        np.cumsum(rng.exponential(1.0, n)),
+        rng.integers(100, 900, n),
+        rng.integers(16, 128, n),
+        cached_fraction=0.5 if n else 0.0,
+        cached_block=128,
+    )
 
 
 # --- unmeasured is never ok ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [0, 1])
 def test_a_pool_of_zero_or_one_request_fails_its_fidelity_check(n: int) -> None:
@@ -117,6 +130,7 @@ def test_an_unmeasured_metric_is_never_ok() -> None:
 
 # --- the pool's minimum size follows the sweep ---------------------------------------------------
 
+
 def test_the_minimum_pool_size_is_what_a_sweep_step_sends(support: EndpointSpec) -> None:
     assert min_pool_requests(SweepSpec())[0] == 12  # automatic ladder: sweep.min_requests
     n, why = min_pool_requests(SweepSpec(rates=[1, 2, 4, 8], step_duration_s=4))
@@ -135,7 +149,9 @@ def test_a_one_request_log_builds_a_rejected_pool(support: EndpointSpec, tok_dir
     rows = {r.name: r for r in b.fidelity.rows}
     assert rows["pool_requests"].status == "FAIL" and "minimum 96 distinct requests" in rows["pool_requests"].note
     assert "8 req/s held 12 s sends 96 requests" in rows["pool_requests"].note
-    assert all(rows[name].status == "unmeasured" for name in ("prompt_tokens_ks", "output_tokens_ks", "interarrival_ks"))
+    assert all(
+        rows[name].status == "unmeasured" for name in ("prompt_tokens_ks", "output_tokens_ks", "interarrival_ks")
+    )
     table = b.table()
     assert "replay pool REJECTED" in table and "there is no previous pool" in table
     assert "pool_requests" in table and "unmeasured" in table and "fidelity: FAIL" in table
@@ -144,8 +160,9 @@ def test_a_one_request_log_builds_a_rejected_pool(support: EndpointSpec, tok_dir
     assert b.lineage["fidelity_passed"] is False
 
 
-def test_duplicated_requests_do_not_count_towards_the_minimum(support: EndpointSpec, tok_dir: Path,
-                                                              tmp_path: Path) -> None:
+def test_duplicated_requests_do_not_count_towards_the_minimum(
+    support: EndpointSpec, tok_dir: Path, tmp_path: Path
+) -> None:
     spec = support.model_copy(update={"sweep": SweepSpec(min_requests=12)})
     same = [json.dumps(dict(GOOD, timestamp=1_772_445_600.0 + 2.1 * i + (i % 4))) for i in range(40)]
     b = build_pool(_with(spec, _log(tmp_path / "same.jsonl", same)), tok_dir, tmp_path / "pools")
@@ -156,8 +173,10 @@ def test_duplicated_requests_do_not_count_towards_the_minimum(support: EndpointS
 
 # --- malformed logs fail the build -----------------------------------------------------------------
 
-def test_a_log_over_the_malformed_limit_fails_naming_its_first_bad_lines(support: EndpointSpec, tok_dir: Path,
-                                                                         tmp_path: Path) -> None:
+
+def test_a_log_over_the_malformed_limit_fails_naming_its_first_bad_lines(
+    support: EndpointSpec, tok_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "pools"
     both_bad = _log(tmp_path / "both_bad.jsonl", [BAD_JSON, NO_MESSAGES])
     with pytest.raises(MalformedSourceError) as err:
@@ -184,14 +203,18 @@ def test_the_malformed_limit_is_validated_with_a_clear_error() -> None:
     assert TrafficSpec(kind="sample", max_malformed_fraction=0).max_malformed_fraction == 0.0
     assert TrafficSpec(kind="sample", max_malformed_fraction=1).max_malformed_fraction == 1.0
     for bad in (1.5, -0.1, "lots", float("nan"), True):
-        with pytest.raises(ValidationError, match=r"traffic.max_malformed_fraction must be a fraction .* between 0 and 1"):
+        with pytest.raises(
+            ValidationError, match=r"traffic.max_malformed_fraction must be a fraction .* between 0 and 1"
+        ):
             TrafficSpec(kind="sample", max_malformed_fraction=bad)
 
 
 # --- a failed rebuild never replaces the last good pool ---------------------------------------------
 
-def test_a_failed_rebuild_leaves_the_previous_pool_byte_identical(support: EndpointSpec, tok_dir: Path,
-                                                                 tmp_path: Path) -> None:
+
+def test_a_failed_rebuild_leaves_the_previous_pool_byte_identical(
+    support: EndpointSpec, tok_dir: Path, tmp_path: Path
+) -> None:
     spec = support.model_copy(update={"sweep": SweepSpec(min_requests=12)})
     out = tmp_path / "pools"
     target = out / "support_smollm-pool.parquet"
@@ -223,21 +246,24 @@ def test_a_failed_rebuild_leaves_the_previous_pool_byte_identical(support: Endpo
 
 
 def test_the_cli_exits_non_zero_on_a_failed_build_and_on_a_failed_check(tmp_path: Path) -> None:
-    from autoresearch.paths import models_dir
+    from specs.paths import models_dir
     from dagster_project.lib.migrate import write_declarations
 
     defs = tmp_path / "defs"
     bad = _log(tmp_path / "bad.jsonl", [BAD_JSON, NO_MESSAGES])
     small = _log(tmp_path / "small.jsonl", [_good(i) for i in range(3)])
     for name, log in (("bad_log", bad), ("small_log", small)):
-        write_declarations(defs, f"""\
+        write_declarations(
+            defs,
+            f"""\
 endpoint:
   name: {name}
   model: {{path: "builtin:smollm2-135m-instruct", served_name: smollm2-135m-instruct}}
   engine: {{kind: vllm, args: ["--max-num-seqs", "8"]}}
   sla: {{ttft_ms: 1000, itl_ms: 200}}
   traffic: {{kind: request_log, path: "{log}"}}
-""")
+""",
+        )
     env = {**os.environ, "AUTORESEARCH_HOME": str(tmp_path / "home"), "AUTORESEARCH_MODELS": str(models_dir())}
     cli = [sys.executable, "-m", "autoresearch.cli", "--definitions", str(defs), "replay", "build"]
     result = subprocess.run([*cli, "small_log"], capture_output=True, text=True, cwd=REPO, env=env)

@@ -23,8 +23,19 @@ def test_request_log_reports_malformed_lines_and_keeps_the_rest(tmp_path: Path) 
     bad_role = dict(rec, request=dict(rec["request"], messages=[{"role": "wizard", "content": "x"}]))
     bad_usage = dict(rec, usage={"completion_tokens": -3})
     no_ts = {k: v for k, v in rec.items() if k != "timestamp"}
-    lines = [good[0], '{"timestamp": 1, "request": ', good[1], json.dumps(bad_role), "", json.dumps(no_ts), good[2],
-             json.dumps(bad_usage), "[1, 2]", json.dumps(dict(rec, timestamp="yesterday")), good[3]]
+    lines = [
+        good[0],
+        '{"timestamp": 1, "request": ',
+        good[1],
+        json.dumps(bad_role),
+        "",
+        json.dumps(no_ts),
+        good[2],
+        json.dumps(bad_usage),
+        "[1, 2]",
+        json.dumps(dict(rec, timestamp="yesterday")),
+        good[3],
+    ]
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(lines) + "\n")
     result = ingest.read_request_log(path)

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoresearch.config import TrafficSpec
-from autoresearch.models import ensure_model
+from specs.config import TrafficSpec
+from specs.models import ensure_model
 from replay.build import build_from_request_log, build_pool
 from replay.redact import Redactor
 from replay.tokenize import ChatTokenizer

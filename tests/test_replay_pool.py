@@ -13,13 +13,13 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from autoresearch.config import DefinitionSet, EndpointSpec, TrafficSpec
-from autoresearch.models import ensure_model
+from specs.config import DefinitionSet, EndpointSpec, TrafficSpec
+from specs.models import ensure_model
 from replay import sample_logs
 from replay.build import PoolBuild, build_pool, engine_block_size, profile_from_pool, profile_paths
 from replay.fidelity import TrafficProfile, fidelity_report
 from replay.sample_logs import planted_pii_logs
-from replay.schema import POOL_SCHEMA, SESSION_SCHEMA
+from specs.pool_schema import POOL_SCHEMA, SESSION_SCHEMA
 from replay.sessions import SessionTracker
 from replay.tokenize import ChatTokenizer
 
@@ -50,8 +50,9 @@ def _with_traffic(spec: EndpointSpec, **traffic) -> EndpointSpec:
     return spec.model_copy(update={"traffic": TrafficSpec(**traffic)})
 
 
-def test_sample_pool_passes_fidelity_and_keeps_requests_intact(sample_build: PoolBuild, tok: ChatTokenizer,
-                                                                support: EndpointSpec) -> None:
+def test_sample_pool_passes_fidelity_and_keeps_requests_intact(
+    sample_build: PoolBuild, tok: ChatTokenizer, support: EndpointSpec
+) -> None:
     b = sample_build
     assert b.fidelity.passed, b.table()
     pool = b.pool
@@ -73,7 +74,10 @@ def test_sample_pool_passes_fidelity_and_keeps_requests_intact(sample_build: Poo
     assert lineage["rows"] == 600 and lineage["cache_block_tokens"] == 128  # vLLM on CPU
     assert json.loads(b.pool_path.with_suffix(".lineage.json").read_text()) == lineage
     saved = TrafficProfile.load(profile_paths(b.pool_path)[0])
-    assert np.array_equal(saved.prompt_tokens, b.pool_profile.prompt_tokens) and saved.cached_fraction == b.pool_profile.cached_fraction
+    assert (
+        np.array_equal(saved.prompt_tokens, b.pool_profile.prompt_tokens)
+        and saved.cached_fraction == b.pool_profile.cached_fraction
+    )
     assert np.array_equal(saved.session_turns, b.pool_profile.session_turns)
 
     # redaction keeps token lengths close, request by request
@@ -131,13 +135,23 @@ def test_no_planted_pii_in_anything_persisted(support: EndpointSpec, tok_dir: Pa
     everything = "\n".join(persisted)
     assert [p.value for p in planted if p.value in everything] == []
     assert sorted(p.name for p in out.iterdir()) == [
-        "support_smollm-pool.lengths.png", "support_smollm-pool.lineage.json", "support_smollm-pool.parquet",
-        "support_smollm-pool.production.npz", "support_smollm-pool.profile.npz"]
+        "support_smollm-pool.lengths.png",
+        "support_smollm-pool.lineage.json",
+        "support_smollm-pool.parquet",
+        "support_smollm-pool.production.npz",
+        "support_smollm-pool.profile.npz",
+    ]
 
 
 def test_azure_trace_pool_passes_with_exact_lengths(support: EndpointSpec, tok_dir: Path, tmp_path: Path) -> None:
-    spec = _with_traffic(support, kind="azure", path=str(TRACES / "azure2023_conv.csv"), limit=3000,
-                         max_prompt_tokens=1800, max_output_tokens=200)
+    spec = _with_traffic(
+        support,
+        kind="azure",
+        path=str(TRACES / "azure2023_conv.csv"),
+        limit=3000,
+        max_prompt_tokens=1800,
+        max_output_tokens=200,
+    )
     b = build_pool(spec, tok_dir, tmp_path)
     assert b.fidelity.passed, b.table()
     assert b.lineage["exact_length_rows"] == b.pool.height == 3000
@@ -147,8 +161,14 @@ def test_azure_trace_pool_passes_with_exact_lengths(support: EndpointSpec, tok_d
 
 
 def test_mooncake_pool_reproduces_block_reuse(support: EndpointSpec, tok_dir: Path, tmp_path: Path) -> None:
-    spec = _with_traffic(support, kind="mooncake", path=str(TRACES / "mooncake_synthetic.jsonl"),
-                         length_scale=1 / 16, max_prompt_tokens=1900, max_output_tokens=128)
+    spec = _with_traffic(
+        support,
+        kind="mooncake",
+        path=str(TRACES / "mooncake_synthetic.jsonl"),
+        length_scale=1 / 16,
+        max_prompt_tokens=1900,
+        max_output_tokens=128,
+    )
     b = build_pool(spec, tok_dir, tmp_path)
     assert b.fidelity.passed, b.table()
     prod, pool = b.production_profile.cached_fraction, b.pool_profile.cached_fraction
@@ -156,12 +176,15 @@ def test_mooncake_pool_reproduces_block_reuse(support: EndpointSpec, tok_dir: Pa
     assert b.lineage["synth_block_tokens"] == 32 and b.lineage["exact_length_rows"] == 3993
 
 
-def test_shared_block_ids_give_identical_prompt_prefixes(support: EndpointSpec, tok_dir: Path, tmp_path: Path,
-                                                          tok: ChatTokenizer) -> None:
+def test_shared_block_ids_give_identical_prompt_prefixes(
+    support: EndpointSpec, tok_dir: Path, tmp_path: Path, tok: ChatTokenizer
+) -> None:
     trace = tmp_path / "t.jsonl"
-    rows = [{"timestamp": 0, "input_length": 1500, "output_length": 5, "hash_ids": [1, 2, 3]},
-            {"timestamp": 10, "input_length": 1400, "output_length": 5, "hash_ids": [1, 2, 9]},
-            {"timestamp": 20, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]}]
+    rows = [
+        {"timestamp": 0, "input_length": 1500, "output_length": 5, "hash_ids": [1, 2, 3]},
+        {"timestamp": 10, "input_length": 1400, "output_length": 5, "hash_ids": [1, 2, 9]},
+        {"timestamp": 20, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]},
+    ]
     trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     spec = _with_traffic(support, kind="mooncake", path=str(trace), length_scale=0.5)
     b = build_pool(spec, tok_dir, tmp_path / "o")
@@ -181,7 +204,9 @@ def test_sample_generator_is_deterministic_and_in_range(tok: ChatTokenizer) -> N
     assert outs.min() >= 16 and outs.max() <= 128
     assert len({r["tenant"] for r in recs}) == len(sample_logs.TENANTS)
     assert any(len(r["request"]["messages"]) > 3 for r in recs)  # multi-turn
-    ts = np.array([np.datetime64(r["timestamp"].rstrip("Z")) for r in recs]).astype("datetime64[ms]").astype(float) / 1e3
+    ts = (
+        np.array([np.datetime64(r["timestamp"].rstrip("Z")) for r in recs]).astype("datetime64[ms]").astype(float) / 1e3
+    )
     gaps = np.diff(ts)
     assert (gaps >= 0).all() and gaps.std() / gaps.mean() > 1.2  # bursty: more variable than Poisson
 
@@ -193,8 +218,9 @@ def test_segment_cached_encoding_equals_whole_prompt_encoding(tok: ChatTokenizer
     assert tok.cache_hits > 0 and tok.cache_misses > 0
 
 
-def test_out_of_order_log_with_bad_lines_is_sorted_and_reported(support: EndpointSpec, tok_dir: Path,
-                                                                tmp_path: Path) -> None:
+def test_out_of_order_log_with_bad_lines_is_sorted_and_reported(
+    support: EndpointSpec, tok_dir: Path, tmp_path: Path
+) -> None:
     lines = list(sample_logs.generate(60, seed=13))
     lines[10], lines[11] = lines[11], lines[10]  # logs are often written at completion time
     lines.insert(20, '{"timestamp": "2026-11-02T09:00:00Z", "request": {"messages": []}}')
@@ -207,12 +233,19 @@ def test_out_of_order_log_with_bad_lines_is_sorted_and_reported(support: Endpoin
     assert b.pool["request_id"].to_list()[10:12] == ["prod:12", "prod:11"]
 
 
-def test_profile_from_source_matches_the_builds_production_profile(support: EndpointSpec, tok_dir: Path,
-                                                                   tok: ChatTokenizer, tmp_path: Path) -> None:
+def test_profile_from_source_matches_the_builds_production_profile(
+    support: EndpointSpec, tok_dir: Path, tok: ChatTokenizer, tmp_path: Path
+) -> None:
     from replay.build import profile_from_source
 
-    spec = _with_traffic(support, kind="mooncake", path=str(TRACES / "mooncake_synthetic.jsonl"), limit=300,
-                         length_scale=1 / 16, max_prompt_tokens=1900)
+    spec = _with_traffic(
+        support,
+        kind="mooncake",
+        path=str(TRACES / "mooncake_synthetic.jsonl"),
+        limit=300,
+        length_scale=1 / 16,
+        max_prompt_tokens=1900,
+    )
     b = build_pool(spec, tok_dir, tmp_path)
     again = profile_from_source(spec, tok)
     assert np.array_equal(again.prompt_tokens, b.production_profile.prompt_tokens)
@@ -220,8 +253,9 @@ def test_profile_from_source_matches_the_builds_production_profile(support: Endp
     assert fidelity_report(b.production_profile, again, spec.fidelity).passed
 
 
-def test_request_log_output_cap_applies_to_pool_bodies_and_production_alike(support: EndpointSpec, tok_dir: Path,
-                                                                           tok: ChatTokenizer, tmp_path: Path) -> None:
+def test_request_log_output_cap_applies_to_pool_bodies_and_production_alike(
+    support: EndpointSpec, tok_dir: Path, tok: ChatTokenizer, tmp_path: Path
+) -> None:
     from replay.build import profile_from_source
 
     spec = _with_traffic(support, kind="sample", limit=200, max_output_tokens=32)
@@ -249,7 +283,10 @@ def test_sample_sessions_match_its_conversations_by_user_and_by_history(sample_b
     users = [x["request"]["user"] for x in lines]
     partition = lambda keys: sorted(sorted(i for i, k in enumerate(keys) if k == key) for key in set(keys))
     assert partition(pool["session_id"].to_list()) == partition(users)
-    assert pool["turn"].max() >= 2 and pool.filter(pl.col("turn") == 0)["think_time_s"].null_count() == pool.filter(pl.col("turn") == 0).height
+    assert (
+        pool["turn"].max() >= 2
+        and pool.filter(pl.col("turn") == 0)["think_time_s"].null_count() == pool.filter(pl.col("turn") == 0).height
+    )
     tracker = SessionTracker()
     by_history = [tracker.add(0.0, {k: v for k, v in x["request"].items() if k != "user"})[0] for x in lines]
     assert partition(by_history) == partition(users)

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from autoresearch import paths
+from specs import paths
 from dagster_project.definitions import build_definitions
 from dagster_project.lib import load_definitions
 from dagster_project.lib.migrate import write_declarations
@@ -130,9 +130,18 @@ def test_model_drift_marks_the_endpoints_drafters_stale(workspace, tmp_path, mon
         spec = load_definitions(definitions)
         store = MemoryStore(paths.memory_db_path())
         store.ensure_schema()
-        rec = DrafterRecord(endpoint="drifty", model_signature=model_fingerprint(spec.endpoint("drifty")),
-                            data_signature="d", path="/d", num_speculative_tokens=3, layers=2, steps=4,
-                            train_examples=4, train_tokens=40, train_s=1.0)
+        rec = DrafterRecord(
+            endpoint="drifty",
+            model_signature=model_fingerprint(spec.endpoint("drifty")),
+            data_signature="d",
+            path="/d",
+            num_speculative_tokens=3,
+            layers=2,
+            steps=4,
+            train_examples=4,
+            train_tokens=40,
+            train_s=1.0,
+        )
         store.record_drafter(rec)
         first = tick(defs, "drifty__model_drift", instance, None)
         write_endpoint(definitions, logs, revision="r2")

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from autoresearch.config import FidelitySpec
+from specs.config import FidelitySpec
 from loadgen import nullserver
 from loadgen.closedloop import run_closed_loop, session_drift
 from loadgen.replay import session_scripts
@@ -20,11 +20,13 @@ from loadgen.runner import LagBounds
 from loadgen.sweep import user_scripts
 from replay.fidelity import TrafficProfile, fidelity_report
 from replay.ingest import parse_request_line
-from replay.schema import POOL_SCHEMA, check_pool, has_sessions
+from specs.pool_schema import POOL_SCHEMA, check_pool, has_sessions
 from replay.sessions import SessionTracker, session_key, session_shape
 
-needs_nginx = pytest.mark.skipif(shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"),
-                                 reason="nginx not installed (scripts/setup.sh installs it)")
+needs_nginx = pytest.mark.skipif(
+    shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"),
+    reason="nginx not installed (scripts/setup.sh installs it)",
+)
 
 
 def turn(history: list[dict], text: str) -> list[dict]:
@@ -42,8 +44,10 @@ def test_prefix_grouping_follows_resent_history():
     a3 = turn(a2 + [{"role": "assistant", "content": "sure"}], "thanks")
     unrelated = turn(sys_msg, "something else")
     tracker = SessionTracker()
-    got = [tracker.add(t, {"messages": m}) for t, m in
-           [(0.0, a1), (0.5, b1), (3.0, a2), (4.0, unrelated), (4.5, b2), (9.0, a3)]]
+    got = [
+        tracker.add(t, {"messages": m})
+        for t, m in [(0.0, a1), (0.5, b1), (3.0, a2), (4.0, unrelated), (4.5, b2), (9.0, a3)]
+    ]
     sid = [g[0] for g in got]
     assert [g[1] for g in got] == [0, 0, 1, 0, 1, 2]
     assert sid[0] == sid[2] == sid[5] and sid[1] == sid[4] and len(set(sid)) == 3
@@ -53,15 +57,38 @@ def test_prefix_grouping_follows_resent_history():
 
 def test_explicit_ids_group_sessions_and_latency_gives_think_time():
     lines = [
-        {"timestamp": 100.0, "conversation_id": "c1", "latency_s": 2.0, "request": {"messages": [{"role": "user", "content": "x"}]}},
-        {"timestamp": 101.0, "metadata": {"conversation_id": "c2"}, "request": {"messages": [{"role": "user", "content": "x"}]}},
-        {"timestamp": 105.0, "conversation_id": "c1", "latency_ms": 500,
-         "request": {"messages": [{"role": "user", "content": "unrelated text"}]}},
+        {
+            "timestamp": 100.0,
+            "conversation_id": "c1",
+            "latency_s": 2.0,
+            "request": {"messages": [{"role": "user", "content": "x"}]},
+        },
+        {
+            "timestamp": 101.0,
+            "metadata": {"conversation_id": "c2"},
+            "request": {"messages": [{"role": "user", "content": "x"}]},
+        },
+        {
+            "timestamp": 105.0,
+            "conversation_id": "c1",
+            "latency_ms": 500,
+            "request": {"messages": [{"role": "user", "content": "unrelated text"}]},
+        },
         {"timestamp": 106.0, "request": {"user": "u9", "messages": [{"role": "user", "content": "y"}]}},
-        {"timestamp": 108.5, "end_timestamp": 109.0, "request": {"user": "u9", "messages": [{"role": "user", "content": "z"}]}},
+        {
+            "timestamp": 108.5,
+            "end_timestamp": 109.0,
+            "request": {"user": "u9", "messages": [{"role": "user", "content": "z"}]},
+        },
     ]
     parsed = [parse_request_line(json.dumps(x).encode()) for x in lines]
-    assert [p[5] for p in parsed] == ["conversation_id:c1", "conversation_id:c2", "conversation_id:c1", "user:u9", "user:u9"]
+    assert [p[5] for p in parsed] == [
+        "conversation_id:c1",
+        "conversation_id:c2",
+        "conversation_id:c1",
+        "user:u9",
+        "user:u9",
+    ]
     assert [p[6] for p in parsed] == [2.0, None, 0.5, None, 0.5]
     tracker = SessionTracker()
     got = [tracker.add(p[0], p[1], p[5], p[6]) for p in parsed]
@@ -87,17 +114,30 @@ def test_fidelity_compares_turns_and_think_times_only_where_sessions_exist():
     assert FidelitySpec().think_time_ks > 0
 
 
-def pool(n_sessions: int = 3, turns: int = 3, gap: float = 0.05, think: float = 0.2,
-         sessions: bool = True) -> pl.DataFrame:
+def pool(
+    n_sessions: int = 3, turns: int = 3, gap: float = 0.05, think: float = 0.2, sessions: bool = True
+) -> pl.DataFrame:
     rows = []
     for s in range(n_sessions):
         for t in range(turns):
-            rows.append({"request_id": f"s{s}t{t}", "arrival_offset_s": s * 0.1 + t * gap,
-                         "body": json.dumps({"messages": [{"role": "user", "content": f"{s}-{t}"}], "max_tokens": 8}),
-                         "prompt_tokens": 5, "expected_output_tokens": 8, "prefix_group": "none",
-                         "logged_cached_tokens": None, "source": "test", "session_id": f"s{s}", "turn": t,
-                         "think_time_s": None if t == 0 else think})
-    frame = pl.DataFrame(rows, schema={**POOL_SCHEMA, "session_id": pl.Utf8, "turn": pl.Int64, "think_time_s": pl.Float64})
+            rows.append(
+                {
+                    "request_id": f"s{s}t{t}",
+                    "arrival_offset_s": s * 0.1 + t * gap,
+                    "body": json.dumps({"messages": [{"role": "user", "content": f"{s}-{t}"}], "max_tokens": 8}),
+                    "prompt_tokens": 5,
+                    "expected_output_tokens": 8,
+                    "prefix_group": "none",
+                    "logged_cached_tokens": None,
+                    "source": "test",
+                    "session_id": f"s{s}",
+                    "turn": t,
+                    "think_time_s": None if t == 0 else think,
+                }
+            )
+    frame = pl.DataFrame(
+        rows, schema={**POOL_SCHEMA, "session_id": pl.Utf8, "turn": pl.Int64, "think_time_s": pl.Float64}
+    )
     return check_pool(frame if sessions else frame.drop("session_id", "turn", "think_time_s")).sort("arrival_offset_s")
 
 
@@ -116,8 +156,9 @@ def test_closed_loop_keeps_turn_order_and_think_times_on_the_null_server():
     scripts = session_scripts(frame)
     assert [len(s.requests) for s in scripts] == [3, 3, 3] and scripts[1].start_s == pytest.approx(0.1)
     with nullserver.start() as server:
-        out = run_closed_loop(server.url, None, frame["body"].to_list(), scripts,
-                              lag_bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.0))
+        out = run_closed_loop(
+            server.url, None, frame["body"].to_list(), scripts, lag_bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.0)
+        )
     assert out.valid and len(out.records) == 9 and all(r.ok for r in out.records)
     by = {}
     for r in out.records:
@@ -140,8 +181,14 @@ def test_users_cycle_the_pool_until_the_step_ends():
     scripts = user_scripts(frame, 2, think_time_s=0.05)
     assert scripts[0].requests[0] != scripts[1].requests[0] and all(s.cycle for s in scripts)
     with nullserver.start() as server:
-        out = run_closed_loop(server.url, None, frame["body"].to_list(), scripts, stop_sending_s=0.6,
-                              lag_bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.0))
+        out = run_closed_loop(
+            server.url,
+            None,
+            frame["body"].to_list(),
+            scripts,
+            stop_sending_s=0.6,
+            lag_bounds=LagBounds(p99_ms=1000.0, min_rate_ratio=0.0),
+        )
     assert out.valid and {r.session for r in out.records} == {"user0", "user1"}
     assert all(r.scheduled_s <= 0.6 for r in out.records)
     for user in ("user0", "user1"):
@@ -154,7 +201,7 @@ def test_users_are_strict_in_yaml_and_cli():
     from pydantic import ValidationError
 
     from autoresearch.cli import UsageError, _user_counts
-    from autoresearch.config import SweepSpec
+    from specs.config import SweepSpec
 
     assert SweepSpec(users=[1, 2, 4]).users == [1, 2, 4]
     for bad in ([2, 1], [0, 1], []):

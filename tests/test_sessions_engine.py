@@ -12,12 +12,12 @@ import json
 import polars as pl
 import pytest
 
-from autoresearch.engine_args import parse_args, render_args
+from specs.engine_args import parse_args, render_args
 from loadgen.closedloop import UserScript, run_closed_loop
 from loadgen.replay import run_production_replay
 from loadgen.runner import LagBounds
 from loadgen.sweep import run_user_sweep
-from replay.schema import POOL_SCHEMA, SESSION_SCHEMA, check_pool
+from specs.pool_schema import POOL_SCHEMA, SESSION_SCHEMA, check_pool
 
 pytestmark = pytest.mark.engine
 
@@ -39,24 +39,42 @@ def engine(engine_slot, definitions):
 
 
 def body(text: str, tokens: int) -> str:
-    return json.dumps({"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": tokens,
-                       "ignore_eos": True, "temperature": 0.0})
+    return json.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+        }
+    )
 
 
 def session_pool(sessions: int = 3, turns: int = 3, tokens: int = 32) -> pl.DataFrame:
-    rows = [{"request_id": f"s{s}t{t}", "arrival_offset_s": s * 0.2 + t * RECORDED_GAP_S,
-             "body": body(f"session {s} turn {t} " + "word " * 20, tokens), "prompt_tokens": 30,
-             "expected_output_tokens": tokens, "prefix_group": "none", "logged_cached_tokens": None, "source": "test",
-             "session_id": f"s{s}", "turn": t, "think_time_s": None if t == 0 else THINK_S}
-            for s in range(sessions) for t in range(turns)]
+    rows = [
+        {
+            "request_id": f"s{s}t{t}",
+            "arrival_offset_s": s * 0.2 + t * RECORDED_GAP_S,
+            "body": body(f"session {s} turn {t} " + "word " * 20, tokens),
+            "prompt_tokens": 30,
+            "expected_output_tokens": tokens,
+            "prefix_group": "none",
+            "logged_cached_tokens": None,
+            "source": "test",
+            "session_id": f"s{s}",
+            "turn": t,
+            "think_time_s": None if t == 0 else THINK_S,
+        }
+        for s in range(sessions)
+        for t in range(turns)
+    ]
     return check_pool(pl.DataFrame(rows, schema={**POOL_SCHEMA, **SESSION_SCHEMA}))
 
 
 @pytest.mark.timeout(600)
 def test_multi_turn_replay_waits_for_each_reply_and_keeps_think_times(engine, tmp_path):
     spec, running = engine
-    result = run_production_replay(running, session_pool(), spec, mode="exact", lag_bounds=BOUNDS,
-                                   records_dir=tmp_path)
+    result = run_production_replay(running, session_pool(), spec, mode="exact", lag_bounds=BOUNDS, records_dir=tmp_path)
     assert result.validity == "valid", result.invalid_reason
     records = pl.read_parquet(result.overall.records_path).sort("session", "turn")
     assert records.height == 9 and records["error"].null_count() == 9
@@ -85,16 +103,22 @@ def test_concurrency_sweep_reports_the_highest_users_within_the_sla(engine):
     host stall put one user's p95 at 615 ms against a 608 ms limit)."""
     spec, running = engine
     pool = session_pool(sessions=4, turns=1, tokens=96)
-    probe = run_closed_loop(running.base_url, running.served_model, pool["body"].to_list(),
-                            [UserScript(0.0, [0, 1, 2], [0.0, 0.0, 0.0])], lag_bounds=BOUNDS)
+    probe = run_closed_loop(
+        running.base_url,
+        running.served_model,
+        pool["body"].to_list(),
+        [UserScript(0.0, [0, 1, 2], [0.0, 0.0, 0.0])],
+        lag_bounds=BOUNDS,
+    )
     reply_s = max(r.e2e_s for r in probe.records if r.ok)
     sla = spec.sla.model_copy(update={"ttft_ms": 2.5 * reply_s * 1000, "itl_ms": None, "e2e_ms": None})
     sweep_cfg = spec.sweep.model_copy(update={"warmup_requests": 1, "think_time_s": 0.0})
     spec = spec.model_copy(update={"sla": sla, "sweep": sweep_cfg})
     # the engine and the client share 2 cores: a step whose client fell behind (a host stall, 1.15 s once
     # in a full suite) is repeated, as the product does, up to three times before the sweep is invalid
-    result = run_user_sweep(running, pool, spec, users=[1, 4], step_duration_s=max(4.0, 8 * reply_s),
-                            lag_bounds=BOUNDS, client_retries=3)
+    result = run_user_sweep(
+        running, pool, spec, users=[1, 4], step_duration_s=max(4.0, 8 * reply_s), lag_bounds=BOUNDS, client_retries=3
+    )
     print(f"reply {reply_s * 1000:.0f} ms, ttft limit {sla.ttft_ms:.0f} ms")
     assert result.valid, result.invalid_reason
     one, four = result.steps

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from autoresearch.config import SLASpec, SoakSpec
+from specs.config import SLASpec, SoakSpec
 from loadgen import simengine
 from loadgen.results import RequestRecord
 from loadgen.soak import death_cause, kept_tail, queue_growth, run_soak
@@ -20,17 +20,34 @@ from loadgen.soak import death_cause, kept_tail, queue_growth, run_soak
 
 def records(ttft_ms: np.ndarray, span_s: float) -> list[RequestRecord]:
     sent = np.linspace(0, span_s, ttft_ms.size)
-    return [RequestRecord(request_id=str(i), scheduled_s=float(t), sent_s=float(t), ttft_s=float(w) / 1000,
-                          e2e_s=float(w) / 1000 + 0.5, status=200, output_tokens=8)
-            for i, (t, w) in enumerate(zip(sent, ttft_ms))]
+    return [
+        RequestRecord(
+            request_id=str(i),
+            scheduled_s=float(t),
+            sent_s=float(t),
+            ttft_s=float(w) / 1000,
+            e2e_s=float(w) / 1000 + 0.5,
+            status=200,
+            output_tokens=8,
+        )
+        for i, (t, w) in enumerate(zip(sent, ttft_ms))
+    ]
 
 
 def test_stationary_waits_are_rarely_called_growth_and_a_climbing_queue_always_is():
-    steady = sum(queue_growth(records(np.random.default_rng(seed).lognormal(math.log(300), 0.8, 300), 60.0),
-                              60.0, 1000.0)[3] for seed in range(200))
+    steady = sum(
+        queue_growth(records(np.random.default_rng(seed).lognormal(math.log(300), 0.8, 300), 60.0), 60.0, 1000.0)[3]
+        for seed in range(200)
+    )
     assert steady <= 4  # 1% test, and a rise of half the limit besides: at most a few of 200 seeds
-    climbing = [queue_growth(records(np.linspace(200, 2400, 300) * np.random.default_rng(seed).lognormal(0, 0.3, 300),
-                                     60.0), 60.0, 1000.0) for seed in range(20)]
+    climbing = [
+        queue_growth(
+            records(np.linspace(200, 2400, 300) * np.random.default_rng(seed).lognormal(0, 0.3, 300), 60.0),
+            60.0,
+            1000.0,
+        )
+        for seed in range(20)
+    ]
     assert all(grows for *_, grows in climbing)
     first, last, p, _ = climbing[0]
     assert first < 1000 < last and p < 0.01
@@ -43,8 +60,10 @@ def test_too_few_requests_are_not_judged():
 
 
 def test_the_out_of_memory_error_is_named_and_kept_from_a_long_shutdown():
-    log = ("INFO starting\n" + "INFO step\n" * 50 + "Traceback (most recent call last):\n"
-           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + "INFO shutting down\n" * 800)
+    log = (
+        "INFO starting\n" + "INFO step\n" * 50 + "Traceback (most recent call last):\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + "INFO shutting down\n" * 800
+    )
     assert death_cause(log) == "oom"
     assert "CUDA out of memory" in kept_tail(log) and len(kept_tail(log)) <= 4000
     assert death_cause("ERROR engine core exited with code 1\n") == "engine died"
@@ -57,16 +76,22 @@ SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
 @pytest.fixture(scope="module")
 def spec(definitions):
     base = definitions.endpoint("tiny_random")
-    return base.model_copy(update={
-        "sla": SLA, "soak": SoakSpec(hold_s=8, overload_s=3, recovery_s=4),
-        "sweep": base.sweep.model_copy(update={"warm_prefix_groups": 0, "max_send_lag_ms": 50.0})})
+    return base.model_copy(
+        update={
+            "sla": SLA,
+            "soak": SoakSpec(hold_s=8, overload_s=3, recovery_s=4),
+            "sweep": base.sweep.model_copy(update={"warm_prefix_groups": 0, "max_send_lag_ms": 50.0}),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def pool():
     rng = np.random.default_rng(5)
-    bodies = [json.dumps({"messages": [{"role": "user", "content": "x" * int(4 * p)}], "max_tokens": int(o)})
-              for p, o in zip(rng.lognormal(math.log(300), 0.6, 400).astype(int) + 8, rng.integers(16, 65, 400))]
+    bodies = [
+        json.dumps({"messages": [{"role": "user", "content": "x" * int(4 * p)}], "max_tokens": int(o)})
+        for p, o in zip(rng.lognormal(math.log(300), 0.6, 400).astype(int) + 8, rng.integers(16, 65, 400))
+    ]
     return pl.DataFrame({"request_id": [str(i) for i in range(400)], "body": bodies})
 
 
@@ -188,8 +213,17 @@ def test_a_candidate_whose_soak_backed_off_is_judged_by_the_rate_it_sustained():
     from loadgen.soak import SoakResult
     from research.harness import _sustained
 
-    better = Comparison(verdict="better", capacity_ratio=1.9, baseline_capacity=1.2, candidate_capacities=[2.3],
-                        threshold=0.1, evidence="effect +90%", effect=0.9, effect_low=0.6, effect_high=1.2)
+    better = Comparison(
+        verdict="better",
+        capacity_ratio=1.9,
+        baseline_capacity=1.2,
+        candidate_capacities=[2.3],
+        threshold=0.1,
+        evidence="effect +90%",
+        effect=0.9,
+        effect_low=0.6,
+        effect_high=1.2,
+    )
     judged = ("better", True, None, better)
     soak = SoakResult(rate=1.87, measured_rate=2.34, held_s=60, backed_off=["2.34 req/s: TTFT keeps climbing"])
     lines: list[str] = []

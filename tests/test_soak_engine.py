@@ -15,37 +15,59 @@ import json
 import polars as pl
 import pytest
 
-from autoresearch.config import SoakSpec
-from autoresearch.engine_args import parse_args, render_args
-from autoresearch.paths import REPO_ROOT
+from specs.config import SoakSpec
+from specs.engine_args import parse_args, render_args
+from specs.paths import REPO_ROOT
 from loadgen.noise import noise_floor
 from conftest import long_test
-from replay.schema import POOL_SCHEMA
+from specs.pool_schema import POOL_SCHEMA
 from research.harness import run_candidate
 
 # Three engine starts and four minutes of load (12 on a slow host). By default the soak's rules are
 # covered by tests/test_soak.py on the simulated engine; this is the same path on a real vLLM engine.
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400),
-              long_test("a real vLLM engine with a planted leak soaked to its death, 3 engine starts, "
-                        "4-12 min; tests/test_soak.py covers the soak's rules by default")]
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.timeout(2400),
+    long_test(
+        "a real vLLM engine with a planted leak soaked to its death, 3 engine starts, "
+        "4-12 min; tests/test_soak.py covers the soak's rules by default"
+    ),
+]
 
 # Engine work during the candidate's one sweep is bounded by its wall time, and at rates below its
 # capacity the engine idles between replies of 16 tokens (well under 70 s of work, even on a slow
 # host); a hold at capacity works without pause and passes the leak's ceiling (280 MiB at 4 MiB per
 # second of work = 70 s) within 150 s.
-LEAK_ENV = {"PYTHONPATH": str(REPO_ROOT / "engines" / "patches" / "planted_leak"),
-            "AUTORESEARCH_PLANTED_LEAK_MB_PER_S": "4", "AUTORESEARCH_PLANTED_LEAK_CEILING_MB": "280"}
+LEAK_ENV = {
+    "PYTHONPATH": str(REPO_ROOT / "engines" / "patches" / "planted_leak"),
+    "AUTORESEARCH_PLANTED_LEAK_MB_PER_S": "4",
+    "AUTORESEARCH_PLANTED_LEAK_CEILING_MB": "280",
+}
 
 
 def pool(n: int = 48, output_tokens: int = 16) -> pl.DataFrame:
     rows = []
     for i in range(n):
         text = f"Request {i}: describe the weather in city number {i * 7 % 31} in a few words."
-        body = {"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": output_tokens,
-                "ignore_eos": True, "temperature": 0.0}
-        rows.append({"request_id": f"s{i}", "arrival_offset_s": i * 0.5, "body": json.dumps(body), "prompt_tokens": 20,
-                     "expected_output_tokens": output_tokens, "prefix_group": f"g{i}", "logged_cached_tokens": None,
-                     "source": "test"})
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": output_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+        }
+        rows.append(
+            {
+                "request_id": f"s{i}",
+                "arrival_offset_s": i * 0.5,
+                "body": json.dumps(body),
+                "prompt_tokens": 20,
+                "expected_output_tokens": output_tokens,
+                "prefix_group": f"g{i}",
+                "logged_cached_tokens": None,
+                "source": "test",
+            }
+        )
     return pl.DataFrame(rows, schema=POOL_SCHEMA)
 
 
@@ -58,22 +80,38 @@ def seqs(spec, n: int) -> list[str]:
 def test_soak_rejects_a_candidate_that_runs_out_of_memory_under_sustained_load(engine_slot, definitions, tmp_path):
     engine_slot.release()  # one engine at a time on this host
     spec = definitions.endpoint("tiny_random")
-    spec = spec.model_copy(update={
-        "sweep": spec.sweep.model_copy(update=dict(rates=[0.5, 1.0, 2.0, 4.0, 8.0], step_duration_s=4,
-                                                   warmup_requests=1, max_steps=6, warm_prefix_groups=0)),
-        "soak": SoakSpec(hold_s=20, overload_s=5, recovery_s=5)})
+    spec = spec.model_copy(
+        update={
+            "sweep": spec.sweep.model_copy(
+                update=dict(
+                    rates=[0.5, 1.0, 2.0, 4.0, 8.0],
+                    step_duration_s=4,
+                    warmup_requests=1,
+                    max_steps=6,
+                    warm_prefix_groups=0,
+                )
+            ),
+            "soak": SoakSpec(hold_s=20, overload_s=5, recovery_s=5),
+        }
+    )
     lines: list[str] = []
-    baseline = run_candidate(spec, seqs(spec, 1), pool(), None, 2, capture=True, workdir=tmp_path / "base",
-                             progress=lines.append)
+    baseline = run_candidate(
+        spec, seqs(spec, 1), pool(), None, 2, capture=True, workdir=tmp_path / "base", progress=lines.append
+    )
     assert baseline.verdict != "invalid", "\n".join(lines)
     assert baseline.soak is not None and baseline.soak.diagnosis not in ("oom", "engine died"), baseline.soak
     assert baseline.soak.held_s == 20 and baseline.soak.requests > 0 and baseline.soak.overload is not None
 
-    leaking = spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": {**spec.engine.env, **LEAK_ENV}}),
-                                      "soak": SoakSpec(hold_s=150, overload_s=0, recovery_s=0)})
+    leaking = spec.model_copy(
+        update={
+            "engine": spec.engine.model_copy(update={"env": {**spec.engine.env, **LEAK_ENV}}),
+            "soak": SoakSpec(hold_s=150, overload_s=0, recovery_s=0),
+        }
+    )
     floor = noise_floor(baseline.sweeps)
-    result = run_candidate(leaking, seqs(spec, 16), pool(), floor, 1, extra_repeats=0, workdir=tmp_path / "cand",
-                           progress=lines.append)
+    result = run_candidate(
+        leaking, seqs(spec, 16), pool(), floor, 1, extra_repeats=0, workdir=tmp_path / "cand", progress=lines.append
+    )
     log = "\n".join(lines)
     assert result.verdict == "invalid", log
     assert result.invalid_reason.startswith("unstable under sustained load"), result.invalid_reason

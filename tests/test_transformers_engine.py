@@ -23,14 +23,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoresearch.config import CampaignSpec, DefinitionSet
-from autoresearch.engine_args import apply_diff, parse_args
+from specs.config import CampaignSpec, DefinitionSet
+from specs.engine_args import apply_diff, parse_args
 from engines.transformers_serve import TRANSFORMERS_REJECTED_FIELDS, TRANSFORMERS_SERVE_FLAGS
 from loadgen.runner import run_open_loop
 from research.correctness import capture_reference, check_candidate, judge_greedy_text
 
-CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tool_choice": "auto", "user": "u1",
-        "response_format": {"type": "text"}, "temperature": 0.0}
+CHAT = {
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 4,
+    "tool_choice": "auto",
+    "user": "u1",
+    "response_format": {"type": "text"},
+    "temperature": 0.0,
+}
 
 
 class _Recorder:
@@ -50,8 +56,12 @@ class _Recorder:
             def do_POST(self):
                 recorder.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 events = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("a", "b", "c")]
-                events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
-                               "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}})
+                events.append(
+                    {
+                        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+                    }
+                )
                 data = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode() + b"data: [DONE]\n\n"
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -73,8 +83,9 @@ def test_the_load_generator_leaves_out_the_fields_the_engine_rejects():
     try:
         plain = run_open_loop(server.url, "m", [CHAT], np.zeros(1), timeout_s=10)
         assert "stream_options" in server.bodies[-1] and "tool_choice" in server.bodies[-1]  # vLLM gets them
-        stripped = run_open_loop(server.url, "m", [CHAT], np.zeros(2), timeout_s=10,
-                                 omit_fields=TRANSFORMERS_REJECTED_FIELDS)
+        stripped = run_open_loop(
+            server.url, "m", [CHAT], np.zeros(2), timeout_s=10, omit_fields=TRANSFORMERS_REJECTED_FIELDS
+        )
         explicit = run_open_loop(server.url + "/v1", "m", [CHAT], np.zeros(1), timeout_s=10, omit_fields={"user"})
         again = run_open_loop(server.url, "m", [CHAT], np.zeros(1), timeout_s=10)
     finally:
@@ -128,22 +139,49 @@ def test_transformers_serve_correctness_is_checked_on_greedy_text(engine_slot, d
 @pytest.mark.engine
 @pytest.mark.timeout(900)
 def test_a_campaign_on_transformers_serve_gets_greedy_checked_correctness_and_real_proposals(
-        tmp_path: Path, engine_slot, definitions: DefinitionSet):
+    tmp_path: Path, engine_slot, definitions: DefinitionSet
+):
     from research.campaign import run_campaign
     from research.state import StateStore
 
     engine_slot.release()  # one engine at a time on this machine
     endpoint = definitions.endpoint("tiny_transformers")
-    endpoint = endpoint.model_copy(update={"sweep": endpoint.sweep.model_copy(update=dict(
-        rates=[0.5, 1.0], step_duration_s=4, min_requests=3, warmup_requests=1, max_steps=3, repeats=2,
-        refine_steps=0))})
-    campaign = CampaignSpec(name="tiny_transformers_test", endpoint=endpoint.name, deadline_minutes=30, gpu_hours=1,
-                            subagents=1, repeats=1, max_rounds=1, proposer="rules", profile_seconds=0,
-                            extra_repeats=0)
+    endpoint = endpoint.model_copy(
+        update={
+            "sweep": endpoint.sweep.model_copy(
+                update=dict(
+                    rates=[0.5, 1.0],
+                    step_duration_s=4,
+                    min_requests=3,
+                    warmup_requests=1,
+                    max_steps=3,
+                    repeats=2,
+                    refine_steps=0,
+                )
+            )
+        }
+    )
+    campaign = CampaignSpec(
+        name="tiny_transformers_test",
+        endpoint=endpoint.name,
+        deadline_minutes=30,
+        gpu_hours=1,
+        subagents=1,
+        repeats=1,
+        max_rounds=1,
+        proposer="rules",
+        profile_seconds=0,
+        extra_repeats=0,
+    )
     lines: list[str] = []
     started = time.monotonic()
-    outcome = run_campaign(campaign, endpoint, state_dir=tmp_path / "state", proposer="rules",
-                           progress=lambda m: (lines.append(m), print(m, flush=True)))
+    outcome = run_campaign(
+        campaign,
+        endpoint,
+        state_dir=tmp_path / "state",
+        proposer="rules",
+        progress=lambda m: (lines.append(m), print(m, flush=True)),
+    )
     log = "\n".join(lines)
     state = StateStore(tmp_path / "state", campaign.name).load()
     assert state.reference is not None and state.failed_baseline is None, log  # a valid baseline

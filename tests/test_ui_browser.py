@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from autoresearch.paths import REPO_ROOT
+from specs.paths import REPO_ROOT
 from ui_support import Browser, Webserver, capture_page, report_dir, require_chromium, start_webserver
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.timeout(3600)]  # may build research_graph
@@ -72,8 +72,9 @@ def assert_real_screenshot(path: Path) -> None:
 def ui(research_graph) -> Iterator[Webserver]:
     """Webserver on the shipped code location over the instance where the research graph was materialised."""
     require_chromium()  # fail with a clear message before spending time on the server
-    server = start_webserver(research_graph.dagster_home, ["-m", REAL_LOCATION], report_dir() / "ui_webserver.log",
-                             env=research_graph.env)
+    server = start_webserver(
+        research_graph.dagster_home, ["-m", REAL_LOCATION], report_dir() / "ui_webserver.log", env=research_graph.env
+    )
     try:
         yield server
     finally:
@@ -111,8 +112,9 @@ def test_load_curve_plot_renders(ui: Webserver) -> None:
 
     with Browser() as browser:
         browser.goto(f"{ui.url}/assets/{'/'.join(LOAD_CURVE.path)}")
-        browser.wait_for(f"document.body.innerText.includes({PLOT_METADATA_KEY!r})",
-                         what=f"the metadata row {PLOT_METADATA_KEY}")
+        browser.wait_for(
+            f"document.body.innerText.includes({PLOT_METADATA_KEY!r})", what=f"the metadata row {PLOT_METADATA_KEY}"
+        )
         assert browser.evaluate(IMG_STATE) is None  # the plot sits behind the dialog until clicked
         browser.click_text("[Show Markdown]", row=PLOT_METADATA_KEY)
         img = browser.wait_stable(IMG_STATE, what="the load-curve <img>")
@@ -126,12 +128,16 @@ def test_load_curve_plot_renders(ui: Webserver) -> None:
     source = Image.open(io.BytesIO(base64.b64decode(embedded.group(1)))).convert("RGB")
     with Image.open(shot) as image:
         # The pixels where the browser drew the <img> are the plot's own pixels.
-        box = (round(img["left"]), round(img["top"]),
-               round(img["left"] + img["width"]), round(img["top"] + img["height"]))
+        box = (
+            round(img["left"]),
+            round(img["top"]),
+            round(img["left"] + img["width"]),
+            round(img["top"] + img["height"]),
+        )
         drawn = np.asarray(image.convert("RGB").crop(box), float)
     expected = np.asarray(source.resize((box[2] - box[0], box[3] - box[1])), float)
     difference = np.abs(drawn - expected).mean()
     white = np.abs(255.0 - expected).mean()  # how far the plot is from an empty white box
     assert difference < 0.25 * white, (
-        f"the screenshot does not show the plot: mean abs diff {difference:.2f} vs {white:.2f} "
-        "for a blank box")
+        f"the screenshot does not show the plot: mean abs diff {difference:.2f} vs {white:.2f} for a blank box"
+    )

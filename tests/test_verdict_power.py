@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from autoresearch.config import SLASpec
+from specs.config import SLASpec
 from loadgen import simengine
 from loadgen.capacity import estimate
 from loadgen.verdict import between_variance, judge_rounds, round_differences, sequential_verdict
@@ -29,15 +29,28 @@ STEP_S = 6.0
 
 def _sweep(model, rates, round_index, seed, side):
     start = model.started(seed * 1000 + round_index * 2 + (side == "B"))
-    return [simengine.virtual_step(start, r, STEP_S, PROMPTS, OUTPUTS, SLA, seed=seed * 7919 + int(r * 1000) + round_index,
-                                   run_seed=seed * 31 + k + (side == "B") * 17) for k, r in enumerate(rates)]
+    return [
+        simengine.virtual_step(
+            start,
+            r,
+            STEP_S,
+            PROMPTS,
+            OUTPUTS,
+            SLA,
+            seed=seed * 7919 + int(r * 1000) + round_index,
+            run_seed=seed * 31 + k + (side == "B") * 17,
+        )
+        for k, r in enumerate(rates)
+    ]
 
 
 @pytest.fixture(scope="module")
 def capacity() -> float:
     """The base model's capacity measured at length (long virtual steps)."""
-    steps = [simengine.virtual_step(BASE, 25 * f, 300.0, PROMPTS, OUTPUTS, SLA, seed=900 + k, run_seed=k)
-             for k, f in enumerate(np.linspace(0.8, 1.2, 7))]
+    steps = [
+        simengine.virtual_step(BASE, 25 * f, 300.0, PROMPTS, OUTPUTS, SLA, seed=900 + k, run_seed=k)
+        for k, f in enumerate(np.linspace(0.8, 1.2, 7))
+    ]
     return estimate(steps, boot=0).capacity
 
 
@@ -120,9 +133,13 @@ def test_an_http_sweep_against_the_simulated_server_feeds_the_estimator():
     with simengine.start(BASE) as engine:
         for rate in (10.0, 25.0, 40.0):
             schedule = arrivals.poisson(rate, 3.0, seed=int(rate))
-            bodies = [{"messages": [{"role": "user", "content": "x" * (4 * int(p))}], "max_tokens": int(o)}
-                      for p, o in zip(PROMPTS[: len(schedule)], OUTPUTS[: len(schedule)])]
-            outcome = run_open_loop(engine.base_url, engine.served_model, bodies, schedule, duration_s=3.0, isolate=True)
+            bodies = [
+                {"messages": [{"role": "user", "content": "x" * (4 * int(p))}], "max_tokens": int(o)}
+                for p, o in zip(PROMPTS[: len(schedule)], OUTPUTS[: len(schedule)])
+            ]
+            outcome = run_open_loop(
+                engine.base_url, engine.served_model, bodies, schedule, duration_s=3.0, isolate=True
+            )
             steps.append(summarize(outcome, SLA, target_rate=rate))
     assert all(s.errors == 0 and s.sla_samples["ttft_n"] for s in steps)
     valid = [s for s in steps if s.validity == "valid"]  # a step the client could not keep is left out
@@ -145,20 +162,41 @@ def test_real_sweeps_of_the_simulated_server_give_an_interval_verdict(definition
     from loadgen.sweep import run_sweep
 
     spec = definitions.endpoint("tiny_random")
-    spec = spec.model_copy(update={
-        "sla": SLA, "sweep": spec.sweep.model_copy(update={
-            "rates": [12.0, 18.0, 24.0, 30.0, 36.0], "step_duration_s": 3.0, "refine_steps": 0, "warmup_requests": 0,
-            "warm_prefix_groups": 0, "max_send_lag_ms": 50.0, "min_rate_ratio": 0.9, "min_requests": 1})})
-    pool = pl.DataFrame({"request_id": [str(i) for i in range(400)],
-                         "body": [json.dumps({"messages": [{"role": "user", "content": "x" * (4 * int(p))}],
-                                              "max_tokens": int(o)}) for p, o in zip(PROMPTS[:400], OUTPUTS[:400])]})
+    spec = spec.model_copy(
+        update={
+            "sla": SLA,
+            "sweep": spec.sweep.model_copy(
+                update={
+                    "rates": [12.0, 18.0, 24.0, 30.0, 36.0],
+                    "step_duration_s": 3.0,
+                    "refine_steps": 0,
+                    "warmup_requests": 0,
+                    "warm_prefix_groups": 0,
+                    "max_send_lag_ms": 50.0,
+                    "min_rate_ratio": 0.9,
+                    "min_requests": 1,
+                }
+            ),
+        }
+    )
+    pool = pl.DataFrame(
+        {
+            "request_id": [str(i) for i in range(400)],
+            "body": [
+                json.dumps({"messages": [{"role": "user", "content": "x" * (4 * int(p))}], "max_tokens": int(o)})
+                for p, o in zip(PROMPTS[:400], OUTPUTS[:400])
+            ],
+        }
+    )
     with simengine.start(BASE) as engine:
         baseline = [run_sweep(engine, pool, spec, repeats_label=f"base-{k}", check_client=False) for k in range(2)]
     with simengine.start(BASE.planted(0.6)) as engine:
         candidate = [run_sweep(engine, pool, spec, repeats_label="fast", check_client=False)]
     assert all(s.validity == "valid" for s in baseline + candidate), [s.invalid_reason for s in baseline + candidate]
-    assert all(s.capacity_fit_rps is not None and s.capacity_fit_low <= s.capacity_fit_rps <= s.capacity_fit_high
-               for s in baseline)
+    assert all(
+        s.capacity_fit_rps is not None and s.capacity_fit_low <= s.capacity_fit_rps <= s.capacity_fit_high
+        for s in baseline
+    )
     floor = noise_floor(baseline)
     assert floor.steps and floor.mde is not None and floor.threshold == floor.mde and floor.between_df >= 5
     verdict = compare(floor, candidate)
@@ -182,8 +220,9 @@ def test_a_verdict_out_of_time_judges_what_it_measured_as_its_last_look(capacity
         def measure(side, i, rates, candidate=candidate):
             return _sweep(BASE if side == "A" else candidate, rates, i, 11, side)
 
-        stats, rounds = sequential_verdict(measure, capacity, seed=11, prior_var=prior[0], prior_df=prior[1],
-                                           max_rounds=4, time_left=time_left)
+        stats, rounds = sequential_verdict(
+            measure, capacity, seed=11, prior_var=prior[0], prior_df=prior[1], max_rounds=4, time_left=time_left
+        )
         assert len(rounds["A"]) == 1 and stats.rounds == 1
         assert stats.verdict == expected, stats.sentence()
     assert budgets  # the budget was asked before a second round
@@ -203,8 +242,9 @@ def test_a_resumed_verdict_continues_from_the_rounds_it_was_given(capacity, prio
         rates = [capacity * f for f in (0.6, 0.8, 1.0, 1.2, 1.4)]
         before = {side: [measure(side, i, rates) for i in range(2)] for side in ("A", "B")}
         asked.clear()
-        stats, rounds = sequential_verdict(measure, capacity, seed=13, prior_var=prior[0], prior_df=prior[1],
-                                           max_rounds=4, measured=before)
+        stats, rounds = sequential_verdict(
+            measure, capacity, seed=13, prior_var=prior[0], prior_df=prior[1], max_rounds=4, measured=before
+        )
         if effect == 0.5:  # decided on the rounds it was given
             assert asked == [] and stats.verdict == "better" and stats.rounds == 2, stats.sentence()
         else:
@@ -230,12 +270,22 @@ def test_an_unresolved_crossing_is_judged_on_the_two_intervals():
     import loadgen.verdict as verdict_module
 
     def est(capacity, low, high, log_se):
-        return CapacityEstimate(capacity=capacity, low=low, high=high, log_se=log_se, limiting="itl",
-                                rates=(1.0, 2.0), requests=100, draws=np.full(10, math.log(capacity)))
+        return CapacityEstimate(
+            capacity=capacity,
+            low=low,
+            high=high,
+            log_se=log_se,
+            limiting="itl",
+            rates=(1.0, 2.0),
+            requests=100,
+            draws=np.full(10, math.log(capacity)),
+        )
 
-    cases = [(est(1.47, 1.15, 1.55, 0.05), est(0.54, 0.22, 1.09, math.inf), "worse"),
-             (est(0.54, 0.22, 1.09, math.inf), est(1.47, 1.15, 1.55, 0.05), "better"),
-             (est(1.47, 1.15, 1.55, 0.05), est(1.2, 0.5, 1.3, math.inf), "same")]
+    cases = [
+        (est(1.47, 1.15, 1.55, 0.05), est(0.54, 0.22, 1.09, math.inf), "worse"),
+        (est(0.54, 0.22, 1.09, math.inf), est(1.47, 1.15, 1.55, 0.05), "better"),
+        (est(1.47, 1.15, 1.55, 0.05), est(1.2, 0.5, 1.3, math.inf), "same"),
+    ]
     for a, b, expected in cases:
         picks = iter([a, b])
         original = verdict_module.estimate
@@ -259,8 +309,16 @@ def test_a_baseline_that_holds_every_tested_rate_is_recorded_as_numbers_that_loa
 
     def sweep(model, i, side):
         steps = _sweep(model, rates, i, 3, side)
-        return SweepResult(endpoint="sim", engine_args=[], launch_config_hash="h", started_at=0.0, steps=steps,
-                           capacity_rps=max(rates), capacity_per_gpu=max(rates), capacity_bounded=False)
+        return SweepResult(
+            endpoint="sim",
+            engine_args=[],
+            launch_config_hash="h",
+            started_at=0.0,
+            steps=steps,
+            capacity_rps=max(rates),
+            capacity_per_gpu=max(rates),
+            capacity_bounded=False,
+        )
 
     floor = noise_floor([sweep(BASE, i, "A") for i in range(2)])
     verdict = compare(floor, [sweep(BASE.planted(0.1), 0, "B")], final=True)

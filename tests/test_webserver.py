@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from autoresearch.config import DefinitionSet
+from specs.config import DefinitionSet
 from dagster_project.definitions import build_definitions
 from ui_support import Webserver, report_dir, start_webserver
 
@@ -28,8 +28,7 @@ query { assetNodes { assetKey { path } groupName description
 
 def group_keys(definitions: dg.Definitions, group: str) -> set[tuple[str, ...]]:
     """Asset keys (as tuples) the Definitions put in ``group``."""
-    return {tuple(spec.key.path) for spec in definitions.resolve_all_asset_specs()
-            if spec.group_name == group}
+    return {tuple(spec.key.path) for spec in definitions.resolve_all_asset_specs() if spec.group_name == group}
 
 
 def test_code_location_is_loadable() -> None:
@@ -43,8 +42,7 @@ def webserver(tmp_path: Path) -> Iterator[Webserver]:
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    server = start_webserver(home, ["-m", "dagster_project.definitions"],
-                             report_dir() / "webserver.log")
+    server = start_webserver(home, ["-m", "dagster_project.definitions"], report_dir() / "webserver.log")
     try:
         yield server
     finally:
@@ -65,8 +63,7 @@ def group_members(pgid: int) -> list[int]:
 
 
 @pytest.mark.browser
-def test_webserver_lists_sample_endpoint_assets(webserver: Webserver,
-                                                definitions: DefinitionSet) -> None:
+def test_webserver_lists_sample_endpoint_assets(webserver: Webserver, definitions: DefinitionSet) -> None:
     nodes = webserver.graphql(ASSET_NODES)["assetNodes"]
     served = {tuple(n["assetKey"]["path"]): n for n in nodes}
 

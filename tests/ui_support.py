@@ -26,12 +26,18 @@ from typing import Any
 
 import httpx
 
-from autoresearch.paths import REPO_ROOT
+from specs.paths import REPO_ROOT
 
 CHROMIUM = Path(os.environ.get("AUTORESEARCH_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
     "--window-size=1600,1000",
 ]
 WEBSERVER = Path(sys.executable).parent / "dagster-webserver"
@@ -96,8 +102,7 @@ def stop_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
 
 def graphql(url: str, query: str, variables: dict | None = None, timeout: float = 60.0) -> dict:
     """POST a GraphQL query to the webserver; GraphQL errors raise with their messages."""
-    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}},
-                          timeout=timeout)
+    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, timeout=timeout)
     response.raise_for_status()
     body = response.json()
     if body.get("errors"):
@@ -128,22 +133,33 @@ class Webserver:
             stop_group(self.process)
 
 
-def start_webserver(dagster_home: Path, location: list[str], log_path: Path,
-                    timeout: float = 120.0, env: dict[str, str] | None = None) -> Webserver:
+def start_webserver(
+    dagster_home: Path, location: list[str], log_path: Path, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> Webserver:
     """Start ``dagster-webserver`` for ``location`` (e.g. ``["-m", "dagster_project.definitions"]``
     or ``["-w", "workspace.yaml"]``) on a free port with ``DAGSTER_HOME=dagster_home``; return
     once every code location has loaded (a load error raises with Dagster's message). The
     first-visit popup is dismissed (``setNuxSeen``) so screenshots show the page itself."""
     port = free_port()
     dagster_home.mkdir(parents=True, exist_ok=True)
-    child_env = {**os.environ, **(env or {}), "DAGSTER_HOME": str(dagster_home),
-                 "DAGSTER_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+    child_env = {
+        **os.environ,
+        **(env or {}),
+        "DAGSTER_HOME": str(dagster_home),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [str(WEBSERVER), "-h", "127.0.0.1", "-p", str(port), *location],
-            cwd=REPO_ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_default_signals,
+            cwd=REPO_ROOT,
+            env=child_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_default_signals,
         )
     server = Webserver(f"http://127.0.0.1:{port}", process, log_path, dagster_home)
     try:
@@ -160,8 +176,7 @@ def _wait_loaded(server: Webserver, timeout: float) -> None:
     last = "no answer yet"
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            raise RuntimeError(f"dagster-webserver exited with {server.process.returncode}:\n"
-                               f"{server.log_tail()}")
+            raise RuntimeError(f"dagster-webserver exited with {server.process.returncode}:\n{server.log_tail()}")
         try:
             data = server.graphql(WORKSPACE_QUERY)["workspaceOrError"]
         except (httpx.HTTPError, RuntimeError, ValueError) as exc:
@@ -172,16 +187,17 @@ def _wait_loaded(server: Webserver, timeout: float) -> None:
         if entries and all(e["loadStatus"] == "LOADED" for e in entries):
             errors = [e for e in entries if e["locationOrLoadError"]["__typename"] == "PythonError"]
             if errors:
-                raise RuntimeError("code location failed to load: " + "\n".join(
-                    f"{e['name']}: {e['locationOrLoadError']['message']}" for e in errors))
+                raise RuntimeError(
+                    "code location failed to load: "
+                    + "\n".join(f"{e['name']}: {e['locationOrLoadError']['message']}" for e in errors)
+                )
             return
         last = json.dumps(data)[:500]
         time.sleep(0.5)
     raise TimeoutError(f"webserver not ready after {timeout:.0f}s ({last}):\n{server.log_tail()}")
 
 
-def capture_page(url: str, screenshot: Path | None = None, budget_ms: int = 20000,
-                 timeout: float = 90.0) -> str:
+def capture_page(url: str, screenshot: Path | None = None, budget_ms: int = 20000, timeout: float = 90.0) -> str:
     """Load ``url`` in headless Chromium (command line), let client-side rendering run for
     ``budget_ms`` of virtual time, optionally write a screenshot, and return the rendered DOM."""
     chromium = require_chromium()
@@ -198,8 +214,9 @@ def capture_page(url: str, screenshot: Path | None = None, budget_ms: int = 2000
 
 
 def _run_chromium(args: list[str], timeout: float) -> str:
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         out, err = process.communicate(timeout=timeout)
     finally:
@@ -230,20 +247,25 @@ class Browser:
         with self._stack as stack:  # unwinds only if start-up fails (pop_all below)
             profile = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chromium-")))
             self._process = subprocess.Popen(
-                [str(chromium), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                 "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-                 "about:blank"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                [
+                    str(chromium),
+                    *CHROMIUM_FLAGS,
+                    f"--user-data-dir={profile}",
+                    "--remote-debugging-address=127.0.0.1",
+                    "--remote-debugging-port=0",
+                    "about:blank",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
             stack.callback(stop_group, self._process, 5)
             port = self._devtools_port(profile)
             targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
             page = next(t for t in targets if t.get("type") == "page")
-            self._ws = stack.enter_context(
-                connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
-            self.send("Emulation.setDeviceMetricsOverride", width=1600, height=1000,
-                      deviceScaleFactor=1, mobile=False)
+            self._ws = stack.enter_context(connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
+            self.send("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
             self._stack = stack.pop_all()
         return self
 
@@ -277,12 +299,10 @@ class Browser:
     def goto(self, url: str) -> None:
         """Navigate and wait until the document has a body (the app then renders client side)."""
         self.send("Page.navigate", url=url)
-        self.wait_for("document.readyState !== 'loading' && !!document.body",
-                      what=f"{url} to load")
+        self.wait_for("document.readyState !== 'loading' && !!document.body", what=f"{url} to load")
 
     def evaluate(self, expression: str) -> Any:
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True,
-                           awaitPromise=True)
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in result:
             raise RuntimeError(f"JavaScript error in {expression!r}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -310,19 +330,22 @@ class Browser:
             time.sleep(0.25)
         raise TimeoutError(f"timed out waiting for {what or expression} to settle")
 
-    def click_text(self, text: str, row: str | None = None,
-                   selector: str = "button, a, [role=button]") -> None:
+    def click_text(self, text: str, row: str | None = None, selector: str = "button, a, [role=button]") -> None:
         """Click the first element matching ``selector`` whose text contains ``text``; with
         ``row``, only inside the table row whose first cell reads ``row`` (a metadata key)."""
-        scope = ("document" if row is None else
-                 "[...document.querySelectorAll('tr')].find(r => r.cells.length"
-                 f" && r.cells[0].innerText.trim() === {json.dumps(row)})")
+        scope = (
+            "document"
+            if row is None
+            else "[...document.querySelectorAll('tr')].find(r => r.cells.length"
+            f" && r.cells[0].innerText.trim() === {json.dumps(row)})"
+        )
         found = self.wait_for(
             f"(() => {{ const scope = {scope}; if (!scope) return false;"
             f" const el = [...scope.querySelectorAll({json.dumps(selector)})]"
             f".find(e => e.textContent.includes({json.dumps(text)}));"
             " if (!el) return false; el.scrollIntoView(); el.click(); return true; })()",
-            what=f"a clickable {text!r}" + (f" in the row {row!r}" if row else ""))
+            what=f"a clickable {text!r}" + (f" in the row {row!r}" if row else ""),
+        )
         assert found
 
     def dom(self) -> str:

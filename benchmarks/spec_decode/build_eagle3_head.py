@@ -6,6 +6,7 @@ eagle3 path starts and serves on the CPU build: its acceptance means nothing.
 
     nice -n 19 .venv-engine/bin/python benchmarks/spec_decode/build_eagle3_head.py TARGET_DIR OUT_DIR
 """
+
 import json
 import sys
 from pathlib import Path
@@ -23,15 +24,26 @@ aux = [2, t["num_hidden_layers"] // 2, t["num_hidden_layers"] - 3]  # vLLM's Lla
 cfg = {
     "architectures": ["LlamaForCausalLMEagle3"],
     "model_type": "llama",
-    "hidden_size": H, "intermediate_size": I, "num_hidden_layers": 1,
-    "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd,
-    "hidden_act": "silu", "rms_norm_eps": t["rms_norm_eps"],
+    "hidden_size": H,
+    "intermediate_size": I,
+    "num_hidden_layers": 1,
+    "num_attention_heads": nh,
+    "num_key_value_heads": nkv,
+    "head_dim": hd,
+    "hidden_act": "silu",
+    "rms_norm_eps": t["rms_norm_eps"],
     "max_position_embeddings": t["max_position_embeddings"],
     "rope_parameters": t.get("rope_parameters", {"rope_theta": 10000.0, "rope_type": "default"}),
-    "vocab_size": V, "draft_vocab_size": V, "target_hidden_size": H,
-    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-    "bos_token_id": t.get("bos_token_id"), "eos_token_id": t.get("eos_token_id"),
-    "dtype": "bfloat16", "torch_dtype": "bfloat16",
+    "vocab_size": V,
+    "draft_vocab_size": V,
+    "target_hidden_size": H,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "bos_token_id": t.get("bos_token_id"),
+    "eos_token_id": t.get("eos_token_id"),
+    "dtype": "bfloat16",
+    "torch_dtype": "bfloat16",
     "eagle_aux_hidden_state_layer_ids": aux,
     "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": aux},
 }

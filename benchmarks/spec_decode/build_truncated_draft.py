@@ -1,4 +1,5 @@
 """Build a layer-truncated SmolLM2 draft (first N layers, shared embeddings/lm_head, same tokenizer)."""
+
 import json
 import shutil
 import sys

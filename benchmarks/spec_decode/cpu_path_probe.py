@@ -10,6 +10,7 @@ SEED (optional per-request seed). PYTHONPATH=engines/patches/vllm_issue_55005 lo
 expand_kernel fix into the server and its engine-core process.
 Prints one JSON line per request and a summary line; the server log goes to LOGDIR/NAME.log.
 """
+
 import json
 import os
 import re
@@ -38,9 +39,25 @@ os.makedirs(logdir, exist_ok=True)
 base = f"http://127.0.0.1:{port}"
 
 env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0", OMP_NUM_THREADS="1")
-cmd = ["nice", "-n", "19", ROOT + "/.venv-engine/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-       "--model", MODEL, "--served-model-name", "m", "--port", str(port), "--host", "127.0.0.1",
-       "--max-model-len", "2048", *extra]
+cmd = [
+    "nice",
+    "-n",
+    "19",
+    ROOT + "/.venv-engine/bin/python",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    "--model",
+    MODEL,
+    "--served-model-name",
+    "m",
+    "--port",
+    str(port),
+    "--host",
+    "127.0.0.1",
+    "--max-model-len",
+    "2048",
+    *extra,
+]
 if spec:
     cmd += ["--speculative-config", spec]
 log = open(f"{logdir}/{name}.log", "w")
@@ -56,7 +73,7 @@ def metrics():
     out = {}
     for line in get("/metrics").splitlines():
         if line.startswith("vllm:spec_decode") and "_created" not in line:
-            m = re.match(r'(vllm:spec_decode_\w+)(\{[^}]*\})?\s+([0-9.eE+-]+)', line)
+            m = re.match(r"(vllm:spec_decode_\w+)(\{[^}]*\})?\s+([0-9.eE+-]+)", line)
             if not m:
                 continue
             key = m.group(1)
@@ -87,17 +104,26 @@ try:
         sys.exit(1)
     print(f"{name}: up after {time.time() - t0:.0f}s", flush=True)
     tot = {}
-    convs = ([[{"role": "user", "content": p}] for p in PROMPTS] if not os.environ.get("MSGS")
-             else json.load(open(os.environ["MSGS"])))
+    convs = (
+        [[{"role": "user", "content": p}] for p in PROMPTS]
+        if not os.environ.get("MSGS")
+        else json.load(open(os.environ["MSGS"]))
+    )
     for msgs in convs[:nprompts]:
         p = msgs[-1]["content"]
         before = metrics()
-        body = {"model": "m", "messages": msgs, "max_tokens": maxtok,
-                "temperature": float(os.environ.get("TEMP", "0")), "top_p": float(os.environ.get("TOP_P", "1"))}
+        body = {
+            "model": "m",
+            "messages": msgs,
+            "max_tokens": maxtok,
+            "temperature": float(os.environ.get("TEMP", "0")),
+            "top_p": float(os.environ.get("TOP_P", "1")),
+        }
         if os.environ.get("SEED"):
             body["seed"] = int(os.environ["SEED"])
-        req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json"})
+        req = urllib.request.Request(
+            base + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+        )
         t = time.time()
         d = json.loads(urllib.request.urlopen(req, timeout=600).read())
         dt = time.time() - t
@@ -105,17 +131,29 @@ try:
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         for k, v in delta.items():
             tot[k] = tot.get(k, 0) + v
-        print(json.dumps({"prompt": p[:30], "s": round(dt, 1), "ptok": d["usage"]["prompt_tokens"],
-                          "ntok": d["usage"]["completion_tokens"],
-                          "text": d["choices"][0]["message"]["content"],
-                          "drafts": delta.get("vllm:spec_decode_num_drafts_total", 0),
-                          "accepted_per_pos": [delta[k] for k in sorted(delta) if "per_pos" in k]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "prompt": p[:30],
+                    "s": round(dt, 1),
+                    "ptok": d["usage"]["prompt_tokens"],
+                    "ntok": d["usage"]["completion_tokens"],
+                    "text": d["choices"][0]["message"]["content"],
+                    "drafts": delta.get("vllm:spec_decode_num_drafts_total", 0),
+                    "accepted_per_pos": [delta[k] for k in sorted(delta) if "per_pos" in k],
+                }
+            ),
+            flush=True,
+        )
     nd = tot.get("vllm:spec_decode_num_drafts_total", 0)
     per = [tot[k] for k in sorted(tot) if "per_pos" in k]
-    print(f"SUMMARY {name}: drafts {nd:.0f}, draft tokens {tot.get('vllm:spec_decode_num_draft_tokens_total', 0):.0f}, "
-          f"accepted {tot.get('vllm:spec_decode_num_accepted_tokens_total', 0):.0f}, per position "
-          f"{[int(x) for x in per]} -> rates {[round(x / nd, 2) for x in per] if nd else []}, "
-          f"acceptance length {1 + sum(per) / nd if nd else float('nan'):.2f}", flush=True)
+    print(
+        f"SUMMARY {name}: drafts {nd:.0f}, draft tokens {tot.get('vllm:spec_decode_num_draft_tokens_total', 0):.0f}, "
+        f"accepted {tot.get('vllm:spec_decode_num_accepted_tokens_total', 0):.0f}, per position "
+        f"{[int(x) for x in per]} -> rates {[round(x / nd, 2) for x in per] if nd else []}, "
+        f"acceptance length {1 + sum(per) / nd if nd else float('nan'):.2f}",
+        flush=True,
+    )
 finally:
     proc.terminate()
     try:

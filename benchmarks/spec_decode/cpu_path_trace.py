@@ -7,6 +7,7 @@ and what the rejection sampler saw (draft tokens vs the target's argmax).
 
 With PYTHONPATH=engines/patches/vllm_issue_55005 the expand_kernel runtime fix is loaded too.
 """
+
 import os
 import sys
 
@@ -36,18 +37,46 @@ def t(x):
 orig_propose = lbp.SpecDecodeBaseProposer.propose
 
 
-def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
-            next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
-            mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None):
+def propose(
+    self,
+    num_speculative_tokens,
+    target_token_ids,
+    target_positions,
+    target_hidden_states,
+    next_token_ids,
+    token_indices_to_sample,
+    common_attn_metadata,
+    sampling_metadata,
+    mm_embed_inputs=None,
+    num_rejected_tokens_gpu=None,
+    slot_mappings=None,
+):
     cad = common_attn_metadata
     n = target_token_ids.shape[0]
-    info = dict(ntok=n, tgt_ids=t(target_token_ids[-8:]), tgt_pos=t(target_positions[-8:]),
-                next=t(next_token_ids), rej=t(num_rejected_tokens_gpu), qsl=t(cad.query_start_loc),
-                seq_lens=t(cad.seq_lens), slots=t(cad.slot_mapping[-8:]) if n < 64 else "prefill")
-    out = orig_propose(self, num_speculative_tokens, target_token_ids, target_positions,
-                       target_hidden_states, next_token_ids, token_indices_to_sample, common_attn_metadata,
-                       sampling_metadata, mm_embed_inputs=mm_embed_inputs,
-                       num_rejected_tokens_gpu=num_rejected_tokens_gpu, slot_mappings=slot_mappings)
+    info = dict(
+        ntok=n,
+        tgt_ids=t(target_token_ids[-8:]),
+        tgt_pos=t(target_positions[-8:]),
+        next=t(next_token_ids),
+        rej=t(num_rejected_tokens_gpu),
+        qsl=t(cad.query_start_loc),
+        seq_lens=t(cad.seq_lens),
+        slots=t(cad.slot_mapping[-8:]) if n < 64 else "prefill",
+    )
+    out = orig_propose(
+        self,
+        num_speculative_tokens,
+        target_token_ids,
+        target_positions,
+        target_hidden_states,
+        next_token_ids,
+        token_indices_to_sample,
+        common_attn_metadata,
+        sampling_metadata,
+        mm_embed_inputs=mm_embed_inputs,
+        num_rejected_tokens_gpu=num_rejected_tokens_gpu,
+        slot_mappings=slot_mappings,
+    )
     STEP["n"] += 1
     print(f"[propose {STEP['n']}] {info} -> draft {t(out)}", flush=True)
     return out
@@ -61,10 +90,12 @@ orig_first = lbp.SpecDecodeBaseProposer.set_inputs_first_pass
 def set_inputs_first_pass(self, **kw):
     num_tokens, idx, cad = orig_first(self, **kw)
     if num_tokens < 64:
-        print(f"   first pass: draft input_ids {t(self.input_ids[:num_tokens][-8:])} "
-              f"pos {t(self.positions[:num_tokens][-8:])} sample_idx {t(idx)} "
-              f"qsl {t(cad.query_start_loc)} seq_lens {t(cad.seq_lens)} slots {t(cad.slot_mapping[-8:])}",
-              flush=True)
+        print(
+            f"   first pass: draft input_ids {t(self.input_ids[:num_tokens][-8:])} "
+            f"pos {t(self.positions[:num_tokens][-8:])} sample_idx {t(idx)} "
+            f"qsl {t(cad.query_start_loc)} seq_lens {t(cad.seq_lens)} slots {t(cad.slot_mapping[-8:])}",
+            flush=True,
+        )
     return num_tokens, idx, cad
 
 
@@ -76,8 +107,11 @@ orig_upd = lbp.SpecDecodeBaseProposer._update_positions_dependent_metadata
 def upd(self, positions, cad, batch_size, input_batch_size, block_size):
     before = (t(positions), t(cad.seq_lens))
     out = orig_upd(self, positions, cad, batch_size, input_batch_size, block_size)
-    print(f"   step update: pos {before[0]} -> {t(out)}, seq_lens {before[1]} -> {t(cad.seq_lens)}, "
-          f"slot {t(cad.slot_mapping)}", flush=True)
+    print(
+        f"   step update: pos {before[0]} -> {t(out)}, seq_lens {before[1]} -> {t(cad.seq_lens)}, "
+        f"slot {t(cad.slot_mapping)}",
+        flush=True,
+    )
     return out
 
 
@@ -86,19 +120,45 @@ lbp.SpecDecodeBaseProposer._update_positions_dependent_metadata = upd
 orig_rs = rs.rejection_sample
 
 
-def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
-                     target_logits, bonus_token_ids, sampling_metadata, **kw):
-    out = orig_rs(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
-                  target_logits, bonus_token_ids, sampling_metadata, **kw)
-    print(f"[verify] draft {t(draft_token_ids)} target_argmax {t(target_logits.argmax(-1))} "
-          f"bonus {t(bonus_token_ids.flatten())} -> out {t(out)}", flush=True)
+def rejection_sample(
+    draft_token_ids,
+    num_draft_tokens,
+    max_spec_len,
+    cu_num_draft_tokens,
+    draft_probs,
+    target_logits,
+    bonus_token_ids,
+    sampling_metadata,
+    **kw,
+):
+    out = orig_rs(
+        draft_token_ids,
+        num_draft_tokens,
+        max_spec_len,
+        cu_num_draft_tokens,
+        draft_probs,
+        target_logits,
+        bonus_token_ids,
+        sampling_metadata,
+        **kw,
+    )
+    print(
+        f"[verify] draft {t(draft_token_ids)} target_argmax {t(target_logits.argmax(-1))} "
+        f"bonus {t(bonus_token_ids.flatten())} -> out {t(out)}",
+        flush=True,
+    )
     return out
 
 
 rs.rejection_sample = rejection_sample
 
-llm = LLM(model=MODEL, max_model_len=2048, enforce_eager=True, max_num_seqs=1,
-          speculative_config={"method": "draft_model", "model": MODEL, "num_speculative_tokens": K})
+llm = LLM(
+    model=MODEL,
+    max_model_len=2048,
+    enforce_eager=True,
+    max_num_seqs=1,
+    speculative_config={"method": "draft_model", "model": MODEL, "num_speculative_tokens": K},
+)
 sp = SamplingParams(temperature=TEMP, top_p=0.9 if TEMP else 1.0, max_tokens=MAXTOK)
 out = llm.chat([{"role": "user", "content": "What is the capital of France? Answer in one sentence."}], sp)
 print("OUTPUT", repr(out[0].outputs[0].text), out[0].outputs[0].token_ids)

@@ -2,7 +2,7 @@
 
 Each instance is one ``defs.yaml`` under ``dagster_project/defs/`` (``dg scaffold defs
 dagster_project.lib.Endpoint endpoints/<name>``). Its ``attributes`` are validated by Dagster against
-the pydantic model in ``autoresearch.config`` (unknown fields are errors, reported with file and
+the pydantic model in ``specs.config`` (unknown fields are errors, reported with file and
 line by ``dg check defs``). An endpoint builds its whole asset group; campaigns and recipes build no
 definitions of their own but shape their endpoint's group (campaign settings, recipes) and are
 checked against the other files (a campaign naming an undeclared endpoint or recipe is an error).
@@ -20,8 +20,7 @@ from dagster.components.core.component_tree import ComponentTree
 from dagster.components.scaffold.scaffold import ScaffoldRequest, scaffold_with
 from pydantic import BaseModel
 
-from autoresearch.config import (CampaignSpec, DefinitionError, DefinitionIssue, DefinitionSet, EndpointSpec,
-                                 RecipeSpec)
+from specs.config import CampaignSpec, DefinitionError, DefinitionIssue, DefinitionSet, EndpointSpec, RecipeSpec
 from dagster_project.factory import endpoint_definitions
 
 
@@ -45,8 +44,13 @@ class Declaration(Component):
         positions = context.resolution_context.source_position_tree
         source = Path(positions.position.filename) if positions else context.path / "defs.yaml"
         if attributes is None:  # Dagster validates only a non-empty attributes block
-            raise DefinitionError([DefinitionIssue(source, 1, "attributes", "required: the "
-                                                   f"{cls.spec_model.__name__} fields (see autoresearch/config.py)")])
+            raise DefinitionError(
+                [
+                    DefinitionIssue(
+                        source, 1, "attributes", f"required: the {cls.spec_model.__name__} fields (see specs/config.py)"
+                    )
+                ]
+            )
         return cls(attributes, source, positions)
 
     def line_of(self, *path) -> int:
@@ -72,15 +76,18 @@ class EndpointScaffolder(dg.Scaffolder):
     """A runnable endpoint (the tiny random model on vLLM, bundled sample traffic) to edit."""
 
     def scaffold(self, request: ScaffoldRequest) -> None:
-        dg.scaffold_component(request, {
-            "name": request.target_path.name,
-            "description": "TODO: what this endpoint serves",
-            "model": {"path": "builtin:tiny-random", "served_name": "tiny-random"},
-            "engine": {"kind": "vllm", "args": ["--max-num-seqs", "32", "--dtype", "float32"]},
-            "hardware": {"gpu_type": "cpu", "gpu_count": 0},
-            "sla": {"ttft_ms": 1000, "itl_ms": 200, "max_error_rate": 0.01},
-            "traffic": {"kind": "sample"},
-        })
+        dg.scaffold_component(
+            request,
+            {
+                "name": request.target_path.name,
+                "description": "TODO: what this endpoint serves",
+                "model": {"path": "builtin:tiny-random", "served_name": "tiny-random"},
+                "engine": {"kind": "vllm", "args": ["--max-num-seqs", "32", "--dtype", "float32"]},
+                "hardware": {"gpu_type": "cpu", "gpu_count": 0},
+                "sla": {"ttft_ms": 1000, "itl_ms": 200, "max_error_rate": 0.01},
+                "traffic": {"kind": "sample"},
+            },
+        )
 
 
 @scaffold_with(EndpointScaffolder)
@@ -99,15 +106,22 @@ class Endpoint(Declaration):
         kind = self.spec.engine.kind
         if kind in ADAPTERS:
             return []
-        return [DefinitionIssue(self.source, self.line_of("engine", "kind"), "attributes.engine.kind",
-                                f"unknown engine kind {kind!r}; known: {', '.join(sorted(ADAPTERS))} "
-                                "(an engine is one adapter module registered in engines/registry.py)")]
+        return [
+            DefinitionIssue(
+                self.source,
+                self.line_of("engine", "kind"),
+                "attributes.engine.kind",
+                f"unknown engine kind {kind!r}; known: {', '.join(sorted(ADAPTERS))} "
+                "(an engine is one adapter module registered in engines/registry.py)",
+            )
+        ]
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         definitions, _ = collect(context.component_tree.get_all_components(Declaration))
         super().build_defs(context)  # its own problems (a duplicate name)
-        return endpoint_definitions(self.spec, definitions,
-                                    reread=lambda: read_endpoint(context.component_tree, self.source).spec)
+        return endpoint_definitions(
+            self.spec, definitions, reread=lambda: read_endpoint(context.component_tree, self.source).spec
+        )
 
 
 class CampaignParams(BaseModel):
@@ -124,10 +138,18 @@ class CampaignScaffolder(dg.Scaffolder[CampaignParams]):
     def scaffold(self, request: ScaffoldRequest[CampaignParams]) -> None:
         name = request.target_path.name
         endpoint = request.params.endpoint if request.params else None
-        dg.scaffold_component(request, {
-            "name": name, "endpoint": endpoint or name.removesuffix("_default"),
-            "deadline_minutes": 60, "gpu_hours": 1.0, "max_concurrent_gpus": 1, "subagents": 3, "proposer": "auto",
-        })
+        dg.scaffold_component(
+            request,
+            {
+                "name": name,
+                "endpoint": endpoint or name.removesuffix("_default"),
+                "deadline_minutes": 60,
+                "gpu_hours": 1.0,
+                "max_concurrent_gpus": 1,
+                "subagents": 3,
+                "proposer": "auto",
+            },
+        )
 
 
 @scaffold_with(CampaignScaffolder)
@@ -142,14 +164,25 @@ class Campaign(Declaration):
     def reference_issues(self, definitions: DefinitionSet) -> list[DefinitionIssue]:
         issues = []
         if self.spec.endpoint not in definitions.endpoints:
-            issues.append(DefinitionIssue(self.source, self.line_of("endpoint"), "attributes.endpoint",
-                                          f"unknown endpoint {self.spec.endpoint!r}; declared: "
-                                          f"{', '.join(sorted(definitions.endpoints)) or 'none'}"))
+            issues.append(
+                DefinitionIssue(
+                    self.source,
+                    self.line_of("endpoint"),
+                    "attributes.endpoint",
+                    f"unknown endpoint {self.spec.endpoint!r}; declared: "
+                    f"{', '.join(sorted(definitions.endpoints)) or 'none'}",
+                )
+            )
         for index, recipe in enumerate(self.spec.recipes):
             if recipe not in definitions.recipes:
-                issues.append(DefinitionIssue(self.source, self.line_of("recipes", index), "attributes.recipes",
-                                              f"unknown recipe {recipe!r}; declared: "
-                                              f"{', '.join(sorted(definitions.recipes)) or 'none'}"))
+                issues.append(
+                    DefinitionIssue(
+                        self.source,
+                        self.line_of("recipes", index),
+                        "attributes.recipes",
+                        f"unknown recipe {recipe!r}; declared: {', '.join(sorted(definitions.recipes)) or 'none'}",
+                    )
+                )
         return issues
 
 
@@ -185,9 +218,14 @@ def collect(components: Iterable[Declaration]) -> tuple[DefinitionSet, list[Defi
     for component in components:
         table = getattr(result, component.collection)
         if component.spec.name in table:
-            issues.append(DefinitionIssue(component.source, component.line_of("name"), "attributes.name",
-                                          f"{component.spec.name!r} already declared in "
-                                          f"{result.sources[component.spec.name]}"))
+            issues.append(
+                DefinitionIssue(
+                    component.source,
+                    component.line_of("name"),
+                    "attributes.name",
+                    f"{component.spec.name!r} already declared in {result.sources[component.spec.name]}",
+                )
+            )
             continue
         table[component.spec.name] = component.spec
         result.sources[component.spec.name] = str(component.source)

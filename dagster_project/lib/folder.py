@@ -19,8 +19,8 @@ from dagster.components.core.component_tree import ComponentTree
 from dagster_shared.yaml_utils import parse_yaml_with_source_position
 from pydantic import BaseModel, ValidationError
 
-from autoresearch import config, paths
-from autoresearch.config import DefinitionError, DefinitionIssue, DefinitionSet
+from specs import config, paths
+from specs.config import DefinitionError, DefinitionIssue, DefinitionSet
 from dagster_project.lib.components import Declaration, declared
 
 SHIPPED = paths.REPO_ROOT / "dagster_project" / "defs"
@@ -63,12 +63,27 @@ def load_definitions(folder: Path | str) -> DefinitionSet:
 
 def _reject_old_layout(folder: Path) -> None:
     """YAML files of the old layout (top-level ``endpoint:`` keys) would be silently ignored: refuse them."""
-    old = [f for f in sorted(folder.rglob("*.y*ml")) if f.name != "defs.yaml" and f.suffix in (".yaml", ".yml")
-           and re.search(r"^(endpoints?|campaigns?|recipes?):", f.read_text(encoding="utf-8"), re.M)]
+    old = [
+        f
+        for f in sorted(folder.rglob("*.y*ml"))
+        if f.name != "defs.yaml"
+        and f.suffix in (".yaml", ".yml")
+        and re.search(r"^(endpoints?|campaigns?|recipes?):", f.read_text(encoding="utf-8"), re.M)
+    ]
     if old:
-        raise DefinitionError([DefinitionIssue(f, 1, "", "old layout: each endpoint, campaign or recipe is now a "
-                                               "defs.yaml of its own (see docs/architecture.md, \"Declaring "
-                                               "endpoints\")") for f in old])
+        raise DefinitionError(
+            [
+                DefinitionIssue(
+                    f,
+                    1,
+                    "",
+                    "old layout: each endpoint, campaign or recipe is now a "
+                    'defs.yaml of its own (see docs/architecture.md, "Declaring '
+                    'endpoints")',
+                )
+                for f in old
+            ]
+        )
 
 
 _AT = re.compile(r"^(?P<field>.*) at (?P<file>.+):(?P<line>\d+)$")
@@ -86,8 +101,11 @@ def _issues(exc: BaseException, file: Path) -> list[DefinitionIssue]:
             model, issues = getattr(config, cause.title, None), []
             for err in cause.errors():
                 match = _AT.match(str(err["loc"][0])) if len(err["loc"]) == 1 else None
-                field, where, line = (match["field"], Path(match["file"]), int(match["line"])) if match else \
-                    (".".join(str(p) for p in err["loc"]), file, 1)
+                field, where, line = (
+                    (match["field"], Path(match["file"]), int(match["line"]))
+                    if match
+                    else (".".join(str(p) for p in err["loc"]), file, 1)
+                )
                 head, *parts = field.split(".")
                 written, _ = _walk(model, parts) if model else (parts, None)
                 if err["type"] == "union_tag_invalid":
@@ -148,7 +166,9 @@ def _walk(model: type[BaseModel], parts: list[str]) -> tuple[list[str], type[Bas
         members = _models_in(field.annotation) if field else []
         if len(members) > 1 and parts:  # a tagged union: the next part is the member's tag
             tag = parts.pop(0)
-            members = [m for m in members if "kind" in m.model_fields and tag in m.model_fields["kind"].annotation.__args__]
+            members = [
+                m for m in members if "kind" in m.model_fields and tag in m.model_fields["kind"].annotation.__args__
+            ]
         current = members[0] if len(members) == 1 else None
     return written, current
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from autoresearch.config import DefinitionError, DefinitionIssue
+from specs.config import DefinitionError, DefinitionIssue
 
 TYPES = {"endpoint": "Endpoint", "campaign": "Campaign", "recipe": "DiagnosticRecipe"}
 _TOP = re.compile(r"^(?P<key>[A-Za-z_]+):[ \t]*(#.*)?$", re.M)
@@ -26,12 +26,21 @@ def migrate_text(text: str, source: Path = Path("<text>")) -> list[tuple[str, st
         line = text.count("\n", 0, top.start()) + 1
         kind = top["key"]
         if kind not in TYPES:
-            raise DefinitionError([DefinitionIssue(source, line, kind, "expected endpoint:, campaign: or recipe: "
-                                                   "(one declaration per key; a list under endpoints: is not migrated)")])
+            raise DefinitionError(
+                [
+                    DefinitionIssue(
+                        source,
+                        line,
+                        kind,
+                        "expected endpoint:, campaign: or recipe: "
+                        "(one declaration per key; a list under endpoints: is not migrated)",
+                    )
+                ]
+            )
         end = starts[index + 1].start() if index + 1 < len(starts) else len(text)
         body_end = _comment_start(text, top.end(), end)  # comments right above the next key belong to it
-        head = text[begin:top.start()]
-        body = text[top.end():body_end]
+        head = text[begin : top.start()]
+        body = text[top.end() : body_end]
         name = (yaml.safe_load(body) or {}).get("name")
         if not name:
             raise DefinitionError([DefinitionIssue(source, line, f"{kind}.name", "required to name its folder")])

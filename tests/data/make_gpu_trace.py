@@ -17,8 +17,16 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 out = sys.argv[1]
 torch.manual_seed(0)
-cfg = Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=16,
-                  num_key_value_heads=8, head_dim=64, vocab_size=32000, max_position_embeddings=4096)
+cfg = Qwen3Config(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=64,
+    vocab_size=32000,
+    max_position_embeddings=4096,
+)
 model = Qwen3ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
 model.config._attn_implementation = "sdpa"
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

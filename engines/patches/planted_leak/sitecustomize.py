@@ -42,8 +42,10 @@ def _apply() -> str:
                 leaked.append(bytearray(b"\x01" * due))  # touched: resident, not just reserved
                 state["bytes"] += due
             if state["bytes"] > ceiling * 2**20:
-                raise MemoryError(f"planted leak: out of memory after {state['bytes'] / 2**20:.0f} MiB "
-                                  f"leaked in {state['busy_s']:.1f} s of engine work")
+                raise MemoryError(
+                    f"planted leak: out of memory after {state['bytes'] / 2**20:.0f} MiB "
+                    f"leaked in {state['busy_s']:.1f} s of engine work"
+                )
         return executed
 
     core.EngineCoreProc._process_engine_step = leaking

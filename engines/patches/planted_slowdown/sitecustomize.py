@@ -87,8 +87,10 @@ def _chain() -> None:
     for entry in sys.path:
         candidate = os.path.join(os.path.abspath(entry or "."), "sitecustomize.py")
         if os.path.dirname(candidate) != here and os.path.isfile(candidate):
-            exec(compile(open(candidate).read(), candidate, "exec"), {"__name__": "sitecustomize_next",
-                                                                      "__file__": candidate})
+            exec(
+                compile(open(candidate).read(), candidate, "exec"),
+                {"__name__": "sitecustomize_next", "__file__": candidate},
+            )
             return
 
 

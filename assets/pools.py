@@ -19,7 +19,7 @@ it is run by ``autoresearch pools apply`` and by ``scripts/dev.sh`` before the U
 
 from __future__ import annotations
 
-from autoresearch.config import CampaignSpec, DefinitionSet, EndpointSpec
+from specs.config import DefinitionSet, EndpointSpec
 
 CPU_POOL = "cpu"
 
@@ -29,20 +29,12 @@ def pool_for(endpoint: EndpointSpec) -> str:
     return f"gpu_{endpoint.name}" if endpoint.hardware.gpu_count > 0 else CPU_POOL
 
 
-def campaign_for(definitions: DefinitionSet, endpoint: EndpointSpec) -> CampaignSpec:
-    """The endpoint's declared campaign settings (its first declared campaign), else the defaults."""
-    for campaign in definitions.campaigns.values():
-        if campaign.endpoint == endpoint.name:
-            return campaign
-    return CampaignSpec(name=f"{endpoint.name}_campaign", endpoint=endpoint.name)
-
-
 def pool_limits(definitions: DefinitionSet) -> dict[str, int]:
     """{pool: how many of its assets may run at once}, derived from the YAML."""
     limits: dict[str, int] = {}
     for endpoint in definitions.endpoints.values():
         pool = pool_for(endpoint)
-        limits[pool] = 1 if pool == CPU_POOL else campaign_for(definitions, endpoint).concurrent_engines(endpoint)
+        limits[pool] = 1 if pool == CPU_POOL else definitions.campaign_of(endpoint.name).concurrent_engines(endpoint)
     return dict(sorted(limits.items()))
 
 
@@ -52,8 +44,10 @@ def apply_limits(instance, limits: dict[str, int]) -> list[tuple[str, int | None
     Pools of endpoints no longer declared are left alone (a person may have set them)."""
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
-        raise RuntimeError("this Dagster instance's storage keeps no concurrency limits (an in-memory instance?); "
-                           "set DAGSTER_HOME to a folder with a dagster.yaml")
+        raise RuntimeError(
+            "this Dagster instance's storage keeps no concurrency limits (an in-memory instance?); "
+            "set DAGSTER_HOME to a folder with a dagster.yaml"
+        )
     changes = []
     for pool, limit in limits.items():
         before = storage.get_concurrency_info(pool).slot_count if pool in storage.get_concurrency_keys() else None

@@ -64,7 +64,7 @@ class ModelSpec(Strict):
     """Which weights the engine serves.
 
     ``path`` is a local directory, or ``builtin:smollm2-135m-instruct`` / ``builtin:tiny-random``
-    for the models this project builds itself (see autoresearch.models).
+    for the models this project builds itself (see specs.models).
     """
 
     path: EnvPath
@@ -85,7 +85,7 @@ class EngineSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     # For kind=external: the base URL of an already-running OpenAI-compatible server.
     url: str | None = None
-    # Override of the interpreter that runs the engine (default: the engine venv, see autoresearch.paths).
+    # Override of the interpreter that runs the engine (default: the engine venv, see specs.paths).
     python: str | None = None
     port: int | None = None
     startup_timeout_s: float = 300.0
@@ -114,8 +114,21 @@ class HardwareSpec(Strict):
 
 # Modal's GPU names (https://modal.com/docs/guide/gpu, 2026): "!" pins the exact type (no upgrade
 # to a faster one), "+" allows it. Checked here so a typo is a file:line error, not a failed deploy.
-MODAL_GPU_TYPES = ("T4", "L4", "A10", "A10G", "A100", "A100-40GB", "A100-80GB", "L40S", "H100", "H100!", "H200",
-                   "B200", "B200+")
+MODAL_GPU_TYPES = (
+    "T4",
+    "L4",
+    "A10",
+    "A10G",
+    "A100",
+    "A100-40GB",
+    "A100-80GB",
+    "L40S",
+    "H100",
+    "H100!",
+    "H200",
+    "B200",
+    "B200+",
+)
 
 
 class LocalLauncher(Strict):
@@ -135,7 +148,9 @@ class ModalLauncher(Strict):
     # Modal's spelling of the endpoint's GPU, e.g. "H100!" for hardware.gpu_type H100 (None = hardware.gpu_type).
     gpu_type: str | None = None
     gpu_count: int | None = Field(default=None, ge=1)
-    app_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # None = autoresearch-<endpoint>
+    app_name: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+    )  # None = autoresearch-<endpoint>
     weights_volume: str = Field(default="autoresearch-weights", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     # Wall-clock limit of one experiment's container (Modal allows up to 24 h).
     timeout_s: int = Field(default=3600, ge=60, le=86400)
@@ -194,8 +209,10 @@ class TrafficSpec(Strict):
     @classmethod
     def _fraction(cls, value):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ValueError(f"traffic.max_malformed_fraction must be a fraction of the source's lines between 0 "
-                             f"and 1 (0.05 = 5%), got {value!r}")
+            raise ValueError(
+                f"traffic.max_malformed_fraction must be a fraction of the source's lines between 0 "
+                f"and 1 (0.05 = 5%), got {value!r}"
+            )
         return float(value)
 
     @model_validator(mode="after")
@@ -203,8 +220,10 @@ class TrafficSpec(Strict):
         if self.kind != "sample" and not self.path:
             raise ValueError(f"traffic.kind '{self.kind}' needs traffic.path")
         if self.kind in ("request_log", "sample") and (self.length_scale != 1.0 or self.max_prompt_tokens):
-            raise ValueError(f"traffic.length_scale and traffic.max_prompt_tokens apply to token-count traces only "
-                             f"(azure, mooncake); a {self.kind} replays the logged prompts as they are")
+            raise ValueError(
+                f"traffic.length_scale and traffic.max_prompt_tokens apply to token-count traces only "
+                f"(azure, mooncake); a {self.kind} replays the logged prompts as they are"
+            )
         return self
 
 
@@ -331,26 +350,36 @@ class EndpointSpec(Strict):
             return launcher
         hardware, engine = info.data.get("hardware"), info.data.get("engine")
         if engine is not None and engine.kind == "external":
-            raise ValueError("engine.kind 'external' is a server that already runs elsewhere; launcher.kind modal "
-                             "starts the engine itself (use launcher.kind local, or omit launcher)")
+            raise ValueError(
+                "engine.kind 'external' is a server that already runs elsewhere; launcher.kind modal "
+                "starts the engine itself (use launcher.kind local, or omit launcher)"
+            )
         if hardware is None:
             return launcher
         if hardware.gpu_type.lower() == "cpu" or hardware.gpu_count < 1:
-            raise ValueError("launcher.kind modal needs a GPU: set hardware.gpu_type (e.g. H200) and "
-                             "hardware.gpu_count >= 1")
+            raise ValueError(
+                "launcher.kind modal needs a GPU: set hardware.gpu_type (e.g. H200) and hardware.gpu_count >= 1"
+            )
         if launcher.gpu_count is not None and launcher.gpu_count != hardware.gpu_count:
-            raise ValueError(f"launcher.gpu_count {launcher.gpu_count} differs from hardware.gpu_count "
-                             f"{hardware.gpu_count} (capacity is reported per GPU of hardware)")
+            raise ValueError(
+                f"launcher.gpu_count {launcher.gpu_count} differs from hardware.gpu_count "
+                f"{hardware.gpu_count} (capacity is reported per GPU of hardware)"
+            )
         if launcher.gpu_type and launcher.gpu_type.rstrip("!+").split("-")[0] != hardware.gpu_type.upper():
-            raise ValueError(f"launcher.gpu_type {launcher.gpu_type!r} is not hardware.gpu_type "
-                             f"{hardware.gpu_type!r} (the measurement must run on the hardware it reports)")
+            raise ValueError(
+                f"launcher.gpu_type {launcher.gpu_type!r} is not hardware.gpu_type "
+                f"{hardware.gpu_type!r} (the measurement must run on the hardware it reports)"
+            )
         return launcher
 
     def launch_config_hash(self) -> str:
         """Stable hash of everything that changes what the engine does."""
-        payload = {"model": self.model.model_dump(), "engine": self.engine.model_dump(exclude={"startup_timeout_s"}),
-                   # the price changes no engine behaviour (and leaves existing hashes as they were)
-                   "hardware": self.hardware.model_dump(exclude={"price_per_gpu_hour_usd"})}
+        payload = {
+            "model": self.model.model_dump(),
+            "engine": self.engine.model_dump(exclude={"startup_timeout_s"}),
+            # the price changes no engine behaviour (and leaves existing hashes as they were)
+            "hardware": self.hardware.model_dump(exclude={"price_per_gpu_hour_usd"}),
+        }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def with_engine_args(self, args: list[str]) -> "EndpointSpec":
@@ -415,6 +444,14 @@ class DefinitionSet(BaseModel):
             known = ", ".join(sorted(self.endpoints)) or "none"
             raise KeyError(f"no endpoint named {name!r}; declared endpoints: {known}")
         return self.endpoints[name]
+
+    def campaign_of(self, endpoint: str) -> CampaignSpec:
+        """The endpoint's campaign: its first declared one, else one with the defaults (the one place
+        the CLI, the assets and the sensors resolve it)."""
+        for campaign in self.campaigns.values():
+            if campaign.endpoint == endpoint:
+                return campaign
+        return CampaignSpec(name=f"{endpoint}_campaign", endpoint=endpoint)
 
 
 def read_declaration(file: Path, model: type[BaseModel]):

@@ -28,7 +28,8 @@ class TypedIOManager(dg.ConfigurableIOManager):
     def _file(self, key: dg.AssetKey, partition: str | None, frame: bool) -> Path:
         folder = Path(self.base_dir, *key.path)
         return (folder / partition if partition is not None else folder / "value").with_suffix(
-            ".parquet" if frame else ".json")
+            ".parquet" if frame else ".json"
+        )
 
     def handle_output(self, context: dg.OutputContext, obj) -> None:
         if obj is None:  # an asset that only reports metadata
@@ -56,12 +57,17 @@ class TypedIOManager(dg.ConfigurableIOManager):
         if context.has_asset_partitions and not context.has_partition_key:
             # every partition of a partitioned upstream into one unpartitioned asset: {partition: value}
             inner = typing.get_args(annotation)[1] if typing.get_origin(annotation) is dict else typing.Any
-            return {partition: self._read(key, partition, inner) for partition in context.asset_partition_keys
-                    if self._exists(key, partition)}
+            return {
+                partition: self._read(key, partition, inner)
+                for partition in context.asset_partition_keys
+                if self._exists(key, partition)
+            }
         partition = context.asset_partition_key if context.has_asset_partitions else None
         if not self._exists(key, partition):
-            raise dg.Failure(f"{key.to_user_string()}{f' [{partition}]' if partition else ''} has no stored value: "
-                             "materialize it first")
+            raise dg.Failure(
+                f"{key.to_user_string()}{f' [{partition}]' if partition else ''} has no stored value: "
+                "materialize it first"
+            )
         return self._read(key, partition, annotation)
 
     def _exists(self, key: dg.AssetKey, partition: str | None) -> bool:
