@@ -353,7 +353,7 @@ def cmd_sweep(args) -> int:
     from autoresearch.workflows import sweep_endpoint
     from loadgen.report import render_text
 
-    from loadgen.sweep import render_users
+    from loadgen.users import render_users
 
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     users = _user_counts(args.users) if args.users else None

@@ -93,7 +93,8 @@ def sweep_endpoint(
     alone (``autoresearch sweep ENDPOINT --users 1,2,4``)."""
     from engines import start_engine
     from launchers import LaunchRefused, preflight
-    from loadgen.sweep import run_sweep, run_user_sweep
+    from loadgen.sweep import run_sweep
+    from loadgen.users import run_user_sweep
 
     if preflight(spec) is not None:  # before the pool is built: nothing runs or is written here
         raise LaunchRefused(

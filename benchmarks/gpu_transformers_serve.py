@@ -392,9 +392,9 @@ def run(args) -> Path:
 def judge(sweep, sla):
     """``sweep`` with every valid step re-judged against ``sla`` from its recorded percentiles
     (the same test loadgen.stats applies to the raw latencies; percentiles 50/90/95/99 only),
-    and capacity recomputed with loadgen.sweep.capacity. Steps the run never reached stay
+    and capacity recomputed with loadgen.ladder.capacity. Steps the run never reached stay
     unknown: a sweep stopped early under a tighter SLA gives a lower bound."""
-    from loadgen.sweep import capacity
+    from loadgen.ladder import capacity
 
     steps = []
     for step in sweep.steps:

@@ -36,18 +36,30 @@ def main() -> None:
         repo = next(n["repository"] for n in nodes if n["groupName"] == args.endpoint)
         group = f"{server.url}/locations/{repo['name']}@{repo['location']['name']}/asset-groups/{args.endpoint}"
         with Browser() as browser:
+            # the group's 19 assets at a size where each node's materialisation status is legible
+            browser.send(
+                "Emulation.setDeviceMetricsOverride", width=2400, height=1350, deviceScaleFactor=1, mobile=False
+            )
             browser.goto(group)
             browser.wait_stable("document.querySelectorAll('foreignObject').length", what="the asset graph")
+            browser.wait_for("document.body.innerText.includes('Materialized')", what="materialised assets")
             browser.screenshot(out / "asset_graph.png")
+            browser.send(
+                "Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False
+            )
             browser.goto(f"{server.url}/runs")
             browser.wait_for("document.body.innerText.includes('campaign_job')", what="the campaign's run")
             browser.screenshot(out / "runs.png")
             browser.goto(f"{server.url}/assets/{args.endpoint}/confirmed_baseline")
-            browser.wait_for("document.body.innerText.includes('verdicts')", what="the verdicts table")
-            browser.click_text("[Show Table]", row="verdicts")
+            # Dagster renders table metadata inline (a "Show schema" link beside it): wait for the verdicts
+            # table's own header, then bring it into view
             browser.wait_for(
-                "document.querySelectorAll('[role=dialog] table, .bp5-dialog table').length > 0",
-                what="the verdicts table dialog",
+                "[...document.querySelectorAll('table thead')].some(h => h.innerText.includes('effect_low'))",
+                what="the verdicts table",
+            )
+            browser.evaluate(
+                "[...document.querySelectorAll('table thead')].find(h => h.innerText.includes('effect_low'))"
+                ".closest('table').scrollIntoView({block: 'center'})"
             )
             browser.screenshot(out / "verdicts_table.png")
             browser.goto(f"{server.url}/assets/{args.endpoint}/review_report")

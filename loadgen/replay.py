@@ -28,7 +28,7 @@ from loadgen.closedloop import UserScript, session_drift
 from loadgen.results import IntervalResult, ProductionReplayResult, RequestRecord
 from loadgen.runner import LagBounds
 from loadgen.stats import latency_arrays, percentile_ms, sla_violations
-from loadgen.sweep import _config_hash, _StepRunner, _wait_idle, pool_requests
+from loadgen.step import StepRunner, config_hash, pool_requests, wait_idle
 from loadgen.watch import Engine
 from specs.pool_schema import has_sessions
 
@@ -136,7 +136,7 @@ def run_production_replay(
     if schedule.size == 0:
         raise ValueError("the replay schedule is empty (pool without arrivals, or max_duration_s too short)")
     span = max(span, float(schedule[-1]) + 1e-6)
-    runner = _StepRunner(
+    runner = StepRunner(
         engine,
         spec,
         bodies,
@@ -147,9 +147,9 @@ def run_production_replay(
         records_dir=records_dir,
     )
     started = time.time()
-    _wait_idle(engine, 60.0)
+    wait_idle(engine, 60.0)
     runner.warmup(spec.sweep.warmup_requests)
-    _wait_idle(engine, 60.0)
+    wait_idle(engine, 60.0)
     runner.reset()  # once: from here on the cache evolves as in production
     # The runner keeps records; re-run summarisation per interval from a records file kept in memory.
     overall, records = _run_keep_records(runner, schedule, span)
@@ -159,7 +159,7 @@ def run_production_replay(
     return ProductionReplayResult(
         endpoint=spec.name,
         engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
-        launch_config_hash=_config_hash(engine, spec),
+        launch_config_hash=config_hash(engine, spec),
         started_at=started,
         mode=mode,
         time_scale=time_scale,
@@ -172,7 +172,7 @@ def run_production_replay(
     )
 
 
-def _run_keep_records(runner: _StepRunner, schedule: np.ndarray, span: float):
+def _run_keep_records(runner: StepRunner, schedule: np.ndarray, span: float):
     captured: dict = {}
     step = runner.run(schedule, span, len(schedule) / span, "replay", keep=captured)
     return step, captured["records"]
@@ -249,7 +249,7 @@ def _replay_sessions(
     scripts = session_scripts(pool, np.sort(schedule), time_scale, max_duration_s)
     if not scripts:
         raise ValueError("the replay schedule is empty (pool without arrivals, or max_duration_s too short)")
-    runner = _StepRunner(
+    runner = StepRunner(
         engine,
         spec,
         bodies,
@@ -260,9 +260,9 @@ def _replay_sessions(
         records_dir=records_dir,
     )
     started = time.time()
-    _wait_idle(engine, 60.0)
+    wait_idle(engine, 60.0)
     runner.warmup(spec.sweep.warmup_requests)
-    _wait_idle(engine, 60.0)
+    wait_idle(engine, 60.0)
     runner.reset()
     captured: dict = {}
     overall = runner.run_closed(scripts, "replay-sessions", keep=captured)
@@ -273,7 +273,7 @@ def _replay_sessions(
     return ProductionReplayResult(
         endpoint=spec.name,
         engine_args=list(getattr(getattr(engine, "spec", None), "engine", spec.engine).args),
-        launch_config_hash=_config_hash(engine, spec),
+        launch_config_hash=config_hash(engine, spec),
         started_at=started,
         mode=mode,
         time_scale=time_scale,

@@ -193,7 +193,7 @@ def run_soak(
     A hold that finds only a growing queue or a broken SLA is tried again at ``soak.backoff_factor``
     times its rate (up to ``soak.backoffs`` times): short steps overstate what an engine sustains, so
     such a hold says "not at this rate", and the rate the engine does sustain is the finding."""
-    from loadgen.sweep import drain_cap, runner_for
+    from loadgen.step import drain_cap, runner_for
 
     cfg, say = spec.soak, progress or (lambda _m: None)
     started = time.monotonic()
@@ -229,7 +229,7 @@ class _Soak:
         self.seen: dict = {}
 
     def run(self, phase: str, rate: float, seconds: float) -> tuple[StepResult, list[RequestRecord]]:
-        from loadgen.sweep import step_seed
+        from loadgen.step import step_seed
 
         sweep = self.spec.sweep
         schedule = arrivals.schedule(
@@ -271,11 +271,11 @@ class _Soak:
     def hold(self, rate: float) -> SoakResult:
         """Hold ``rate`` for ``soak.hold_s`` and judge it: death, errors, the SLA, a growing queue."""
         from engines.base import EngineCrashed
-        from loadgen.sweep import _wait_idle, client_bound
+        from loadgen.step import client_bound, wait_idle
 
         cfg, sla = self.spec.soak, self.spec.sla
         result = SoakResult(rate=rate, held_s=0.0)
-        _wait_idle(self.engine, 60.0)
+        wait_idle(self.engine, 60.0)
         self.runner.reset()
         self.seen.clear()
         self.say(f"  soak: holding {rate:.3g} req/s for {cfg.hold_s:g} s")
@@ -284,7 +284,7 @@ class _Soak:
             step, records = self.run("hold", rate, cfg.hold_s)
             if step.validity != "valid" and client_bound(step):  # the host, not the engine: once more
                 self.say(f"  soak: the client fell behind ({step.invalid_reason}); holding again")
-                _wait_idle(self.engine, 60.0)
+                wait_idle(self.engine, 60.0)
                 step, records = self.run("hold", rate, cfg.hold_s)
         except EngineCrashed as exc:
             result.held_s = time.monotonic() - began

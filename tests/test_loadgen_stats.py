@@ -8,7 +8,7 @@ from loadgen.noise import noise_floor
 from loadgen.plots import load_curve_png
 from loadgen.report import render_text, step_table, step_table_markdown
 from loadgen.results import LatencySummary, StepResult, SweepResult
-from loadgen.sweep import _next_auto_rate, capacity, extend_down, interpolated_capacity, knee_rate, refine_rate
+from loadgen.ladder import capacity, extend_down, interpolated_capacity, knee_rate, next_auto_rate, refine_rate
 from loadgen.stats import judged_percentile_ms, sla_judgement
 from specs.config import SLASpec
 
@@ -71,10 +71,10 @@ def test_knee_and_capacity():
 
 
 def test_auto_ladder_doubles_then_bisects():
-    assert _next_auto_rate([(10, True)], 2.0, 0.15, 0.05) == 20
-    assert _next_auto_rate([(10, True), (20, False)], 2.0, 0.15, 0.05) == 14
-    assert _next_auto_rate([(10, False)], 2.0, 0.15, 0.05) == 5
-    assert _next_auto_rate([(10, True), (11, False)], 2.0, 0.15, 0.05) is None
+    assert next_auto_rate([(10, True)], 2.0, 0.15, 0.05) == 20
+    assert next_auto_rate([(10, True), (20, False)], 2.0, 0.15, 0.05) == 14
+    assert next_auto_rate([(10, False)], 2.0, 0.15, 0.05) == 5
+    assert next_auto_rate([(10, True), (11, False)], 2.0, 0.15, 0.05) is None
 
 
 def test_explicit_ladder_refinement_bisects_the_bracket_around_capacity():
@@ -133,8 +133,8 @@ def test_downward_extension_halves_to_the_floor_then_stops():
     assert extend_down(tried, 0.7 / 16) == 0.045
     assert extend_down(tried + [(0.045, False)], 0.7 / 16) == pytest.approx(0.7 / 16)  # the floor itself, last
     assert extend_down(tried + [(0.045, False), (0.7 / 16, False)], 0.7 / 16) is None
-    assert _next_auto_rate([(1.0, False)], 2.0, 0.15, 0.8) == 0.8  # the floor, not below it
-    assert _next_auto_rate([(1.0, False), (0.8, False)], 2.0, 0.15, 0.8) is None
+    assert next_auto_rate([(1.0, False)], 2.0, 0.15, 0.8) == 0.8  # the floor, not below it
+    assert next_auto_rate([(1.0, False), (0.8, False)], 2.0, 0.15, 0.8) is None
 
 
 def test_cut_requests_are_judged_worst_case():

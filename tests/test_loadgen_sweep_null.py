@@ -172,7 +172,7 @@ def test_engine_warmup_runs_once_per_engine_before_its_first_sweep_and_is_not_co
 def test_a_users_step_the_client_fell_behind_on_is_repeated_once_then_invalidates(null_engine, tmp_path, monkeypatch):
     """Send-lag bounds no client can meet make every step client-bound: the step is repeated once
     (and says so), then the sweep is invalid, as in the rate sweep."""
-    from loadgen.sweep import run_user_sweep
+    from loadgen.users import run_user_sweep
 
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
     engine, spec = null_engine

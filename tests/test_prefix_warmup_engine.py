@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from loadgen.runner import LagBounds, run_open_loop
-from loadgen.sweep import _StepRunner, prefix_representatives
+from loadgen.step import StepRunner, prefix_representatives
 from specs.pool_schema import POOL_SCHEMA
 
 pytestmark = pytest.mark.engine
@@ -70,7 +70,7 @@ def test_a_step_starts_with_the_pools_hot_prefixes_cached(smollm_engine, smollm_
     probe = bodies[3]  # a billing question that is not the group's representative
 
     def hits_after_reset(prefix_bodies: list[str]) -> float:
-        runner = _StepRunner(
+        runner = StepRunner(
             engine,
             smollm_spec,
             bodies,

@@ -17,7 +17,7 @@ from loadgen import nullserver
 from loadgen.closedloop import run_closed_loop, session_drift
 from loadgen.replay import session_scripts
 from loadgen.runner import LagBounds
-from loadgen.sweep import user_scripts
+from loadgen.users import user_scripts
 from replay.fidelity import TrafficProfile, fidelity_report
 from replay.ingest import parse_request_line
 from specs.pool_schema import POOL_SCHEMA, check_pool, has_sessions

@@ -16,7 +16,7 @@ from specs.engine_args import parse_args, render_args
 from loadgen.closedloop import UserScript, run_closed_loop
 from loadgen.replay import run_production_replay
 from loadgen.runner import LagBounds
-from loadgen.sweep import run_user_sweep
+from loadgen.users import run_user_sweep
 from specs.pool_schema import POOL_SCHEMA, SESSION_SCHEMA, check_pool
 
 pytestmark = pytest.mark.engine
