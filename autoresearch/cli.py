@@ -236,7 +236,7 @@ def cmd_validate(args) -> int:
     if not target.exists():
         raise UsageError(
             f"{target} does not exist",
-            hint="pass a defs folder (e.g. dagster_project/defs) or set AUTORESEARCH_DEFINITIONS",
+            hint="pass a defs folder (e.g. definitions) or set AUTORESEARCH_DEFINITIONS",
         )
     definitions = load_definitions(target)
     print(
@@ -817,7 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autoresearch", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--definitions",
-        help="defs folder of defs.yaml files (default: dagster_project/defs or $AUTORESEARCH_DEFINITIONS)",
+        help="defs folder of defs.yaml files (default: definitions or $AUTORESEARCH_DEFINITIONS)",
     )
     parser.add_argument("--debug", action="store_true", help="on an error, print the Python traceback too")
     # --debug is accepted after the subcommand as well (SUPPRESS: it does not reset the global one)
@@ -832,7 +832,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("migrate", help="turn old-layout YAML (definitions/*.yaml) into defs.yaml files")
     p.add_argument("old", help="folder of old-layout YAML files")
-    p.add_argument("new", help="defs folder to write (e.g. dagster_project/defs)")
+    p.add_argument("new", help="defs folder to write (e.g. definitions)")
     p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("engine", help="bring an endpoint's engine up or down, or show its status")
@@ -1007,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(exc.issues) == 1 and exc.issues[0].message.startswith("not a folder"):
             print(
                 "hint: point --definitions (or AUTORESEARCH_DEFINITIONS) at a folder of defs.yaml files, e.g. "
-                "dagster_project/defs",
+                "definitions",
                 file=sys.stderr,
             )
         else:

@@ -59,7 +59,7 @@ def definitions(models: Path, engine_python: str):
     os.environ["AUTORESEARCH_MODELS"] = str(models)
     from specs.config import CampaignSpec, EndpointSpec, read_declaration  # no Dagster on the GPU machine
 
-    defs = REPO / "dagster_project" / "defs"
+    defs = REPO / "definitions"
     campaign = read_declaration(defs / "campaigns" / CAMPAIGN / "defs.yaml", CampaignSpec)
     spec = read_declaration(defs / "endpoints" / ENDPOINT / "defs.yaml", EndpointSpec)
     engine = spec.engine.model_copy(update={"python": engine_python})

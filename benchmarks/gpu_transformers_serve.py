@@ -40,7 +40,7 @@ if str(REPO) not in sys.path:
 WORK = REPO / ".gpubench"
 RESULTS = REPO / "benchmarks" / "results"
 TRACE = Path("/work/shared/data/traces/azure2023_conv.csv")
-ENDPOINT_FILE = REPO / "dagster_project" / "defs" / "endpoints" / "chat_azure_h200" / "defs.yaml"
+ENDPOINT_FILE = REPO / "definitions" / "endpoints" / "chat_azure_h200" / "defs.yaml"
 MODEL_NAME = "qwen3-random-442m"
 CONFIGS = {
     "baseline": ["--continuous-batching"],

@@ -48,7 +48,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     log = tmp / "heldout.jsonl"
     log.write_text("\n".join(lines) + "\n")
-    spec = load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")
+    spec = load_definitions(REPO / "definitions").endpoint("support_smollm")
     spec = spec.model_copy(update={"traffic": TrafficSpec(kind="request_log", path=str(log))})
     tok_dir = ensure_model(spec.model.path)
     redactor = old.Redactor()

@@ -49,7 +49,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     log = args.work / f"support_logs_{args.lines}.jsonl"
     gen_s = _generate(log, args.lines, args.seed)
-    spec = load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")
+    spec = load_definitions(REPO / "definitions").endpoint("support_smollm")
     spec = spec.model_copy(update={"traffic": TrafficSpec(kind="request_log", path=str(log))})
     tok_dir = ensure_model(spec.model.path)
     load_before = os.getloadavg()

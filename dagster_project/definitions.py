@@ -1,6 +1,6 @@
 """Code location entry point (``dg dev``, or ``dagster dev -m dagster_project.definitions``).
 
-The definitions are the defs folder's components (``dagster_project/defs/``, one ``defs.yaml`` per
+The definitions are the defs folder's components (``definitions/``, one ``defs.yaml`` per
 endpoint, campaign and recipe; ``$AUTORESEARCH_DEFINITIONS`` points elsewhere) plus the resources.
 """
 

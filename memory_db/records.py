@@ -162,7 +162,7 @@ class CampaignRecord(Record):
     ID_FIELD: ClassVar[str] = "campaign_id"
 
     campaign_id: str  # unique per campaign run, e.g. "<campaign>-<partition key>"
-    campaign: str  # the campaign's name (dagster_project/defs/campaigns/<name>/defs.yaml)
+    campaign: str  # the campaign's name (definitions/campaigns/<name>/defs.yaml)
     endpoint: str
     status: Literal["running", "finished", "stopped", "failed"] = "running"
     stop_reason: str | None = None  # deadline, budget, no supported experiment left, ...

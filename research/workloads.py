@@ -1,6 +1,6 @@
 """Diagnostic workloads: traffic that changes one property at a time, from YAML recipes.
 
-A recipe (``dagster_project/defs/recipes/<name>/defs.yaml``, :class:`specs.config.RecipeSpec`) lists steps;
+A recipe (``definitions/recipes/<name>/defs.yaml``, :class:`specs.config.RecipeSpec`) lists steps;
 each step varies one property (prompt length, output length, shared-prefix fraction, share of
 long prompts arriving among short ones) over some values with the rest fixed. Every value
 becomes a small replay pool (``specs/pool_schema.py`` columns) of synthetic prompts with exact

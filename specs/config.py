@@ -1,7 +1,7 @@
 """Typed, validated declarations: endpoints, campaigns and diagnostic recipes.
 
 These models are the schemas of the Dagster component types in ``dagster_project.lib`` (one
-``defs.yaml`` per endpoint, campaign or recipe under ``dagster_project/defs/``). Every model forbids
+``defs.yaml`` per endpoint, campaign or recipe under ``definitions/``). Every model forbids
 unknown fields so a typo is an error, not a silently ignored setting. This module is the bottom
 layer: it imports nothing of the project. Load a folder with ``dagster_project.lib.load_definitions``.
 """

@@ -17,7 +17,7 @@ def home() -> Path:
 
 def definitions_dir() -> Path:
     """The defs folder: one defs.yaml per endpoint, campaign and recipe (dagster_project.lib)."""
-    return Path(os.environ.get("AUTORESEARCH_DEFINITIONS", REPO_ROOT / "dagster_project" / "defs"))
+    return Path(os.environ.get("AUTORESEARCH_DEFINITIONS", REPO_ROOT / "definitions"))
 
 
 def models_dir() -> Path:

@@ -136,7 +136,7 @@ def no_leaked_processes(request, engine_slot):
 
 @pytest.fixture(scope="session")
 def definitions() -> DefinitionSet:
-    """The shipped defs folder (dagster_project/defs), loaded and validated."""
+    """The shipped defs folder (definitions), loaded and validated."""
     return load_definitions(definitions_dir())
 
 
@@ -151,7 +151,7 @@ def engine_slot() -> Iterator[EngineSlot]:
 
 @pytest.fixture
 def tiny_engine(engine_slot: EngineSlot, definitions: DefinitionSet) -> RunningEngine:
-    """vLLM serving the tiny random model exactly as dagster_project/defs/endpoints/tiny_random/defs.yaml says."""
+    """vLLM serving the tiny random model exactly as definitions/endpoints/tiny_random/defs.yaml says."""
     return engine_slot.get(definitions.endpoint("tiny_random"))
 
 

@@ -19,7 +19,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_validate_shipped_definitions_exits_zero():
-    result = run_cli("validate", "dagster_project/defs/")
+    result = run_cli("validate", "definitions/")
     assert result.returncode == 0, result.stderr
     assert "support_smollm" in result.stdout and "all valid" in result.stdout
 
@@ -50,7 +50,7 @@ def test_unknown_endpoint_is_a_usage_error_listing_known_ones(capsys):
 
 
 def test_set_overrides_engine_arguments():
-    spec = load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")
+    spec = load_definitions(REPO / "definitions").endpoint("support_smollm")
     changed = _apply_sets(spec, ["engine.max-num-seqs=16", "engine.enable-prefix-caching="])
     args = changed.engine.args
     assert args[args.index("--max-num-seqs") + 1] == "16"
@@ -68,7 +68,7 @@ def _campaign_home(tmp_path: Path, extra_args: list[str], deadline_minutes: floa
 
     import yaml
 
-    spec = yaml.safe_load((REPO / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
+    spec = yaml.safe_load((REPO / "definitions" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
     spec["attributes"]["engine"]["args"] += extra_args
     spec["attributes"]["sweep"].update({"rates": [2.0, 4.0], "step_duration_s": 4, "repeats": 2})
     (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)

@@ -39,7 +39,7 @@ def busy_port():
 def bad_defs(tmp_path_factory, busy_port) -> Path:
     """A defs folder of tiny_random variants, each with one bad input."""
     root = tmp_path_factory.mktemp("bad_defs")
-    base = yaml.safe_load((REPO / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
+    base = yaml.safe_load((REPO / "definitions" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
     (root / "data" / "a_folder").mkdir(parents=True)
     unreadable = root / "data" / "unreadable.jsonl"
     unreadable.write_text('{"messages": []}\n')

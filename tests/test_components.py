@@ -50,7 +50,7 @@ def project(tmp_path: Path) -> Path:
     copy.mkdir()
     shutil.copy(REPO / "pyproject.toml", copy)
     for package in PACKAGES:
-        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / package, copy / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / ".venv").symlink_to(REPO / ".venv")
     return copy
 
@@ -73,7 +73,7 @@ def test_dg_list_defs_lists_every_endpoints_assets():
 
 
 def test_dg_check_defs_names_file_and_line_of_a_wrong_field(project: Path):
-    file = project / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml"
+    file = project / "definitions" / "endpoints" / "tiny_random" / "defs.yaml"
     lines = file.read_text().splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if line.strip() == "kind: vllm")
     lines.insert(at + 1, "    max_num_seqs: 4\n")  # a flag written as a field: not honoured, so an error
@@ -84,7 +84,7 @@ def test_dg_check_defs_names_file_and_line_of_a_wrong_field(project: Path):
 
 
 def test_dg_check_defs_names_a_campaign_on_an_undeclared_endpoint(project: Path):
-    file = project / "dagster_project" / "defs" / "campaigns" / "support_smollm_default" / "defs.yaml"
+    file = project / "definitions" / "campaigns" / "support_smollm_default" / "defs.yaml"
     text = file.read_text()
     file.write_text(text.replace("endpoint: support_smollm\n", "endpoint: support_smol\n"))
     line = text[: text.index("endpoint: support_smollm\n")].count("\n") + 1
@@ -96,7 +96,7 @@ def test_dg_check_defs_names_a_campaign_on_an_undeclared_endpoint(project: Path)
 def test_scaffolded_endpoint_appears_in_dg_and_the_cli(project: Path):
     result = dg(project, "scaffold", "defs", "dagster_project.lib.Endpoint", "endpoints/my_endpoint")
     assert result.returncode == 0, result.stdout + result.stderr
-    file = project / "dagster_project" / "defs" / "endpoints" / "my_endpoint" / "defs.yaml"
+    file = project / "definitions" / "endpoints" / "my_endpoint" / "defs.yaml"
     file.write_text(file.read_text().replace("ttft_ms: 1000", "ttft_ms: 750"))  # the edit a user makes
     listed = dg(project, "list", "defs", "--json")
     assert listed.returncode == 0, listed.stderr

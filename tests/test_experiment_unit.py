@@ -23,7 +23,7 @@ def unit_env(tmp_path: Path, sweep: dict | None = None) -> dict[str, str]:
     its own (the models stay shared): the environment that points the CLI and Dagster at them."""
     from specs.paths import models_dir
 
-    spec = yaml.safe_load((REPO / "dagster_project" / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
+    spec = yaml.safe_load((REPO / "definitions" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
     spec["attributes"]["sweep"].update(sweep or {})
     (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)
     (tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").write_text(yaml.safe_dump(spec))

@@ -97,7 +97,7 @@ def test_launcher_kinds_load_and_default_is_local(tmp_path):
         modal.launcher.timeout_s,
         modal.launcher.region,
     ) == ("ar-chat", "ar-weights", 1800, "us-east")
-    shipped = load_definitions(REPO / "dagster_project" / "defs")
+    shipped = load_definitions(REPO / "definitions")
     assert all(isinstance(e.launcher, LocalLauncher) for e in shipped.endpoints.values())
 
 
@@ -316,7 +316,7 @@ def test_local_launcher_refuses_a_modal_endpoint(tmp_path):
     with pytest.raises(EngineError, match="launcher.kind 'modal'.*Nothing was started"):
         start_engine(endpoint, workdir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
-    assert preflight(load_definitions(REPO / "dagster_project" / "defs").endpoint("support_smollm")) is None
+    assert preflight(load_definitions(REPO / "definitions").endpoint("support_smollm")) is None
 
 
 def test_container_endpoint_round_trips_as_json(tmp_path):

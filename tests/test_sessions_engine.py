@@ -3,7 +3,7 @@ at a time: --max-num-seqs 1, so queueing is easy to provoke and to reason about)
 
 The client shares this 2-core host with the engine: assertions are orderings and relations read
 from the recorded send and finish times, never absolute latencies; send-lag bounds are the
-endpoint's own (1 s, see dagster_project/defs/endpoints/tiny_random/defs.yaml)."""
+endpoint's own (1 s, see definitions/endpoints/tiny_random/defs.yaml)."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def test_an_engine_kind_without_an_adapter_is_a_definition_error_naming_the_file
     from dagster_project.lib import load_definitions
 
     folder = tmp_path / "defs"
-    shutil.copytree(paths.REPO_ROOT / "dagster_project" / "defs" / "endpoints" / "tiny_random", folder / "tiny_random")
+    shutil.copytree(paths.REPO_ROOT / "definitions" / "endpoints" / "tiny_random", folder / "tiny_random")
     file = folder / "tiny_random" / "defs.yaml"
     text = file.read_text()
     assert "kind: vllm" in text

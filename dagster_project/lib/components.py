@@ -1,6 +1,6 @@
 """The project's component types: an endpoint, a campaign and a diagnostic recipe.
 
-Each instance is one ``defs.yaml`` under ``dagster_project/defs/`` (``dg scaffold defs
+Each instance is one ``defs.yaml`` under ``definitions/`` (``dg scaffold defs
 dagster_project.lib.Endpoint endpoints/<name>``). Its ``attributes`` are validated by Dagster against
 the pydantic model in ``specs.config`` (unknown fields are errors, reported with file and
 line by ``dg check defs``). An endpoint builds its whole asset group; campaigns and recipes build no

@@ -1,4 +1,4 @@
-"""Load a defs folder (``dagster_project/defs/`` or ``$AUTORESEARCH_DEFINITIONS``) the way Dagster does.
+"""Load a defs folder (``definitions/`` or ``$AUTORESEARCH_DEFINITIONS``) the way Dagster does.
 
 The code location, the drift sensors and the ``autoresearch`` CLI all read the same ``defs.yaml``
 files through Dagster's component loader, so a file valid for ``dg check defs`` is valid for the
@@ -23,7 +23,7 @@ from specs import config, paths
 from specs.config import DefinitionError, DefinitionIssue, DefinitionSet
 from dagster_project.lib.components import Declaration, declared
 
-SHIPPED = paths.REPO_ROOT / "dagster_project" / "defs"
+SHIPPED = paths.REPO_ROOT / "definitions"
 
 
 def defs_tree(folder: Path | str) -> ComponentTree:
