@@ -395,14 +395,12 @@ class SimEngine:
 
     def metrics(self):
         """Requests running and waiting, as vLLM exports them (a soak waits for a queue to drain)."""
-        import urllib.request
+        import httpx
 
         from engines.metrics import snapshot_from_text
 
-        with urllib.request.urlopen(f"{self.base_url.removesuffix('/v1')}/metrics", timeout=5) as reply:
-            text = reply.read().decode()
         return snapshot_from_text(
-            text,
+            httpx.get(f"{self.base_url}/metrics", timeout=5).text,
             time.time(),
             {"requests_running": "sim:num_requests_running", "requests_waiting": "sim:num_requests_waiting"},
             "sim:",

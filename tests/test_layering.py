@@ -13,6 +13,7 @@ and no imports at all (deferred ones included) form a cycle between packages.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,24 +89,30 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, "\n".join(upward)
 
 
+def cycles_in(edges: dict[str, Iterable[str]]) -> list[list[str]]:
+    """For each node on a cycle, one path from it back to itself (a depth-first search per node)."""
+    cycles = []
+    for start in edges:
+        stack, seen = [(b, [start, b]) for b in edges[start]], set()
+        while stack:
+            node, path = stack.pop()
+            if node == start:
+                cycles.append(path)
+                break
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.extend((b, path + [b]) for b in edges[node])
+    return cycles
+
+
 def test_no_module_level_import_cycles():
     mods = modules()
     edges: dict[str, set[str]] = {name: set() for name in mods}
     for a, b, _, in_function in imports(mods):
         if not in_function:
             edges[a].add(b)
-    cycles = []
-    for start in mods:  # a cycle through `start`: a path from one of its imports back to it
-        stack, seen = [(b, [start, b]) for b in edges[start]], set()
-        while stack:
-            node, path = stack.pop()
-            if node == start:
-                cycles.append(" -> ".join(path))
-                break
-            if node in seen:
-                continue
-            seen.add(node)
-            stack.extend((b, path + [b]) for b in edges[node])
+    cycles = [" -> ".join(path) for path in cycles_in(edges)]
     assert not cycles, "\n".join(cycles)
 
 
@@ -117,18 +124,10 @@ def test_no_package_cycles():
     for a, b, line, _ in imports(mods):
         if package(a) != package(b):
             edges[package(a)].setdefault(package(b), f"{mods[a].relative_to(REPO)}:{line} imports {b}")
-    cycles = []
-    for start in edges:
-        stack, seen = [(b, [start, b]) for b in edges[start]], set()
-        while stack:
-            node, path = stack.pop()
-            if node == start:
-                cycles.append(" -> ".join(path) + " (" + "; ".join(edges[x][y] for x, y in zip(path, path[1:])) + ")")
-                break
-            if node in seen:
-                continue
-            seen.add(node)
-            stack.extend((b, path + [b]) for b in edges[node])
+    cycles = [
+        " -> ".join(path) + " (" + "; ".join(edges[x][y] for x, y in zip(path, path[1:])) + ")"
+        for path in cycles_in(edges)
+    ]
     assert not cycles, "\n".join(cycles)
 
 
