@@ -55,7 +55,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
     )
     def campaign(context: dg.AssetExecutionContext, config: CampaignRun) -> CampaignOutcome:
         refuse_unrunnable(endpoint)
-        from autoresearch.workflows import build_replay_pool, campaign_dir, pool_path, run_campaign
+        from autoresearch.workflows import build_replay_pool, campaign_dir, launch_campaign, pool_path
         from research.state import StateStore
 
         chosen = settings if config.campaign in (None, settings.name) else definitions.campaigns.get(config.campaign)
@@ -72,7 +72,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             progress(f"building the replay pool of {name}")
             build = build_replay_pool(endpoint)
             record_pool_build(context, endpoint, build, io)
-        outcome = run_campaign(
+        outcome = launch_campaign(
             chosen,
             endpoint,
             proposer=config.proposer,

@@ -25,7 +25,7 @@ from specs.config import EndpointSpec
 from assets.io_manager import TypedIOManager
 from research.campaign import CampaignOutcome
 from research.loop import Adoption, CandidateVerdict
-from research.state import CampaignState, ExperimentRecord
+from research.state import CampaignState, ExperimentState
 
 RECORDED_BY = "recorded_by_campaign"
 
@@ -145,7 +145,7 @@ def record_campaign(
     }
 
 
-def _verdict(e: ExperimentRecord) -> CandidateVerdict:
+def _verdict(e: ExperimentState) -> CandidateVerdict:
     c = e.comparison
     return CandidateVerdict(
         proposal_id=e.proposal_ids[0] if e.proposal_ids else e.experiment_id,
@@ -163,7 +163,7 @@ def _verdict(e: ExperimentRecord) -> CandidateVerdict:
     )
 
 
-def _verdict_rows(experiments: list[ExperimentRecord]) -> list[dict]:
+def _verdict_rows(experiments: list[ExperimentState]) -> list[dict]:
     """One row per experiment: the verdict, its effect with the interval, and the smallest effect it could see."""
     rows = []
     for e in experiments:

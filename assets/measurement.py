@@ -27,9 +27,13 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     def baseline_runs(context: dg.AssetExecutionContext) -> list[SweepResult]:
         refuse_unrunnable(endpoint)
         from autoresearch.workflows import baseline_sweeps, load_pool, record_runs, working_spec
+        from engines import EngineRunInvalid
 
         spec = working_spec(endpoint)
-        sweeps = baseline_sweeps(spec, load_pool(spec), spec.sweep.repeats, progress=context.log.info)
+        try:
+            sweeps = baseline_sweeps(spec, load_pool(spec), spec.sweep.repeats, progress=context.log.info)
+        except EngineRunInvalid as exc:  # no noise floor on an engine that failed or died: the asset fails
+            raise engine_failure("baseline runs", exc) from None
         record_runs(
             spec,
             sweeps,
@@ -83,13 +87,16 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
     def production_replay(context: dg.AssetExecutionContext) -> dict:
         refuse_unrunnable(endpoint)
         from autoresearch.workflows import load_pool, working_spec
-        from engines import start_engine
+        from engines import EngineRunInvalid, run_engine
         from loadgen.replay import run_production_replay
 
         spec = working_spec(endpoint)
         pool = load_pool(spec)
-        with start_engine(spec, workdir=paths.runs_dir() / "replay" / name) as engine:
-            result = run_production_replay(engine, pool, spec, max_duration_s=120.0)
+        try:
+            with run_engine(spec, workdir=paths.runs_dir() / "replay" / name, purpose="replay") as engine:
+                result = run_production_replay(engine, pool, spec, max_duration_s=120.0)
+        except EngineRunInvalid as exc:  # a replay on an engine that failed or died measured nothing
+            raise engine_failure("production replay", exc) from None
         context.add_output_metadata(
             {
                 "attainment": result.attainment,
@@ -118,6 +125,21 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
         return result.model_dump(mode="json")
 
     return dg.Definitions(assets=[baseline_runs, noise_floor, load_curve, production_replay])
+
+
+def engine_failure(what: str, exc) -> dg.Failure:
+    """The asset's failure for an engine that failed to start or died while measured
+    (``engines.EngineRunInvalid``): a one-line reason, the engine log's tail as metadata."""
+    tail = exc.log_tail or "(no engine log)"
+    return dg.Failure(
+        description=f"{what} invalid: {exc.reason}",
+        metadata={
+            "validity": "invalid",
+            "invalid_reason": exc.reason,
+            "engine_log_tail": dg.MetadataValue.md(f"```\n{tail}\n```"),
+        },
+        allow_retries=False,
+    )
 
 
 # The metadata of each measurement asset, also recorded by a headless campaign (assets/campaign_record.py).

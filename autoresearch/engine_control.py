@@ -43,8 +43,12 @@ def _alive(state: dict) -> bool:
 
 
 def up(spec: EndpointSpec) -> dict:
-    """Start the endpoint's engine and leave it running; return its state. Idempotent."""
-    from engines import start_engine
+    """Start the endpoint's engine and leave it running; return its state. Idempotent.
+
+    The start goes through ``engines.run_engine`` (purpose "serve"), detached once healthy and recorded:
+    an engine that fails to start, or dies before it is recorded, raises ``EngineRunInvalid`` (reason and
+    log tail; the CLI exits 2) and nothing is left running or recorded."""
+    from engines import run_engine
     from launchers import LaunchRefused, preflight
 
     if preflight(spec) is not None:  # a Modal endpoint: credentials checked, app built offline
@@ -57,20 +61,21 @@ def up(spec: EndpointSpec) -> dict:
     state = _read_state(spec)
     if state and _alive(state):
         return state
-    engine = start_engine(spec)
-    engine.process.detach()  # `engine down` stops it, not this command's exit
-    state = {
-        "endpoint": spec.name,
-        "pid": engine.pid,
-        "pgid": os.getpgid(engine.pid),
-        "argv": engine.command,
-        "base_url": engine.base_url,
-        "served_model": engine.served_model,
-        "log_path": str(engine.log_path),
-        "engine_version": engine.identity.engine_version,
-        "started_at": time.time(),
-    }
-    _state_file(spec).write_text(json.dumps(state, indent=2))
+    with run_engine(spec, workdir=None, purpose="serve") as engine:
+        engine.check_alive()  # still healthy: what is recorded is a live engine
+        state = {
+            "endpoint": spec.name,
+            "pid": engine.pid,
+            "pgid": os.getpgid(engine.pid),
+            "argv": engine.command,
+            "base_url": engine.base_url,
+            "served_model": engine.served_model,
+            "log_path": str(engine.log_path),
+            "engine_version": engine.identity.engine_version,
+            "started_at": time.time(),
+        }
+        _state_file(spec).write_text(json.dumps(state, indent=2))
+        engine.detach()  # `engine down` stops it, not this block's end nor this command's exit
     return state
 
 

@@ -156,7 +156,9 @@ def run_unit(spec_path: Path, out_dir: Path) -> ExperimentResult:
     """Run the unit in ``spec_path``; under Dagster Pipes, stream logs and report the materialization."""
     spec = ExperimentSpec.read(spec_path)
     if not in_pipes():
-        return run_experiment(spec, out_dir, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        return run_experiment(
+            spec, out_dir, progress=lambda line: print(line, file=sys.stderr, flush=True), purpose="unit"
+        )
 
     from dagster_pipes import open_dagster_pipes
 
@@ -172,6 +174,7 @@ def run_unit(spec_path: Path, out_dir: Path) -> ExperimentResult:
             progress=progress,
             keep_log_line=keep_engine_line,
             engine_log_sink=lambda line: pipes.log.info(f"[engine] {line}"),
+            purpose="unit",  # the harness runs the engine in engines.run_engine: a crash is an invalid verdict
         )
         pipes.report_asset_materialization(metadata=unit_metadata(result, out_dir))
     return result

@@ -7,6 +7,7 @@ typed results; where things live on disk is decided here, once.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,8 +91,12 @@ def sweep_endpoint(
 
     With concurrency counts (``users``, else the endpoint's ``sweep.users``) a concurrency sweep
     (closed-loop users) follows on the same engine and is returned last; ``rates=False`` runs it
-    alone (``autoresearch sweep ENDPOINT --users 1,2,4``)."""
-    from engines import start_engine
+    alone (``autoresearch sweep ENDPOINT --users 1,2,4``).
+
+    The engine runs in ``engines.run_engine``: one that dies (or hangs) mid-sweep makes that sweep
+    ``invalid`` with the reason and the engine log's tail as a note (the CLI exits 5, as for any invalid
+    sweep); a failed launch raises ``EngineRunInvalid`` (the CLI: exit 2 with the reason and the tail)."""
+    from engines import EngineRunInvalid, run_engine
     from launchers import LaunchRefused, preflight
     from loadgen.sweep import run_sweep
     from loadgen.users import run_user_sweep
@@ -103,16 +108,58 @@ def sweep_endpoint(
             "Modal app builds offline, nothing was started or written."
         )
     pool = load_pool(spec)
-    sweeps = []
-    with start_engine(spec, workdir=paths.runs_dir() / "sweeps" / spec.name) as engine:
-        for i in range(repeats if rates else 0):
-            callback = tqdm_progress(spec.sweep.max_steps, f"{spec.name} sweep {i + 1}/{repeats}") if progress else None
-            sweeps.append(run_sweep(engine, pool, spec, progress=callback, repeats_label=f"repeat-{i}"))
-        counts = users or spec.sweep.users
-        if counts:
-            callback = tqdm_progress(len(counts), f"{spec.name} users") if progress else None
-            sweeps.append(run_user_sweep(engine, pool, spec, users=counts, progress=callback, repeats_label="users"))
+    sweeps, busy = [], False
+    try:
+        with run_engine(spec, workdir=paths.runs_dir() / "sweeps" / spec.name, purpose="sweep") as engine:
+            for i in range(repeats if rates else 0):
+                engine.check_alive()  # a repeat never starts on an engine that died in the previous one
+                callback = (
+                    tqdm_progress(spec.sweep.max_steps, f"{spec.name} sweep {i + 1}/{repeats}") if progress else None
+                )
+                busy = True
+                sweeps.append(run_sweep(engine, pool, spec, progress=callback, repeats_label=f"repeat-{i}"))
+                busy = False
+            counts = users or spec.sweep.users
+            if counts:
+                engine.check_alive()
+                callback = tqdm_progress(len(counts), f"{spec.name} users") if progress else None
+                busy = True
+                sweeps.append(
+                    run_user_sweep(engine, pool, spec, users=counts, progress=callback, repeats_label="users")
+                )
+                busy = False
+    except EngineRunInvalid as exc:
+        if exc.launch_failed:
+            raise
+        engine_died(spec, sweeps, exc, mid_sweep=busy)
     return sweeps
+
+
+def engine_died(spec: EndpointSpec, sweeps: list, exc, *, mid_sweep: bool) -> None:
+    """Record an engine that died (``engines.EngineRunInvalid``) in ``sweeps``: the sweep it interrupted
+    (a new, empty one when it raised out of the sweep) is ``invalid`` with the reason, and carries the
+    engine log's tail as a note."""
+    from loadgen.results import SweepResult
+
+    note = "engine log (tail):\n" + exc.log_tail if exc.log_tail else "engine log: empty"
+    if mid_sweep or not sweeps:
+        sweeps.append(
+            SweepResult(
+                endpoint=spec.name,
+                engine_args=list(spec.engine.args),
+                launch_config_hash=spec.launch_config_hash(),
+                started_at=time.time(),
+                steps=[],
+                validity="invalid",
+                invalid_reason=exc.reason,
+                notes=[note],
+            )
+        )
+        return
+    last = sweeps[-1]
+    if last.validity == "valid":
+        last.validity, last.invalid_reason = "invalid", exc.reason
+    last.notes.append(note)
 
 
 def write_experiment(
@@ -177,7 +224,7 @@ def check_campaign_launch(endpoint: EndpointSpec) -> None:
         )
 
 
-def run_campaign(
+def launch_campaign(
     campaign: CampaignSpec,
     endpoint: EndpointSpec,
     *,
@@ -195,7 +242,7 @@ def run_campaign(
     that a second run looks for the next gain instead of re-deriving the last one
     (``from_declared`` starts from the YAML configuration instead)."""
     from memory_db.store import MemoryStore
-    from research.campaign import run_campaign as run
+    from research.campaign import run_campaign
     from research.state import StateStore
 
     check_campaign_launch(endpoint)
@@ -215,7 +262,7 @@ def run_campaign(
                 f"{' '.join(working.engine.args)} (--from-declared starts from the YAML one)"
             )
         endpoint = working
-    return run(
+    return run_campaign(
         campaign,
         endpoint,
         state_dir=folder,
@@ -247,13 +294,17 @@ def baseline_sweeps(
     label: str = "baseline",
     progress: Callable[[str], None] | None = None,
 ):
-    """K identical sweeps of one engine start (the same ladder each time): the noise floor's input."""
-    from engines import start_engine
+    """K identical sweeps of one engine start (the same ladder each time): the noise floor's input.
+
+    The engine runs in ``engines.run_engine``: a failed launch, or an engine that dies or hangs during
+    the sweeps, raises ``EngineRunInvalid`` (reason and log tail); no noise floor stands on a dead engine."""
+    from engines import run_engine
     from loadgen.sweep import run_sweep
 
     sweeps, rates = [], spec.sweep.rates
-    with start_engine(spec, workdir=paths.runs_dir() / "baseline" / spec.name) as engine:
+    with run_engine(spec, workdir=paths.runs_dir() / "baseline" / spec.name, purpose="baseline") as engine:
         for i in range(repeats):
+            engine.check_alive()  # a repeat never starts on an engine that died in the previous one
             if progress:
                 progress(f"{spec.name}: {label} sweep {i + 1}/{repeats}")
             sweep = run_sweep(engine, pool, spec, rates=rates, repeats_label=f"{label}-{i}")
@@ -306,14 +357,17 @@ def propose_for(spec: EndpointSpec, diagnosis, *, n: int, mode: str, baseline: d
 
 
 def reference_outputs(spec: EndpointSpec):
-    """Greedy outputs of the working baseline on the fixed prompt set (cached per configuration)."""
-    from engines import start_engine
+    """Greedy outputs of the working baseline on the fixed prompt set (cached per configuration).
+
+    The engine runs in ``engines.run_engine``: one that fails to start or dies during the capture raises
+    ``EngineRunInvalid`` (reason and log tail), and nothing is cached."""
+    from engines import run_engine
     from research.correctness import ReferenceOutputs, capture_reference
 
     cache = paths.runs_dir() / "references" / f"{spec.name}-{spec.launch_config_hash()}.json"
     if cache.exists():
         return ReferenceOutputs.model_validate_json(cache.read_text())
-    with start_engine(spec, workdir=paths.runs_dir() / "references" / spec.name) as engine:
+    with run_engine(spec, workdir=paths.runs_dir() / "references" / spec.name, purpose="reference") as engine:
         reference = capture_reference(
             engine.base_url, engine.served_model, list(spec.engine.args), adapter=engine.adapter
         )
@@ -379,8 +433,9 @@ def run_proposal(
     from specs.engine_args import apply_diff
     from memory_db.records import ExperimentRecord
     from memory_db.store import MemoryStore
+    from engines import EngineRunInvalid
     from research import drafter
-    from research.harness import run_candidate
+    from research.harness import CandidateResult, run_candidate
 
     memory = MemoryStore(paths.memory_db_path())
     iv = proposal.intervention
@@ -398,19 +453,29 @@ def run_proposal(
         )
         return CandidateRun(proposal=proposal, baseline_args=list(spec.engine.args), skipped=skip.reason)
     candidate_args = apply_diff(list(spec.engine.args), iv.engine_arg_diff)
-    reference = None if iv.lossy else reference_outputs(spec)
-    result = run_candidate(
-        spec,
-        candidate_args,
-        pool,
-        noise,
-        repeats,
-        lossy=iv.lossy,
-        reference=reference,
-        workdir=paths.runs_dir() / "candidates" / spec.name / proposal.proposal_id,
-        progress=progress,
-        extra_repeats=extra_repeats,
-    )
+    try:
+        reference = None if iv.lossy else reference_outputs(spec)
+    except EngineRunInvalid as exc:  # no reference to check against: the candidate is invalid, recorded as such
+        progress(f"  invalid: reference outputs: {exc.reason}")
+        result = CandidateResult(
+            engine_args=candidate_args,
+            verdict="invalid",
+            invalid_reason=f"reference outputs: {exc.reason}",
+            log_tail=exc.log_tail,
+        )
+    else:
+        result = run_candidate(
+            spec,
+            candidate_args,
+            pool,
+            noise,
+            repeats,
+            lossy=iv.lossy,
+            reference=reference,
+            workdir=paths.runs_dir() / "candidates" / spec.name / proposal.proposal_id,
+            progress=progress,
+            extra_repeats=extra_repeats,
+        )
     c, corr = result.comparison, result.correctness
     experiment_id = f"{campaign_id}:{proposal.proposal_id}"
     memory.record_experiment(

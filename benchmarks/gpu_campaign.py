@@ -97,6 +97,23 @@ def unpack(tarball: Path) -> None:
         tar.extractall(WORK, filter="data")
 
 
+def _compact_internals(internals: dict | None) -> dict | None:
+    """The overlay's counts without the per-capture timeline (its length and last capture stay)."""
+    if not internals:
+        return None
+    captures = dict(internals.get("captures") or {})
+    at = captures.pop("at_s", []) or []
+    captures["last_at_s"] = at[-1] if at else None
+    return {**internals, "captures": captures}
+
+
+def _soak(soak) -> dict | None:
+    if soak is None:
+        return None
+    keys = ("rate", "measured_rate", "held_s", "outcome", "diagnosis", "overload", "backed_off", "reasons")
+    return {k: getattr(soak, k) for k in keys}
+
+
 def run(args) -> None:
     from research.campaign import run_campaign
 
@@ -220,6 +237,7 @@ def report(args) -> Path:
     from memory_db.store import MemoryStore
     from research.campaign import record_campaign, total_gain
     from research.harness import CandidateResult
+    from research.internals_evidence import summary as summary_of_internals
     from research.review import write_report
     from research.state import StateStore
 
@@ -256,6 +274,11 @@ def report(args) -> Path:
                 ),
                 "adopted": any(b.source_experiment == e.experiment_id for b in state.baselines),
                 "invalid_reason": e.invalid_reason,
+                "soak": _soak(e.soak),
+                # content hashes of the overlays the engine ran with (settings, patch, evidence)
+                "overlay_sha256": (e.identity or {}).get("overlays") or None,
+                "internals": summary_of_internals(e.sweeps[-1].engine_internals if e.sweeps else None),
+                "internals_raw": _compact_internals(e.sweeps[-1].engine_internals if e.sweeps else None),
             }
         )
     hand_caps = hand_result.capacities if hand_result else []
@@ -267,6 +290,10 @@ def report(args) -> Path:
         "finished": state.finished,
         "end_reason": state.end_reason,
         "reference_args": state.reference.engine_args if state.reference else None,
+        "reference_soak": _soak(state.reference.soak) if state.reference else None,
+        "reference_internals": summary_of_internals(
+            state.reference.sweeps[-1].engine_internals if state.reference and state.reference.sweeps else None
+        ),
         "reference_capacity": state.reference.capacity if state.reference else None,
         "reference_capacities": state.reference.noise.capacities if state.reference else None,
         # a reference that held no rate down to its sweep floor: its capacity is below this (req/s)

@@ -2,10 +2,11 @@
 
 Public API::
 
-    engine = start_engine(spec)             # resolve model, launch, wait healthy -> RunningEngine
-    with start_engine(spec, args_override=[...]) as engine:
-        engine.base_url, engine.served_model, engine.identity
-        engine.metrics(); engine.reset_prefix_cache(); engine.check_alive()
+    with run_engine(spec, workdir=..., purpose="sweep", args_override=[...]) as engine:
+        engine.base_url, engine.served_model, engine.identity     # every engine start goes through it:
+        engine.metrics(); engine.reset_prefix_cache(); engine.check_alive()   # launch, health, stop,
+    # orphan guard (active_file), and a crash or failed launch -> EngineRunInvalid (reason, log_tail)
+    start_engine(spec)                      # the bare launch run_engine uses (engines.session only)
     engine_identity(spec)                   # what would be measured, without starting anything
     adapter_for(spec, port, workdir)        # the engine-specific adapter (commands, metric names)
 """
@@ -24,19 +25,23 @@ from engines.base import EngineAdapter, EngineCrashed, EngineError, EngineIdenti
 from engines import overlays
 from engines.gpu_lease import acquire
 from engines.process import ManagedProcess, free_port, port_is_free
+from engines.session import EngineRunInvalid, run_engine, stop_orphan
 
 __all__ = [
     "EngineAdapter",
     "EngineCrashed",
     "EngineError",
     "EngineIdentity",
+    "EngineRunInvalid",
     "MetricsSnapshot",
     "RunningEngine",
     "adapter_for",
     "attach_external",
     "engine_identity",
     "resolve_model_dir",
+    "run_engine",
     "start_engine",
+    "stop_orphan",
 ]
 
 _MODEL_PLACEHOLDER_PORT = "{port}"
@@ -86,11 +91,18 @@ def _identity(adapter: EngineAdapter, argv: list[str], model_dir: Path | str) ->
 
 
 def _overlays_of(spec: EndpointSpec) -> list:
-    """The runtime overlays engine.args asks for (engines.overlays); EngineError when one cannot be honoured."""
+    """The runtime overlays engine.args asks for (engines.overlays), then the adapter's own evidence
+    overlay (its internals, where it exports no metrics); EngineError when one cannot be honoured."""
     try:
-        return overlays.split(list(spec.engine.args))[1]
+        asked = overlays.split(list(spec.engine.args))[1]
     except overlays.OverlayError as exc:
         raise EngineError(f"endpoint {spec.name!r}: {exc}") from None
+    from engines.registry import ADAPTERS
+
+    probe = ADAPTERS[spec.engine.kind].evidence_overlay if spec.engine.kind in ADAPTERS else None
+    if probe and all(r.overlay.name != probe for r in asked):
+        asked.append(overlays.Requested(overlays.REGISTRY[probe], None))
+    return asked
 
 
 def engine_identity(spec: EndpointSpec) -> EngineIdentity:
@@ -130,6 +142,7 @@ class RunningEngine:
         self.profile_dir = profile_dir
         self._profile_started: float | None = None
         self._stopped = False
+        self.detached = False  # left running on purpose (detach()): run_engine does not stop it
         self.startup_s: float | None = None  # launch to healthy, measured by start_engine
         self.gpu_lease = None  # engines.gpu_lease.GpuLease held while the engine runs (None: no GPU pinning)
         self.gpu_wait_s = 0.0  # time start_engine waited for free GPUs (not engine time: not charged)
@@ -268,6 +281,13 @@ class RunningEngine:
 
         free = available_memory_bytes() or 8 * 2**30
         return RssGuard(self.pid, group_rss_bytes(self.pid) + free // 2)
+
+    def detach(self) -> None:
+        """Leave the engine running after its ``run_engine`` block and this interpreter (``autoresearch
+        engine up``); ``autoresearch engine down`` stops it."""
+        self.detached = True
+        if self.process is not None:
+            self.process.detach()
 
     def stop(self) -> int | None:
         """Stop the whole process tree (SIGTERM, then SIGKILL; leftovers killed by PID); no-op for

@@ -9,6 +9,7 @@ captured log, crash/hang detection, clean stop) is shared in :mod:`engines.proce
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -155,6 +156,12 @@ class EngineAdapter(ABC):
     honours_ignore_eos: bool = False
     #: seconds between SIGTERM and SIGKILL at stop (an engine that never honours SIGTERM gets less)
     stop_grace_s: float = 20.0
+    #: an evidence overlay (engines.overlays) this adapter puts on every engine it launches: the
+    #: engine's internals (step times, graph captures, padded shapes) where it exports no metrics
+    evidence_overlay: str | None = None
+    #: internal settings the CLI does not expose, as candidates the rules may propose
+    #: (engines.internals.InternalSetting); empty = the engine has none declared
+    internal_settings: tuple = ()
 
     def __init__(self, spec: EndpointSpec, port: int, workdir: Path):
         self.spec = spec
@@ -171,7 +178,24 @@ class EngineAdapter(ABC):
 
     def launch_env(self) -> dict[str, str]:
         """Extra environment for the engine process (on top of the endpoint's engine.env)."""
+        if self.evidence_overlay:
+            return {"AUTORESEARCH_PROBE_FILE": str(self.internals_file)}
         return {}
+
+    @property
+    def internals_file(self) -> Path:
+        """Where the evidence overlay writes the engine's internals (in this engine's workdir)."""
+        return self.workdir / "engine_internals.json"
+
+    def internals(self) -> dict | None:
+        """The engine's internals as its evidence overlay last wrote them (cumulative since the start);
+        None when the adapter has no such overlay or it wrote nothing (unmeasured, never zeros)."""
+        if not self.evidence_overlay:
+            return None
+        try:
+            return json.loads(self.internals_file.read_text())
+        except (OSError, ValueError):
+            return None
 
     health_path: str = "/health"
     metrics_path: str = "/metrics"

@@ -40,7 +40,7 @@ class Overlay:
 
     name: str
     engines: frozenset[str]  # adapter kinds it is made for
-    purpose: str  # "settings" | "patch" | "instrument"
+    purpose: str  # "settings" | "patch" | "instrument" | "evidence"
     description: str
     settings_env: str | None = None  # the variable its JSON settings travel in (None: it takes none)
     root: Path = PATCHES
@@ -67,6 +67,13 @@ REGISTRY: dict[str, Overlay] = {
             "ContinuousBatchingConfig fields `transformers serve` has no flag for (padding intervals, scheduler, "
             "compile level, requests per batch, memory fraction)",
             settings_env="AUTORESEARCH_CB_CONFIG",
+        ),
+        Overlay(
+            "transformers_cb_probe",
+            frozenset({"transformers"}),
+            "evidence",
+            "the continuous-batching loop's internals: step-time breakdown, padded shapes, CUDA-graph captures "
+            "and their stalls, device memory (the adapter puts it on every engine it launches)",
         ),
         Overlay(
             "vllm_issue_55005",

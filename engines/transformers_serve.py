@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
+from engines.internals import InternalSetting
 from engines.vllm import validate_against
 
 # Options of `transformers serve` (transformers 5.x, typer: booleans also have --no-X).
@@ -86,6 +87,65 @@ TRANSFORMERS_REJECTED_FIELDS = frozenset(
 )
 
 
+def _cb(name: str, settings: dict, addresses: tuple[str, ...], expect: str, falsified_by: str, risk: str = ""):
+    return InternalSetting(name, "transformers_cb_config", settings, addresses, expect, falsified_by, risk)
+
+
+#: ContinuousBatchingConfig fields `transformers serve` has no flag for (ENVIRONMENT.md: 5.17 on the H200,
+#: 5.19 here), as candidates. Padding decides the set of shapes CUDA graphs are captured for (one lazy
+#: capture, ~0.2 s of stall, per new shape) and how much attention work is padding; memory headroom and
+#: batch limits decide whether graph pools and temporaries still fit under sustained load.
+TRANSFORMERS_INTERNALS = (
+    _cb(
+        "bounded_shapes",
+        {"q_padding_interval_size": 512, "kv_padding_interval_size": 4096},
+        ("graph_capture_stalls", "padding_waste"),
+        "KV padded to 4096-token steps instead of the cache's maximum: each step reads less padded KV, ITL at "
+        "low load falls by about a third",
+        "ITL at low load unchanged, or capture stalls and ITL p95 rise at capacity (more distinct shapes)",
+        "more distinct graph shapes, each with its own pool: it OOMed within 45 s at 5 req/s on the H200",
+    ),
+    _cb(
+        "bounded_shapes_headroom",
+        {"q_padding_interval_size": 512, "kv_padding_interval_size": 4096, "max_memory_percent": 0.7},
+        ("graph_capture_stalls", "padding_waste", "memory_headroom"),
+        "the shorter padded steps of bounded shapes, with 30% of free memory left for graph pools and "
+        "temporaries so that sustained load no longer OOMs",
+        "the soak still dies of OOM, or the smaller KV cache lowers capacity beyond the noise",
+    ),
+    _cb(
+        "coarse_kv_padding",
+        {"kv_padding_interval_size": 8192},
+        ("padding_waste", "graph_capture_stalls"),
+        "half the padded KV of the default at most, with at most twice its KV shapes: a middle ground",
+        "ITL at low load unchanged",
+    ),
+    _cb(
+        "memory_headroom",
+        {"max_memory_percent": 0.75},
+        ("memory_headroom",),
+        "a KV cache of 75% of free memory instead of ~90%: graph pools and attention temporaries fit under "
+        "sustained load and overload, at the cost of fewer cached blocks",
+        "capacity falls beyond the noise (the cache was the limit), or it still dies under sustained load",
+    ),
+    _cb(
+        "batch_limit",
+        {"max_requests_per_batch": 64},
+        ("memory_headroom", "graph_capture_stalls"),
+        "at most 64 requests per step: fewer padded shapes and bounded temporaries under overload, "
+        "requests queue instead of the engine running out of memory",
+        "capacity falls beyond the noise (batches above 64 were what carried the load)",
+    ),
+    _cb(
+        "prefill_first",
+        {"scheduler_type": "prefill_first"},
+        ("prefill_interference", "cpu_overhead"),
+        "waiting prompts are prefilled before decodes continue: TTFT p95 falls under load",
+        "TTFT p95 unchanged, or ITL p95 rises enough to lower capacity",
+    ),
+)
+
+
 class TransformersServeAdapter(EngineAdapter):
     kind = "transformers"
     known_flags = TRANSFORMERS_SERVE_FLAGS
@@ -117,6 +177,9 @@ class TransformersServeAdapter(EngineAdapter):
     }
     vocabulary = TRANSFORMERS_VOCABULARY
     evidence = frozenset()  # no /metrics, no profiler route, no logprobs, no token ids
+    #: its internals come from an overlay instead (engines/patches/transformers_cb_probe)
+    evidence_overlay = "transformers_cb_probe"
+    internal_settings = TRANSFORMERS_INTERNALS
     rejected_request_fields = TRANSFORMERS_REJECTED_FIELDS
     stop_grace_s = 5.0  # 5.17 on the H200 ignored SIGTERM for 20 s at every stop: KILL sooner
     version_distributions = ("transformers",)

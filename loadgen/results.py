@@ -141,6 +141,9 @@ class SweepResult(BaseModel):
     capacity_fit_rps: float | None = None
     capacity_fit_low: float | None = None
     capacity_fit_high: float | None = None
+    # What the engine's evidence overlay counted by the sweep's end (cumulative since its start; None:
+    # unmeasured): step-time breakdown, graph captures and their stalls, padded shapes, memory.
+    engine_internals: dict | None = None
 
     @property
     def valid(self) -> bool:

@@ -315,6 +315,7 @@ def run_sweep(
         drain_s=drain,
         engine_startup_s=engine_startup_s if engine_startup_s is not None else getattr(engine, "startup_s", None),
         wall_s=time.monotonic() - started_mono,
+        engine_internals=_internals(engine),
     )
     fit = estimate_capacity(steps)
     if fit is not None and not fit.censored and validity == "valid":
@@ -322,6 +323,12 @@ def run_sweep(
     text = f"below {below:g} req/s" if below is not None else f"{cap:.3g} req/s ({cap / divisor:.3g} per GPU)"
     emit("done", None, f"capacity {text}, knee {result.knee_rate}")
     return result
+
+
+def _internals(engine) -> dict | None:
+    """The engine's internals as its evidence overlay last wrote them (None: the engine has none)."""
+    adapter = getattr(engine, "adapter", None)
+    return adapter.internals() if adapter is not None else None
 
 
 def _step_line(step: StepResult) -> str:

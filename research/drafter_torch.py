@@ -1,4 +1,4 @@
-"""The torch half of research/drafter.py, run by the engine environment's python (torch lives there).
+"""The torch half of research/drafter/training.py, run by the engine environment's python (torch lives there).
 
     python research/drafter_torch.py truncate --target DIR --out DIR --layers N
     python research/drafter_torch.py train --target DIR --data train.jsonl --out DIR --layers N --steps S

@@ -5,14 +5,12 @@ Launch the configuration, check correctness against the campaign's reference out
 the engine, and judge: better / same / worse against the baseline's noise floor, or invalid
 (launch failure, crash, errors over the SLA's limit, a client that fell behind, or a failed
 correctness check). Engine failures become an ``invalid`` verdict with the reason and the log
-tail, never an exception: a campaign must survive its worst candidate.
+tail, never an exception: a campaign must survive its worst candidate. The engine's launch, stop,
+orphan guard and crash detection are ``engines.run_engine``'s, as for every other engine start.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -23,6 +21,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from specs.config import EndpointSpec
+from engines.session import stop_orphan
 from loadgen.results import Comparison, NoiseFloor, SweepResult, Verdict
 from loadgen.soak import SoakResult
 from research.correctness import (
@@ -37,6 +36,8 @@ from research.correctness import (
 Progress = Callable[[str], None]  # where long work says what it is doing (one line at a time)
 #: (engine, pool, spec) -> one capacity sweep. Default: loadgen's run_sweep.
 SweepFn = Callable[[Any, pl.DataFrame, EndpointSpec], SweepResult]
+
+__all__ = ["CandidateResult", "default_sweep_fn", "judge", "run_candidate", "soak_rate", "stop_orphan"]
 
 
 class CandidateResult(BaseModel):
@@ -118,47 +119,6 @@ def _sustained(
     if comparison is not None:
         comparison = comparison.model_copy(update={"verdict": "same", "evidence": f"{why}. {comparison.evidence}"})
     return "same", False, reason, comparison
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def stop_orphan(active_file: Path, progress: Progress = print, wait_s: float = 20.0) -> bool:
-    """Stop an engine a killed campaign left running (recorded in ``active_file``); True if one was stopped.
-
-    The process is only signalled when its command line is still the recorded one (no pid reuse).
-    """
-    from engines.process import group_alive
-
-    if not active_file.exists():
-        return False
-    try:
-        info = json.loads(active_file.read_text())
-        pid, argv = int(info["pid"]), list(info["argv"])
-    except (ValueError, KeyError, TypeError):
-        active_file.unlink(missing_ok=True)
-        return False
-    stopped = False
-    if _cmdline(pid) == argv:
-        progress(f"stopping engine pid {pid} left running by an interrupted run")
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + wait_s
-            while group_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if not group_alive(pid):
-                break
-        stopped = True
-    active_file.unlink(missing_ok=True)
-    return stopped
 
 
 def judge(
@@ -243,6 +203,7 @@ def run_candidate(
     extra_repeats: int = 2,
     soak: bool | None = None,
     baseline_sustained: float | None = None,
+    purpose: str | None = None,
 ) -> CandidateResult:
     """Measure ``engine_args`` on ``pool`` and judge it against ``baseline_noise``.
 
@@ -259,8 +220,11 @@ def run_candidate(
     baseline's own soak held; its measured capacity when it had none), else its verdict is ``same``.
     ``active_file``: where the running engine's pid is recorded while it runs, so that a resumed
     campaign can stop an engine its killed predecessor left behind (see :func:`stop_orphan`).
+    ``purpose``: the call site, for the engine's logs and errors (default "baseline" when capturing, else
+    "candidate"; the experiment unit says "unit"). The engine runs in :func:`engines.run_engine`: a
+    failed launch, or an engine that dies or hangs while measured, is an ``invalid`` verdict with the tail.
     """
-    from engines import EngineError, start_engine
+    from engines import EngineError, EngineRunInvalid, run_engine
 
     soak = sweep_fn is None if soak is None else soak
     sweep_fn = sweep_fn or default_sweep_fn()
@@ -275,133 +239,34 @@ def run_candidate(
         result.wall_s = time.monotonic() - started
         return result
 
+    # engines.run_engine owns launch, health, stop and the orphan guard (``active_file``); a failed
+    # launch, or an engine that dies or hangs while measured, comes out as EngineRunInvalid.
     try:
-        engine = start_engine(spec, args_override=list(engine_args), workdir=workdir)
-        result.startup_s = engine.startup_s  # launch to healthy; also kept in each SweepResult
-        started += engine.gpu_wait_s  # waiting for a free GPU held none: not charged to the budget
-    except EngineError as exc:
-        return done(f"launch failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
-    except Exception as exc:  # a bad candidate must never end the campaign
-        return done(f"launch failed: {exc!r}", traceback.format_exc()[-4000:])
-    log_tail = None
-    # The load generator leaves out the request fields this engine rejects (HTTP 422 otherwise).
-    if active_file is not None and engine.pid is not None:
-        active_file.parent.mkdir(parents=True, exist_ok=True)
-        active_file.write_text(json.dumps({"pid": engine.pid, "argv": _cmdline(engine.pid) or []}))
-    try:
-        identity = engine.identity
-        result.identity = {
-            "engine": identity.engine,
-            "engine_version": identity.engine_version,
-            "model": identity.model,
-            "launch_config_hash": identity.launch_config_hash,
-            "launch_command": list(identity.launch_command),
-        }
-        if identity.overlays:  # runtime overlays and patches, by content hash (engines.overlays)
-            result.identity["overlays"] = {name: sha for name, sha in identity.overlays}
-        try:
-            # The adapter says which evidence the engine gives (can_give) and which fields it rejects.
-            adapter = getattr(engine, "adapter", None)
-            if capture:
-                progress("  capturing reference outputs")
-                result.reference = capture_reference(
-                    engine.base_url, engine.served_model, engine_args, thresholds=thresholds, adapter=adapter
-                )
-                progress(
-                    f"  reference outputs: evidence {result.reference.evidence}"
-                    + (f" ({result.reference.note})" if result.reference.note else "")
-                )
-            elif reference is not None:
-                progress("  correctness check (" + ("lossy" if lossy else "lossless") + ")")
-                result.correctness = check_candidate(
-                    engine.base_url,
-                    engine.served_model,
-                    reference,
-                    engine_args,
-                    lossy=lossy,
-                    thresholds=thresholds,
-                    adapter=adapter,
-                )
-                progress("  " + result.correctness.summary())
-                if not result.correctness.passed:
-                    return done(f"correctness failed: {result.correctness.reason}")
-        except CorrectnessUnavailable as exc:
-            engine.check_alive()
-            return done(f"correctness check could not run: {exc}")
-        i, decided_early = 0, None
-        while True:  # `repeats` sweeps, then more only while the sequential rule asks for them
-            engine.check_alive()
-            sweep_started = time.monotonic()
-            sweep = sweep_fn(engine, pool, spec)
-            sweep_wall = time.monotonic() - sweep_started
-            result.sweep_wall_s.append(sweep_wall)
-            result.sweeps.append(sweep)
-            held = (
-                f"below {sweep.capacity_below_rps:g} req/s (no rate held down to the floor)"
-                if sweep.capacity_method == "below_floor"
-                else f"{sweep.capacity_rps:.3g} req/s"
-            )
-            fit = (
-                f" (fitted {sweep.capacity_fit_rps:.3g}, 95% {sweep.capacity_fit_low:.3g}-{sweep.capacity_fit_high:.3g})"
-                if sweep.capacity_fit_rps is not None
-                else ""
-            )
-            progress(
-                f"  sweep {i + 1}/{max(repeats, i + 1)}: capacity {held}{fit} in {sweep_wall:.0f} s"
-                + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else "")
-            )
-            if sweep.validity != "valid":
-                break
-            i += 1
-            if i < repeats:
-                continue
-            if i >= repeats + extra_repeats or baseline_noise is None or not baseline_noise.steps:
-                break
-            # sequential rule: another repeat only while the interval still straddles the decision
-            look = judge(result.sweeps, baseline_noise, spec, compare_fn, final=False)
-            if look[3] is None or look[3].decided:
-                decided_early = look  # judged at that look's error rate: that judgement is the verdict
-                break
-            progress(f"  {look[3].evidence.split('. ')[0]}: one more repeat")
-        engine.check_alive()
-        judged = decided_early or judge(result.sweeps, baseline_noise, spec, compare_fn)
-        if soak and spec.soak.hold_s > 0 and (capture or (judged[0] == "better" and judged[1])):
-            result.comparison = judged[3]  # kept when the soak rejects it: what the sweeps had shown
-            result.soak = _soak(engine, pool, spec, result.sweeps, progress)
-            if result.soak is not None and result.soak.outcome == "unstable":
-                if not capture:
-                    return done(
-                        "unstable under sustained load: " + "; ".join(result.soak.reasons),
-                        result.soak.log_tail or engine.log_tail(),
-                    )
-                progress(
-                    "  the baseline is unstable under sustained load (a finding: "
-                    + "; ".join(result.soak.reasons)
-                    + ")"
-                )
-            elif result.soak is not None and result.soak.outcome == "unmeasured":
-                if not capture:  # nothing is adopted on a soak that said nothing about the engine
-                    return done("soak unmeasured: " + "; ".join(result.soak.reasons))
-                progress("  the baseline's soak could not be measured: " + "; ".join(result.soak.reasons))
-            elif result.soak is not None and not capture and result.soak.backed_off:
-                judged = _sustained(judged, result.soak, baseline_sustained, baseline_noise, progress)
-            engine.check_alive()
-    except EngineError as exc:  # includes EngineCrashed
+        with run_engine(
+            spec,
+            workdir=workdir,
+            purpose=purpose or ("baseline" if capture else "candidate"),
+            args_override=list(engine_args),
+            active_file=active_file,
+            progress=progress,
+        ) as engine:
+            result.startup_s = engine.startup_s  # launch to healthy; also kept in each SweepResult
+            started += engine.gpu_wait_s  # waiting for a free GPU held none: not charged to the budget
+            judged = _measure(
+                engine, spec, engine_args, pool, baseline_noise, repeats, result, done, lossy=lossy,
+                reference=reference, capture=capture, thresholds=thresholds, sweep_fn=sweep_fn,
+                compare_fn=compare_fn, progress=progress, extra_repeats=extra_repeats, soak=soak,
+                baseline_sustained=baseline_sustained,
+            )  # fmt: skip
+    except EngineRunInvalid as exc:  # failed to launch, or died / hung while measured: invalid, with the log tail
+        reason = exc.reason if exc.launch_failed else f"engine failed: {exc.reason}"
+        return done(reason, exc.log_tail or str(exc.__cause__ or exc)[-4000:])
+    except EngineError as exc:  # the engine answered, but not as asked (e.g. a metrics scrape refused)
         return done(f"engine failed: {str(exc).splitlines()[0]}", getattr(exc, "log_tail", None) or str(exc)[-4000:])
-    except Exception as exc:
-        try:
-            log_tail = engine.log_tail()
-        except Exception:  # noqa: BLE001 - best effort
-            log_tail = None
-        return done(f"measurement failed: {exc!r}", (log_tail or "") + "\n" + traceback.format_exc()[-3000:])
-    finally:
-        try:
-            engine.stop()
-        except Exception as exc:  # noqa: BLE001 - the verdict matters more than a stop hiccup
-            progress(f"  warning: stopping the engine failed: {exc!r}")
-        else:
-            if active_file is not None:
-                active_file.unlink(missing_ok=True)
+    except Exception as exc:  # a bad candidate must never end the campaign
+        return done(f"measurement failed: {exc!r}", traceback.format_exc()[-4000:])
+    if isinstance(judged, CandidateResult):  # ended early (correctness, soak): already judged invalid
+        return judged
     verdict, confirmed, reason, comparison = judged
     result.verdict, result.confirmed, result.comparison = verdict, confirmed, comparison
     if verdict == "invalid":
@@ -409,3 +274,124 @@ def run_candidate(
     if comparison is not None:
         progress(f"  verdict {verdict}{' (confirmed)' if confirmed else ''}: {comparison.evidence}")
     return done()
+
+
+def _measure(
+    engine,
+    spec: EndpointSpec,
+    engine_args: list[str],
+    pool: pl.DataFrame,
+    baseline_noise: NoiseFloor | None,
+    repeats: int,
+    result: CandidateResult,
+    done: Callable[..., CandidateResult],
+    *,
+    lossy: bool,
+    reference: ReferenceOutputs | None,
+    capture: bool,
+    thresholds: CorrectnessThresholds | None,
+    sweep_fn: SweepFn,
+    compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None,
+    progress: Progress,
+    extra_repeats: int,
+    soak: bool,
+    baseline_sustained: float | None,
+):
+    """The measurement on a started engine: correctness, sweeps, sequential repeats, soak. Returns the
+    judgement (verdict, confirmed, reason, comparison), or ``done(...)``'s result when it ended early."""
+    identity = engine.identity
+    result.identity = {
+        "engine": identity.engine,
+        "engine_version": identity.engine_version,
+        "model": identity.model,
+        "launch_config_hash": identity.launch_config_hash,
+        "launch_command": list(identity.launch_command),
+    }
+    if identity.overlays:  # runtime overlays and patches, by content hash (engines.overlays)
+        result.identity["overlays"] = {name: sha for name, sha in identity.overlays}
+    try:
+        # The adapter says which evidence the engine gives (can_give) and which fields it rejects.
+        adapter = getattr(engine, "adapter", None)
+        if capture:
+            progress("  capturing reference outputs")
+            result.reference = capture_reference(
+                engine.base_url, engine.served_model, engine_args, thresholds=thresholds, adapter=adapter
+            )
+            progress(
+                f"  reference outputs: evidence {result.reference.evidence}"
+                + (f" ({result.reference.note})" if result.reference.note else "")
+            )
+        elif reference is not None:
+            progress("  correctness check (" + ("lossy" if lossy else "lossless") + ")")
+            result.correctness = check_candidate(
+                engine.base_url,
+                engine.served_model,
+                reference,
+                engine_args,
+                lossy=lossy,
+                thresholds=thresholds,
+                adapter=adapter,
+            )
+            progress("  " + result.correctness.summary())
+            if not result.correctness.passed:
+                return done(f"correctness failed: {result.correctness.reason}")
+    except CorrectnessUnavailable as exc:
+        engine.check_alive()
+        return done(f"correctness check could not run: {exc}")
+    i, decided_early = 0, None
+    while True:  # `repeats` sweeps, then more only while the sequential rule asks for them
+        engine.check_alive()
+        sweep_started = time.monotonic()
+        sweep = sweep_fn(engine, pool, spec)
+        sweep_wall = time.monotonic() - sweep_started
+        result.sweep_wall_s.append(sweep_wall)
+        result.sweeps.append(sweep)
+        held = (
+            f"below {sweep.capacity_below_rps:g} req/s (no rate held down to the floor)"
+            if sweep.capacity_method == "below_floor"
+            else f"{sweep.capacity_rps:.3g} req/s"
+        )
+        fit = (
+            f" (fitted {sweep.capacity_fit_rps:.3g}, 95% {sweep.capacity_fit_low:.3g}-{sweep.capacity_fit_high:.3g})"
+            if sweep.capacity_fit_rps is not None
+            else ""
+        )
+        progress(
+            f"  sweep {i + 1}/{max(repeats, i + 1)}: capacity {held}{fit} in {sweep_wall:.0f} s"
+            + (f" (invalid: {sweep.invalid_reason})" if sweep.validity != "valid" else "")
+        )
+        if sweep.validity != "valid":
+            break
+        i += 1
+        if i < repeats:
+            continue
+        if i >= repeats + extra_repeats or baseline_noise is None or not baseline_noise.steps:
+            break
+        # sequential rule: another repeat only while the interval still straddles the decision
+        look = judge(result.sweeps, baseline_noise, spec, compare_fn, final=False)
+        if look[3] is None or look[3].decided:
+            decided_early = look  # judged at that look's error rate: that judgement is the verdict
+            break
+        progress(f"  {look[3].evidence.split('. ')[0]}: one more repeat")
+    engine.check_alive()
+    judged = decided_early or judge(result.sweeps, baseline_noise, spec, compare_fn)
+    if soak and spec.soak.hold_s > 0 and (capture or (judged[0] == "better" and judged[1])):
+        result.comparison = judged[3]  # kept when the soak rejects it: what the sweeps had shown
+        result.soak = _soak(engine, pool, spec, result.sweeps, progress)
+        if result.soak is not None and result.soak.outcome == "unstable":
+            if not capture:
+                return done(
+                    "unstable under sustained load: " + "; ".join(result.soak.reasons),
+                    result.soak.log_tail or engine.log_tail(),
+                )
+            progress(
+                "  the baseline is unstable under sustained load (a finding: " + "; ".join(result.soak.reasons) + ")"
+            )
+        elif result.soak is not None and result.soak.outcome == "unmeasured":
+            if not capture:  # nothing is adopted on a soak that said nothing about the engine
+                return done("soak unmeasured: " + "; ".join(result.soak.reasons))
+            progress("  the baseline's soak could not be measured: " + "; ".join(result.soak.reasons))
+        elif result.soak is not None and not capture and result.soak.backed_off:
+            judged = _sustained(judged, result.soak, baseline_sustained, baseline_noise, progress)
+        engine.check_alive()
+    return judged

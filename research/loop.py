@@ -56,7 +56,7 @@ def diagnose_step(
     Evidence every engine gives (client-side latencies against load, the roofline) always; a torch
     profile under steady load and the diagnostic workloads only where the adapter can give them
     (one engine start). The diagnosis notes say which evidence was used."""
-    from engines import EngineError, start_engine
+    from engines import EngineError, EngineRunInvalid, run_engine
     from engines.registry import adapter_class
     from loadgen.sweep import run_sweep
     from engines.registry import block_size_for
@@ -76,7 +76,7 @@ def diagnose_step(
         notes.append(f"the {spec.engine.kind} engine exports no /metrics: queueing judged from client-side latencies")
     if adapter.manages_process and (profile_seconds > 0 or chosen):
         try:
-            with start_engine(spec, profile=profile_seconds > 0, workdir=workdir) as engine:
+            with run_engine(spec, profile=profile_seconds > 0, workdir=workdir, purpose="profile") as engine:
                 if profile_seconds > 0:
                     progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
                     engine.start_profile()
@@ -98,6 +98,12 @@ def diagnose_step(
                                 engine, v.pool, spec, rates=[v.rate], step_duration_s=v.duration_s, check_client=False
                             ).steps[0],
                         )
+        except EngineRunInvalid as exc:  # failed to start, or died mid-profile: nothing it measured is kept
+            profile, workloads = None, []
+            notes.append(f"profile/workloads invalid: {exc.reason}")
+            if exc.log_tail:
+                notes.append("engine log (tail): " + " | ".join(exc.log_tail.strip().splitlines()[-8:]))
+            progress(f"{spec.name}: profile/workloads invalid: {exc.reason}")
         except EngineError as exc:  # a diagnosis without a profile is still a diagnosis
             notes.append(f"profile/workloads skipped: {str(exc).splitlines()[0]}")
     elif adapter.can_give("profile") and profile_seconds <= 0:

@@ -25,6 +25,9 @@ BOTTLENECKS: dict[str, str] = {
     "attention_bound": "attention kernels dominate step time",
     "sampling_overhead": "sampling, logits processing or structured-output masks take a large share",
     "speculation_waste": "speculative decoding runs but few draft tokens are accepted",
+    "graph_capture_stalls": "CUDA graphs are captured lazily while serving: each new padded shape stalls every request",
+    "padding_waste": "inputs are padded far beyond their real size: most attention work reads padding",
+    "memory_headroom": "too little device memory is left beyond the KV cache: it OOMs under sustained load",
 }
 
 Category = Literal["attention", "matmul", "communication", "sampling", "cpu_scheduling", "memory", "other"]

@@ -14,7 +14,8 @@ from pathlib import Path
 from specs.config import CampaignSpec, EndpointSpec
 from specs.engine_args import REMOVE, diff_args, parse_args
 from loadgen.results import SweepResult
-from research.state import BaselineRecord, CampaignState, ExperimentRecord
+from research.internals_evidence import summary as internals_summary
+from research.state import BaselineRecord, CampaignState, ExperimentState
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -161,7 +162,7 @@ def _diff_table(before: list[str], after: list[str]) -> list[str]:
     return lines
 
 
-def _label(adopted: list[ExperimentRecord], any_lossy: bool) -> str:
+def _label(adopted: list[ExperimentState], any_lossy: bool) -> str:
     """What the adopted changes' correctness evidence supports, in one phrase."""
     if any_lossy:
         return "LOSSY - human review required"
@@ -193,10 +194,14 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
             else ""
         )
         + (f"; {b.soak.summary()}" if b.soak else "")
+    ] + [
+        f"  - engine internals: {internals_summary(s.engine_internals)}"
+        for s in b.sweeps[-1:]
+        if s.engine_internals is not None
     ]
 
 
-def _experiment_section(e: ExperimentRecord) -> list[str]:
+def _experiment_section(e: ExperimentState) -> list[str]:
     label = "LOSSY - flagged for human review" if e.lossy else "lossless"
     lines = [
         f"### {e.title} ({e.kind} `{e.experiment_id}`, round {e.round})",
@@ -228,6 +233,12 @@ def _experiment_section(e: ExperimentRecord) -> list[str]:
             )
     if e.soak:
         lines.append(f"- Soak: {e.soak.summary()}" + (f"; diagnosis: {e.soak.diagnosis}" if e.soak.diagnosis else ""))
+    internals = next((s.engine_internals for s in reversed(e.sweeps) if s.engine_internals), None)
+    if internals is not None:  # the adapter's evidence overlay (step times, capture stalls, padding)
+        lines.append(f"- Engine internals: {internals_summary(internals)}")
+    overlays = (e.identity or {}).get("overlays")
+    if overlays:
+        lines.append("- Overlays (content hash): " + ", ".join(f"`{k}` {v}" for k, v in sorted(overlays.items())))
     for note in e.notes:
         lines.append(f"- {note}")
     if e.invalid_reason:

@@ -66,7 +66,7 @@ class ProposalRecord(BaseModel):
         return float(value) if isinstance(value, (int, float)) else None
 
 
-class ExperimentRecord(BaseModel):
+class ExperimentState(BaseModel):
     """One finished (or skipped) experiment. ``experiment_id`` is stable across resumes."""
 
     experiment_id: str
@@ -125,7 +125,7 @@ class CampaignState(BaseModel):
     baselines: list[BaselineRecord] = Field(default_factory=list)  # every adopted baseline, in order
     reference_outputs: dict[str, ReferenceOutputs] = Field(default_factory=dict)  # config hash -> outputs
     rounds: list[RoundRecord] = Field(default_factory=list)
-    experiments: dict[str, ExperimentRecord] = Field(default_factory=dict)
+    experiments: dict[str, ExperimentState] = Field(default_factory=dict)
     failed_baseline: dict[str, Any] | None = None  # the invalid baseline measurement, for the report
     finished: bool = False
     end_reason: str | None = None
@@ -133,7 +133,7 @@ class CampaignState(BaseModel):
     resumes: int = 0
     dagster_run_ids: list[str] = Field(default_factory=list)  # the Dagster runs that ran it (one per resume)
     # Measured on this campaign's host: engine launch-to-healthy and whole-sweep wall times (the
-    # budget estimator's evidence; see research.campaign.estimate_seconds).
+    # budget estimator's evidence; see research.campaign.budget.estimate_seconds).
     startup_s: list[float] = Field(default_factory=list)
     sweep_s: list[float] = Field(default_factory=list)
 

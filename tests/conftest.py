@@ -168,6 +168,14 @@ def smollm_engine(engine_slot: EngineSlot, smollm_spec: EndpointSpec) -> Running
     return engine_slot.get(smollm_spec)
 
 
+@pytest.fixture
+def store(tmp_path):
+    """An empty research memory of the test's own (tests/helpers_memory.py: memory_store)."""
+    from helpers_memory import memory_store
+
+    return memory_store(tmp_path, timeout_s=10)
+
+
 # --- the research graph, materialised once (tests/test_dagster_pipeline.py, tests/test_ui_browser.py)
 
 QUICK_ENDPOINT = """\

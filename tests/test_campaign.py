@@ -27,7 +27,7 @@ from research.review import write_report
 from research.state import (
     BaselineRecord,
     CampaignState,
-    ExperimentRecord,
+    ExperimentState,
     RoundRecord,
     StateStore,
     experiment_id,
@@ -101,7 +101,7 @@ def test_state_round_trips_atomically_and_accumulates_active_time(tmp_path: Path
         campaign="camp", campaign_id="camp-1", endpoint="support_smollm", reference=base, working=base, baselines=[base]
     )
     eid = experiment_id("candidate", base.engine_args, ["--max-num-seqs", "16"], 2)
-    state.experiments[eid] = ExperimentRecord(
+    state.experiments[eid] = ExperimentState(
         experiment_id=eid,
         round=1,
         proposal_ids=["p1"],
@@ -264,7 +264,7 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
         greedy_total=8,
     )
     eid = "cand-abc"
-    exp = ExperimentRecord(
+    exp = ExperimentState(
         experiment_id=eid,
         round=1,
         proposal_ids=["p1"],
@@ -367,7 +367,7 @@ def test_a_finished_campaign_is_kept_and_the_next_starts_from_the_confirmed_conf
         )
     )
     lines: list[str] = []
-    out = workflows.run_campaign(campaign, endpoint, progress=lines.append)
+    out = workflows.launch_campaign(campaign, endpoint, progress=lines.append)
     assert (tmp_path / "campaigns" / "again.again-1" / "again.state.json").exists()
     assert out.campaign_id != "again-1" and out.end_reason.startswith("deadline"), out
     assert any("research memory confirmed last" in line and "--max-num-batched-tokens 4096" in line for line in lines)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from memory_db import DrafterRecord, MemoryStore
+from helpers_drafter import decode_bound, drafter_record, write_config
+from helpers_memory import memory_store
+from memory_db import DrafterRecord
 from research import drafter
-from research.proposals import Bottleneck, Diagnosis
+from research.proposals import Diagnosis
 from research.rules import drafter_training
 
 METRICS = """\
@@ -80,36 +82,16 @@ def test_candidate_args_replace_any_earlier_speculation(tmp_path):
 
 
 def test_break_even_and_draft_cost_follow_the_bytes_read(tmp_path):
-    config = {
-        "hidden_size": 576,
-        "intermediate_size": 1536,
-        "vocab_size": 49152,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "tie_word_embeddings": True,
-    }
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    write_config(tmp_path)  # SmolLM2-135M
     cost = drafter.draft_cost_ratio(tmp_path, draft_layers=4)
     assert 0.25 < cost < 0.35  # SmolLM2-135M: the head is a fifth of the bytes, 4 of 30 layers the rest
     assert drafter.draft_cost_ratio(tmp_path, draft_layers=30) == pytest.approx(1.0)
     assert drafter.break_even_acceptance(3, cost) == pytest.approx(3 * cost + 1.0)
 
 
-def _diagnosis(**engine_stats) -> Diagnosis:
-    decode = Bottleneck(name="decode_bound", severity=0.7, evidence=["decode is 90% of end-to-end latency"])
-    return Diagnosis(
-        endpoint="ep",
-        engine_kind="vllm",
-        bottlenecks=[decode],
-        engine_stats=engine_stats,
-        request_stats={"structured_output_fraction": 1.0},
-    )
-
-
 def test_rule_proposes_training_with_the_acceptance_that_pays_off():
     s = drafter_training(
-        _diagnosis(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5),
+        decode_bound(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5),
         k=3,
         draft_cost_ratio=0.3,
         gpu_count=1,
@@ -122,32 +104,21 @@ def test_rule_proposes_training_with_the_acceptance_that_pays_off():
 
 def test_rule_stays_silent_when_drafting_cannot_pay():
     # n-gram drafts were mostly rejected: the traffic is not predictable enough
-    assert drafter_training(_diagnosis(spec_decode_acceptance_rate=0.1), gpu_count=1) is None
+    assert drafter_training(decode_bound(spec_decode_acceptance_rate=0.1), gpu_count=1) is None
     # a batch this large is compute-bound: verification costs k+1 steps
-    assert drafter_training(_diagnosis(at_cap_requests_running_mean=200.0), gpu_count=1) is None
+    assert drafter_training(decode_bound(at_cap_requests_running_mean=200.0), gpu_count=1) is None
     # decode steps 20x their bandwidth bound (a CPU host): a draft step costs nearly a target step
     why: list[str] = []
-    assert drafter_training(_diagnosis(roofline_ratio=20.0), k=3, gpu_count=0, why_not=why) is None
+    assert drafter_training(decode_bound(roofline_ratio=20.0), k=3, gpu_count=0, why_not=why) is None
     assert why and "beyond the 4 a round can yield" in why[0]
     # no decode bottleneck at all
     assert drafter_training(Diagnosis(endpoint="ep", engine_kind="vllm")) is None
 
 
-def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
-    store = MemoryStore(tmp_path / "memory.duckdb")
-    store.ensure_schema()
-    rec = DrafterRecord(
+def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(store):
+    rec = drafter_record(
         endpoint="ep",
         model_signature="m1",
-        data_signature="d1",
-        path="/drafts/a",
-        num_speculative_tokens=3,
-        layers=4,
-        steps=300,
-        train_examples=100,
-        train_tokens=3200,
-        heldout_examples=20,
-        train_s=120.0,
         acceptance_offline={"acceptance_length": 1.8, "accepted_per_position": [0.5, 0.2, 0.1]},
     )
     store.record_drafter(rec)
@@ -168,51 +139,26 @@ def test_drafters_are_recorded_and_marked_stale_when_the_model_drifts(tmp_path):
 
 # --- the drafter rule in the proposal round, and the verdict written back (real DuckDB, no engine)
 
-SMOLLM_CONFIG = {
-    "hidden_size": 576,
-    "intermediate_size": 1536,
-    "vocab_size": 49152,
-    "num_hidden_layers": 30,
-    "num_attention_heads": 9,
-    "num_key_value_heads": 3,
-    "tie_word_embeddings": True,
-}
-
 
 @pytest.fixture
 def local_spec(definitions, tmp_path):
     """tiny_random's endpoint with a local model folder (only its config.json is read here)."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(SMOLLM_CONFIG))
+    model = write_config(tmp_path / "model")  # SmolLM2-135M
     spec = definitions.endpoint("tiny_random")
     return spec.model_copy(update={"model": spec.model.model_copy(update={"path": str(model)})})
 
 
-def _store(tmp_path) -> MemoryStore:
-    store = MemoryStore(tmp_path / "memory.duckdb")
-    store.ensure_schema()
-    return store
+def _on_one_gpu(spec):
+    return spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"gpu_count": 1})})
 
 
 def _trained(spec, tmp_path, **update) -> DrafterRecord:
     from research.drift import model_fingerprint
 
-    draft = tmp_path / "draft"
-    draft.mkdir(exist_ok=True)
-    (draft / "config.json").write_text(json.dumps(SMOLLM_CONFIG | {"num_hidden_layers": 4}))
-    rec = DrafterRecord(
+    rec = drafter_record(
         endpoint=spec.name,
         model_signature=model_fingerprint(spec),
-        data_signature="d1",
-        path=str(draft),
-        num_speculative_tokens=3,
-        layers=4,
-        steps=300,
-        train_examples=100,
-        train_tokens=3200,
-        heldout_examples=20,
-        train_s=120.0,
+        path=str(write_config(tmp_path / "draft", num_hidden_layers=4)),
         train={"draft_cost_ratio": 0.29},
         acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.56, 0.43, 0.33]},
     )
@@ -221,16 +167,14 @@ def _trained(spec, tmp_path, **update) -> DrafterRecord:
 
 def _predictable(spec) -> Diagnosis:
     """Decode-bound, small batch, structured replies: the rule says a drafter would pay (on a GPU)."""
-    return _diagnosis(at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5).model_copy(
-        update={"endpoint": spec.name}
-    )
+    return decode_bound(spec.name, at_cap_requests_running_mean=2.0, spec_decode_acceptance_rate=0.5)
 
 
 def test_a_fresh_drafter_joins_the_round_as_a_lossless_candidate(local_spec, tmp_path):
     from research.proposals import ProposalBatch
 
-    spec = local_spec.model_copy(update={"hardware": local_spec.hardware.model_copy(update={"gpu_count": 1})})
-    store = _store(tmp_path)
+    spec = _on_one_gpu(local_spec)
+    store = memory_store(tmp_path)
     rec = _trained(spec, tmp_path)
     store.record_drafter(rec)
     batch = drafter.propose_drafter(
@@ -258,7 +202,7 @@ def test_a_fresh_drafter_joins_the_round_as_a_lossless_candidate(local_spec, tmp
     assert [p.proposal_id for p in got] == ["p0", "p1", proposal.proposal_id]
     # a drafter already judged, stale, or of another model: the round only suggests
     for update in ({"verdict": "worse"}, {"status": "stale"}, {"model_signature": "another"}):
-        other = _store(tmp_path / next(iter(update)))
+        other = memory_store(tmp_path / next(iter(update)))
         other.record_drafter(_trained(spec, tmp_path, **update))
         assert (
             drafter.propose_drafter(
@@ -271,8 +215,8 @@ def test_a_fresh_drafter_joins_the_round_as_a_lossless_candidate(local_spec, tmp
 def test_without_a_drafter_the_round_records_the_suggestion_as_an_open_question(local_spec, tmp_path):
     from research.proposals import ProposalBatch
 
-    spec = local_spec.model_copy(update={"hardware": local_spec.hardware.model_copy(update={"gpu_count": 1})})
-    store = _store(tmp_path)
+    spec = _on_one_gpu(local_spec)
+    store = memory_store(tmp_path)
     batch = drafter.propose_drafter(
         spec, _predictable(spec), ProposalBatch(source="rules"), n=3, memory=store, campaign_id="c1"
     )
@@ -310,7 +254,7 @@ def test_an_engine_that_cannot_serve_a_drafter_says_so(definitions):
 def test_the_harness_verdict_and_served_acceptance_reach_the_drafter_record(local_spec, tmp_path):
     from loadgen.results import StepResult, SweepResult
 
-    store = _store(tmp_path)
+    store = memory_store(tmp_path)
     rec = _trained(local_spec, tmp_path)
     store.record_drafter(rec)
     diff = drafter.draft_model_diff("vllm", Path(rec.path), 3)

@@ -14,36 +14,20 @@ import pytest
 
 from specs.config import CampaignSpec
 from specs.engine_args import parse_args
-from memory_db import DrafterRecord, MemoryStore
+from helpers_drafter import decode_bound, drafter_record, write_config
+from helpers_memory import memory_store
 from research import drafter
 from research.campaign import run_campaign
 from research.drift import model_fingerprint
-from research.proposals import Bottleneck, Diagnosis, ProposalBatch
+from research.proposals import Diagnosis, ProposalBatch
 from research.state import StateStore
 from test_campaign import pool, sweep
 from test_gpu_cap import _endpoint
 
-CONFIG = {
-    "hidden_size": 576,
-    "intermediate_size": 1536,
-    "vocab_size": 49152,
-    "num_hidden_layers": 30,
-    "num_attention_heads": 9,
-    "num_key_value_heads": 3,
-    "tie_word_embeddings": True,
-}
-
 
 def _decode_bound(endpoint: str) -> dict:
     """Decode-bound at a small batch with predictable replies: the rule says a drafter would pay."""
-    decode = Bottleneck(name="decode_bound", severity=0.8, evidence=["decode is 90% of end-to-end latency"])
-    return Diagnosis(
-        endpoint=endpoint,
-        engine_kind="vllm",
-        bottlenecks=[decode],
-        request_stats={"structured_output_fraction": 1.0},
-        engine_stats={"at_cap_requests_running_mean": 2.0},
-    ).model_dump(mode="json")
+    return decode_bound(endpoint, severity=0.8, at_cap_requests_running_mean=2.0).model_dump(mode="json")
 
 
 def _speculating_sweep(engine, pool_, spec):
@@ -59,22 +43,15 @@ def _speculating_sweep(engine, pool_, spec):
 
 def test_a_campaign_judges_a_fresh_drafter_and_records_the_verdict_on_it(tmp_path: Path):
     endpoint = _endpoint(tmp_path)
-    (tmp_path / "model" / "config.json").write_text(json.dumps(CONFIG))
-    draft = tmp_path / "draft"
-    draft.mkdir()
-    (draft / "config.json").write_text(json.dumps(CONFIG | {"num_hidden_layers": 4}))
-    memory = MemoryStore(tmp_path / "memory.duckdb")
-    memory.ensure_schema()
-    trained = DrafterRecord(
+    write_config(tmp_path / "model")  # SmolLM2-135M
+    draft = write_config(tmp_path / "draft", num_hidden_layers=4)
+    memory = memory_store(tmp_path)
+    trained = drafter_record(
         endpoint=endpoint.name,
         model_signature=model_fingerprint(endpoint),
         data_signature="d",
         path=str(draft),
-        num_speculative_tokens=3,
-        layers=4,
-        steps=300,
-        train_examples=100,
-        train_tokens=3200,
+        heldout_examples=0,
         train_s=100.0,
         train={"draft_cost_ratio": 0.31},
         acceptance_offline={"acceptance_length": 2.3, "accepted_per_position": [0.6, 0.4, 0.3]},

@@ -16,7 +16,7 @@ from research.diagnosis import diagnose
 from research.interventions import validate_intervention
 from research.loop import CandidateVerdict, Contender, pick_winner
 from research.roofline import Roofline, roofline_for
-from research.state import ExperimentRecord
+from research.state import ExperimentState
 
 from test_diagnosis import make_pool  # noqa: E402 - pytest puts tests/ on sys.path (rootdir-relative import)
 
@@ -30,7 +30,7 @@ def _sweep(capacity: float) -> SweepResult:
 
 def _record(eid: str, diff: dict, caps: list[float], *, confirmed=True, lossy=False, verdict="better"):
     base = ["--continuous-batching"]
-    return ExperimentRecord(
+    return ExperimentState(
         experiment_id=eid,
         round=1,
         proposal_ids=[eid],
@@ -45,7 +45,7 @@ def _record(eid: str, diff: dict, caps: list[float], *, confirmed=True, lossy=Fa
     )
 
 
-def _as_saved_verdict(e: ExperimentRecord) -> CandidateVerdict:
+def _as_saved_verdict(e: ExperimentState) -> CandidateVerdict:
     """What the Dagster `verdicts` asset stores for the same experiment, read back through its IO manager."""
     stored = CandidateVerdict(
         proposal_id=e.experiment_id,
@@ -237,7 +237,7 @@ def test_proposals_below_the_mde_fill_free_slots_and_wait_only_when_the_round_is
     rest wait as open questions naming the MDE."""
     from types import SimpleNamespace
 
-    from research.campaign import _Campaign
+    from research.campaign.planning import below_mde
 
     def proposal(title, ratio):
         return SimpleNamespace(title=title, predicted_capacity_ratio=ratio)
@@ -250,10 +250,9 @@ def test_proposals_below_the_mde_fill_free_slots_and_wait_only_when_the_round_is
         (1, ["seqs"], ["prefix caching", "tokens"]),
     ):
         questions = []
-        fake = SimpleNamespace(campaign=SimpleNamespace(subagents=subagents), _question=questions.append)
-        chosen = _Campaign._below_mde(fake, [tokens, big, prefix], working)
+        chosen = below_mde([tokens, big, prefix], working, subagents, questions.append)
         assert [p.title for p in chosen] == runs
         assert [q.split(" is predicted")[0] for q in questions] == waits
         assert all("minimum detectable effect 51.0%" in q for q in questions)
-    none = SimpleNamespace(campaign=SimpleNamespace(subagents=1), _question=lambda q: None)
-    assert _Campaign._below_mde(none, [tokens, big], SimpleNamespace(noise=SimpleNamespace(mde=None))) == [tokens, big]
+    unknown = SimpleNamespace(noise=SimpleNamespace(mde=None))
+    assert below_mde([tokens, big], unknown, 1, lambda q: None) == [tokens, big]

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
+from helpers_memory import T0, experiment
 from memory_db import (
     CampaignRecord,
-    Conditions,
     ConfirmationRecord,
     EndpointRecord,
-    ExperimentRecord,
     FindingRecord,
     MemoryStore,
     OpenQuestion,
 )
 from memory_db.export import export_endpoint_markdown, export_markdown
-
-T0 = datetime(2026, 11, 1, 12, 0, 0)
-CONDITIONS = Conditions(model="smollm2-135m", engine="vllm", engine_version="0.32.0", workload_signature="wl")
 
 
 def fill(store: MemoryStore) -> None:
@@ -46,30 +42,16 @@ def fill(store: MemoryStore) -> None:
             stop_reason="no supported experiment left | budget",
         )
     )
-    good = ExperimentRecord(
-        endpoint="chat",
-        campaign_id="chat-c1",
-        conditions=CONDITIONS,
+    good = experiment(
         bottleneck="prefix_reuse",
         technique="prefix_caching",
         change={"--enable-prefix-caching": None},
-        verdict="better",
         capacity_ratio=1.3,
-        noise_threshold=0.05,
         dagster_run_ids=["dg-7"],
         created_at=T0 + timedelta(minutes=10),
     )
-    bad = ExperimentRecord(
-        endpoint="chat",
-        campaign_id="chat-c1",
-        conditions=CONDITIONS,
-        bottleneck="queueing",
-        technique="max_num_seqs",
-        change={"--max-num-seqs": "256"},
-        verdict="worse",
-        capacity_ratio=0.7,
-        noise_threshold=0.05,
-        created_at=T0 + timedelta(minutes=20),
+    bad = experiment(
+        change={"--max-num-seqs": "256"}, verdict="worse", capacity_ratio=0.7, created_at=T0 + timedelta(minutes=20)
     )
     store.record(good)
     store.record(bad)
@@ -104,21 +86,21 @@ def fill(store: MemoryStore) -> None:
     )
     store.record(OpenQuestion(endpoint="chat", question="Answered one", status="answered", answer="yes", created_at=T0))
     store.record(
-        ExperimentRecord(
+        experiment(
             endpoint="rag",
             campaign_id="rag-c1",
-            conditions=CONDITIONS,
             bottleneck="decode",
             technique="ngram_speculation",
             change={"--speculative-config": "{}"},
             verdict="same",
+            capacity_ratio=None,
+            noise_threshold=None,
             created_at=T0,
         )
     )
 
 
-def test_endpoint_page_has_every_section(tmp_path: Path):
-    store = MemoryStore(tmp_path / "m.duckdb")
+def test_endpoint_page_has_every_section(store: MemoryStore, tmp_path: Path):
     fill(store)
     pages = export_markdown(store, tmp_path / "pages")
     assert [p.name for p in pages] == ["chat.md", "rag.md"]
@@ -146,11 +128,10 @@ def test_endpoint_page_has_every_section(tmp_path: Path):
     assert "ngram_speculation" not in text  # the other endpoint's work is on its own page
 
 
-def test_export_is_reproducible_from_the_database_file(tmp_path: Path):
-    store = MemoryStore(tmp_path / "m.duckdb")
+def test_export_is_reproducible_from_the_database_file(store: MemoryStore, tmp_path: Path):
     fill(store)
     first = [p.read_text() for p in export_markdown(store, tmp_path / "a")]
-    copy = tmp_path / "copy" / "m.duckdb"
+    copy = tmp_path / "copy" / store.path.name
     copy.parent.mkdir()
     shutil.copy(store.path, copy)  # only the database travels: no spool, no process state
     second = [p.read_text() for p in export_markdown(MemoryStore(copy), tmp_path / "b")]

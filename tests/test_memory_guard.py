@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from memory_db import Conditions, ExperimentRecord, FindingRecord, MemoryStore, SecretInRecordError, check_no_secrets
@@ -50,8 +48,7 @@ def test_values_of_secret_named_env_vars_are_refused(monkeypatch):
     check_no_secrets({"notes": "ratio 1.1"})
 
 
-def test_store_refuses_the_record_and_writes_nothing(tmp_path: Path):
-    store = MemoryStore(tmp_path / "m.duckdb")
+def test_store_refuses_the_record_and_writes_nothing(store: MemoryStore):
     secret = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
     bad = ExperimentRecord(
         endpoint="e",

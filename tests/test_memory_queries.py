@@ -4,11 +4,9 @@ open questions, findings across endpoints, disagreements, campaign gains."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
-import pytest
-
+from helpers_memory import T0, experiment
 from memory_db import (
     CampaignRecord,
     Conditions,
@@ -21,40 +19,15 @@ from memory_db import (
     change_signature,
 )
 
-T0 = datetime(2026, 11, 1, 12, 0, 0)
 CHAT = Conditions(model="smollm2-135m", engine="vllm", engine_version="0.32.0", workload_signature="wl-chat")
 
-
-@pytest.fixture()
-def store(tmp_path: Path) -> MemoryStore:
-    return MemoryStore(tmp_path / "memory.duckdb", timeout_s=10)
+# `store` (tests/conftest.py): an empty memory in the test's tmp_path
 
 
-def exp(
-    store: MemoryStore,
-    *,
-    endpoint="chat",
-    campaign_id="chat-c1",
-    conditions=CHAT,
-    technique="max_num_seqs",
-    change=None,
-    verdict="better",
-    ratio=1.2,
-    minutes=0,
-    **extra,
-) -> ExperimentRecord:
-    record = ExperimentRecord(
-        endpoint=endpoint,
-        campaign_id=campaign_id,
-        conditions=conditions,
-        bottleneck=extra.pop("bottleneck", "queueing"),
-        technique=technique,
-        change=change or {"--max-num-seqs": "64"},
-        verdict=verdict,
-        capacity_ratio=ratio,
-        noise_threshold=extra.pop("noise_threshold", 0.05),
-        created_at=T0 + timedelta(minutes=minutes),
-        **extra,
+def exp(store: MemoryStore, *, conditions=CHAT, ratio=1.2, minutes=0, **fields) -> ExperimentRecord:
+    """Record the shared experiment (on CHAT), ``minutes`` after T0."""
+    record = experiment(
+        conditions=conditions, capacity_ratio=ratio, created_at=T0 + timedelta(minutes=minutes), **fields
     )
     store.record(record)
     return record

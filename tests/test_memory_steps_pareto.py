@@ -7,7 +7,6 @@ records go through the real MemoryStore. The same memory is read back by the duc
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from engines.gpu import GpuReading, GpuTick, summarize_ticks
 from loadgen.results import RequestRecord, SweepResult
 from loadgen.runner import RunOutcome
 from loadgen.stats import summarize
+from helpers_memory import duckdb_cli
 from memory_db import Conditions, ExperimentRecord, MemoryStore, RunRecord
 from memory_db.export import export_parquet
 from memory_db.queries import pareto_curves, pareto_points
@@ -106,10 +106,9 @@ CONDITIONS = Conditions(model="m", engine="vllm", engine_version="0.32.0", workl
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> MemoryStore:
+def memory(store: MemoryStore) -> MemoryStore:
     """Two endpoints: a 2-GPU one priced per GPU-hour, with power telemetry and three configurations
     (a baseline, a bigger batch that trades per-user speed for throughput, a worse one); a CPU one."""
-    store = MemoryStore(tmp_path / "memory.duckdb")
     base = spec("gpu_chat", ["--max-num-seqs", "8"], 2, 4.0)
     big = spec("gpu_chat", ["--max-num-seqs", "64"], 2, 4.0)
     slow = spec("gpu_chat", ["--max-num-seqs", "8", "--enforce-eager"], 2, 4.0)
@@ -213,16 +212,11 @@ def test_pareto_front_marks_configurations_no_other_dominates(memory: MemoryStor
     assert len(curves) == memory.query("SELECT * FROM v_run_steps WHERE endpoint = 'gpu_chat'").height
 
 
-def _duckdb_cli() -> str | None:
-    beside = Path(sys.executable).with_name("duckdb")  # `pip install duckdb-cli` puts it next to python
-    return str(beside) if beside.exists() else shutil.which("duckdb")
-
-
-@pytest.mark.skipif(_duckdb_cli() is None, reason="the duckdb CLI is not installed (pip install duckdb-cli)")
+@pytest.mark.skipif(duckdb_cli() is None, reason="the duckdb CLI is not installed (pip install duckdb-cli)")
 def test_step_view_and_parquet_export_read_with_duckdb_cli_and_polars(memory: MemoryStore, tmp_path: Path):
     view = subprocess.run(
         [
-            _duckdb_cli(),
+            duckdb_cli(),
             "-readonly",
             "-csv",
             str(memory.path),
@@ -248,7 +242,7 @@ def test_step_view_and_parquet_export_read_with_duckdb_cli_and_polars(memory: Me
     assert frame.filter(pl.col("endpoint") == "gpu_chat")["joules_per_output_token"].null_count() == 0
     cli = subprocess.run(
         [
-            _duckdb_cli(),
+            duckdb_cli(),
             "-csv",
             "-c",
             f"SELECT endpoint, count(*) FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true) "

@@ -15,9 +15,10 @@ import polars as pl
 import pytest
 
 from loadgen.results import LatencySummary, StepResult, SweepResult
+from helpers_memory import CONDITIONS, duckdb_cli
+from helpers_memory import experiment as base_experiment
 from memory_db import (
     CampaignRecord,
-    Conditions,
     EndpointRecord,
     ExperimentRecord,
     FindingRecord,
@@ -30,30 +31,12 @@ from memory_db import (
 from memory_db.formatting import format_csv, format_json, format_table, render
 from memory_db.migrate import apply_migrations, latest_version, migrations
 
-CONDITIONS = Conditions(model="smollm2-135m", engine="vllm", engine_version="0.32.0", workload_signature="wl-a")
+# `store` (tests/conftest.py): an empty memory in the test's tmp_path
 
 
 def experiment(**overrides) -> ExperimentRecord:
-    fields = dict(
-        endpoint="chat",
-        campaign_id="chat-c1",
-        conditions=CONDITIONS,
-        bottleneck="queueing",
-        technique="max_num_seqs",
-        change={"--max-num-seqs": "64"},
-        verdict="better",
-        capacity_ratio=1.2,
-        noise_threshold=0.05,
-        dagster_run_ids=["run-1"],
-        asset_keys=["chat/verdicts"],
-    )
-    fields.update(overrides)
-    return ExperimentRecord(**fields)
-
-
-@pytest.fixture()
-def store(tmp_path: Path) -> MemoryStore:
-    return MemoryStore(tmp_path / "memory.duckdb", timeout_s=10)
+    """The shared experiment, with the Dagster run and asset that recorded it."""
+    return base_experiment(**{"dagster_run_ids": ["run-1"], "asset_keys": ["chat/verdicts"], **overrides})
 
 
 def test_fresh_store_applies_every_migration_once_in_order(store: MemoryStore):
@@ -256,17 +239,12 @@ def test_plain_duckdb_and_polars_read_the_file(store: MemoryStore):
     assert query("SELECT count(*) AS n FROM experiments", path=store.path)["n"][0] == 2
 
 
-def _duckdb_cli() -> str | None:
-    beside = Path(sys.executable).with_name("duckdb")  # `pip install duckdb-cli` puts it next to python
-    return str(beside) if beside.exists() else shutil.which("duckdb")
-
-
-@pytest.mark.skipif(_duckdb_cli() is None, reason="the duckdb CLI is not installed (pip install duckdb-cli)")
+@pytest.mark.skipif(duckdb_cli() is None, reason="the duckdb CLI is not installed (pip install duckdb-cli)")
 def test_plain_duckdb_cli_reads_the_file_and_writers_still_succeed(store: MemoryStore):
     store.record(experiment())
     done = subprocess.run(
         [
-            _duckdb_cli(),
+            duckdb_cli(),
             "-readonly",
             "-csv",
             str(store.path),

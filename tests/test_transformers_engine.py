@@ -192,8 +192,10 @@ def test_a_campaign_on_transformers_serve_gets_greedy_checked_correctness_and_re
 
     proposals = [p for r in state.rounds for p in r.proposals]
     assert proposals, log  # a real proposal for this engine
-    for p in proposals:
-        assert set(p.engine_arg_diff) <= TRANSFORMERS_SERVE_FLAGS, p  # the engine's own knobs, no vLLM flags
+    for p in proposals:  # the engine's own knobs, no vLLM flags; internal settings through its own overlay
+        assert set(p.engine_arg_diff) <= TRANSFORMERS_SERVE_FLAGS | {"--overlay"}, p
+        overlay = p.engine_arg_diff.get("--overlay")
+        assert overlay is None or overlay.startswith("transformers_cb_config="), p
     run = [e for e in state.experiments.values() if e.verdict != "skipped" and e.correctness is not None]
     assert run, log
     for e in run:

@@ -1,0 +1,115 @@
+"""Measuring one configuration through the harness (research.harness.run_candidate) and booking the
+result into the campaign's state: the experiment's verdict and evidence, its cost, its record in memory."""
+
+from __future__ import annotations
+
+import time
+
+from loadgen.results import NoiseFloor
+from research.campaign.budget import Budget
+from research.campaign.context import CampaignContext, config_hash
+from research.campaign.recording import MemoryRecorder
+from research.campaign.steps import CompareFn
+from research.correctness import CorrectnessThresholds
+from research.harness import CandidateResult, Progress, SweepFn, run_candidate
+from research.state import ExperimentState, ProposalRecord, RoundRecord, experiment_id
+
+
+class Bench:
+    """Runs configurations and books experiments; what the scheduler, the baseline and adoption measure with."""
+
+    def __init__(
+        self,
+        ctx: CampaignContext,
+        budget: Budget,
+        recorder: MemoryRecorder,
+        *,
+        sweep_fn: SweepFn | None,
+        compare_fn: CompareFn,
+        thresholds: CorrectnessThresholds | None,
+    ):
+        self.ctx, self.budget, self.recorder = ctx, budget, recorder
+        self.sweep_fn, self.compare_fn, self.thresholds = sweep_fn, compare_fn, thresholds
+
+    def active_file(self, label: str):
+        """Where the engine of the run ``label`` records itself while it runs (see stop_orphan)."""
+        return self.ctx.workdir / f"active_engine.{label}.json"
+
+    def measure(
+        self,
+        args: list[str],
+        repeats: int,
+        *,
+        noise: NoiseFloor | None,
+        lossy: bool = False,
+        capture: bool = False,
+        check: bool = True,
+        progress: Progress | None = None,
+    ) -> CandidateResult:
+        """Start the engine with ``args``, check (or capture) correctness, run ``repeats`` sweeps, stop it."""
+        state, endpoint = self.ctx.state, self.ctx.endpoint
+        reference = None
+        if check and not capture and state.reference is not None:
+            reference = state.reference_outputs.get(config_hash(endpoint, state.reference.engine_args))
+        label = (
+            "baseline"
+            if capture
+            else experiment_id("run", state.working.engine_args if state.working else [], args, repeats)
+        )
+        workdir = self.ctx.workdir / f"{label}-{len(state.experiments)}-{int(time.time())}"
+        # one active file per engine: parallel experiments each record their own (see stop_orphan)
+        return run_candidate(
+            endpoint,
+            args,
+            self.ctx.pool,
+            noise,
+            repeats,
+            lossy=lossy,
+            reference=reference,
+            capture=capture,
+            thresholds=self.thresholds,
+            workdir=workdir,
+            active_file=self.active_file(label),
+            sweep_fn=self.sweep_fn,
+            compare_fn=self.compare_fn,
+            progress=progress or self.ctx.progress,
+            extra_repeats=self.ctx.campaign.extra_repeats,
+            baseline_sustained=state.working.soak.sustained_rate
+            if state.working is not None and state.working.soak is not None
+            else None,
+        )
+
+    def fill(self, record: ExperimentState, result: CandidateResult) -> None:
+        """Copy a measurement into its experiment record and charge it to the budget."""
+        record.verdict, record.confirmed = result.verdict, result.confirmed
+        record.invalid_reason, record.sweeps = result.invalid_reason, result.sweeps
+        record.comparison, record.correctness = result.comparison, result.correctness
+        record.identity, record.log_tail, record.wall_s = result.identity, result.log_tail, result.wall_s
+        record.soak = result.soak
+        record.cost_hours = self.budget.cost_hours(result.wall_s)
+        record.finished_at = time.time()
+        reference = self.ctx.state.reference
+        if reference is not None and record.capacity_mean is not None:
+            from loadgen.noise import reference_capacity
+
+            ref = reference_capacity(reference.noise)[0]
+            record.capacity_ratio_vs_reference = record.capacity_mean / ref if ref > 0 else None
+        self.budget.charge(result)
+
+    def finish(
+        self, rnd: RoundRecord, record: ExperimentState, proposal: ProposalRecord | None, memory: bool = True
+    ) -> None:
+        """Book a finished (or rejected, or skipped) experiment into the state and the round, record it
+        in memory (``memory``), and save."""
+        record.finished_at = record.finished_at or time.time()
+        self.ctx.state.experiments[record.experiment_id] = record
+        if record.experiment_id not in rnd.experiment_ids:
+            rnd.experiment_ids.append(record.experiment_id)
+        if record.verdict == "invalid" and record.invalid_reason and not record.invalid_reason.startswith("rejected"):
+            self.ctx.question(
+                f"{record.title} was invalid ({record.invalid_reason.splitlines()[0][:200]}): "
+                f"fix or rule out the cause before trying it again."
+            )
+        if memory and record.verdict != "skipped":
+            self.recorder.experiment(record, proposal)
+        self.ctx.save()

@@ -1,0 +1,147 @@
+"""What a campaign ends with: its outcome (``<campaign>.outcome.json``), the best configuration
+(``<campaign>.best.json``, never deployed), the review report, and the total gain over its reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from specs.engine_args import diff_args
+from research.campaign.context import CampaignContext
+from research.state import BaselineRecord
+
+
+class CampaignOutcome(BaseModel):
+    """What a campaign run ended with (also written as ``<campaign>.outcome.json``)."""
+
+    @property
+    def failure(self) -> str | None:
+        """Why this outcome is a failure for the caller (non-zero exit), or None.
+
+        A campaign fails when it has no valid baseline (invalid, or refused by its deadline or
+        budget) or when no experiment could be measured to a verdict. A paused one (not finished)
+        has not failed: it resumes when run again."""
+        if not self.finished:
+            return None
+        if self.reference_capacity is None:
+            return f"no valid baseline: {self.end_reason}"
+        if self.experiments_measured == 0:
+            return f"no experiment could run: {self.end_reason}"
+        return None
+
+    campaign: str
+    campaign_id: str
+    endpoint: str
+    finished: bool
+    end_reason: str | None
+    reference_args: list[str] = Field(default_factory=list)
+    reference_capacity: float | None = None
+    best_args: list[str] = Field(default_factory=list)
+    best_capacity: float | None = None
+    total_gain: float | None = None  # best / reference capacity
+    total_gain_is_lower_bound: bool = False  # the reference held no rate down to its floor
+    adopted_experiments: list[str] = Field(default_factory=list)
+    experiments_run: int = 0
+    experiments_measured: int = 0  # run to a verdict of better / same / worse (not invalid)
+    experiments_skipped: int = 0
+    resumed: int = 0
+    gpu_hours_used: float = 0.0
+    active_minutes: float = 0.0
+    open_questions: list[str] = Field(default_factory=list)
+    state_path: str
+    report_path: str | None = None
+    best_config_path: str | None = None
+
+
+def total_gain(reference: BaselineRecord | None, best: BaselineRecord | None) -> tuple[float | None, bool]:
+    """(best / reference capacity, is a lower bound). A reference whose repeats held no rate down to
+    their floor counts at that floor: the gain is then a finite lower bound, never "inf"."""
+    from loadgen.noise import reference_capacity
+
+    if reference is None or best is None:
+        return None, False
+    ref, bound = reference_capacity(reference.noise)
+    if ref <= 0:
+        return None, False
+    return best.capacity / ref, bound
+
+
+def write_best_config(ctx: CampaignContext) -> Path | None:
+    """``<campaign>.best.json``: the working baseline with its diff and gain vs the reference (None
+    before a baseline was measured). Lossless only, and not deployed."""
+    s = ctx.state
+    ref, best = s.reference, s.working
+    if ref is None:
+        return None
+    gain, gain_is_bound = total_gain(ref, best)
+    path = ctx.state_dir / f"{s.campaign}.best.json"
+    path.write_text(
+        json.dumps(
+            {
+                "endpoint": ctx.endpoint.name,
+                "campaign_id": s.campaign_id,
+                "engine_args": best.engine_args,
+                "diff_vs_reference": diff_args(ref.engine_args, best.engine_args),
+                "capacity_rps": best.capacity,
+                "reference_capacity_rps": ref.capacity,
+                "total_gain": gain,
+                "total_gain_is_lower_bound": gain_is_bound,
+                "lossless": True,
+                "deployed": False,
+            },
+            indent=2,
+        )
+    )
+    return path
+
+
+def write_review(ctx: CampaignContext) -> Path | None:
+    """The review report (research.review); a failure to write it warns and never loses the outcome."""
+    from research.review import write_report
+
+    s = ctx.state
+    try:
+        return write_report(s, ctx.endpoint, ctx.campaign, ctx.state_dir / f"{s.campaign}.review")
+    except Exception as exc:  # noqa: BLE001 - a plotting failure must not lose the outcome
+        ctx.progress(f"warning: the review report could not be written: {exc!r}")
+        return None
+
+
+def summarize(ctx: CampaignContext, report_path: Path | None = None, best_path: Path | None = None) -> CampaignOutcome:
+    """The campaign's outcome as its state stands now."""
+    s = ctx.state
+    ref, best = s.reference, s.working
+    gain, gain_is_bound = total_gain(ref, best)
+    experiments = list(s.experiments.values())
+    return CampaignOutcome(
+        campaign=s.campaign,
+        campaign_id=s.campaign_id,
+        endpoint=s.endpoint,
+        finished=s.finished,
+        end_reason=s.end_reason,
+        reference_args=ref.engine_args if ref else [],
+        reference_capacity=ref.capacity if ref else None,
+        best_args=best.engine_args if best else [],
+        best_capacity=best.capacity if best else None,
+        total_gain=gain,
+        total_gain_is_lower_bound=gain_is_bound,
+        adopted_experiments=[b.source_experiment for b in s.baselines if b.source_experiment],
+        experiments_run=sum(
+            e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail) for e in experiments
+        ),
+        experiments_measured=sum(e.verdict in ("better", "same", "worse") for e in experiments),
+        experiments_skipped=sum(e.verdict == "skipped" for e in experiments),
+        resumed=s.resumes,
+        gpu_hours_used=s.gpu_hours_used,
+        active_minutes=s.active_seconds / 60,
+        open_questions=list(s.open_questions),
+        state_path=str(ctx.store.path),
+        report_path=str(report_path) if report_path else None,
+        best_config_path=str(best_path) if best_path else None,
+    )
+
+
+def write_outcome(ctx: CampaignContext, out: CampaignOutcome) -> None:
+    (ctx.state_dir / f"{ctx.state.campaign}.outcome.json").write_text(out.model_dump_json(indent=2))

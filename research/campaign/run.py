@@ -1,0 +1,279 @@
+"""One call of a campaign: load (or start) its state, wire its collaborators, and run its loop
+(baseline, then rounds of planning, scheduling and adoption) until it ends or pauses."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+
+from specs.config import CampaignSpec, EndpointSpec
+from research.campaign.adoption import Adoption
+from research.campaign.bench import Bench
+from research.campaign.budget import Budget, Limits, Paused
+from research.campaign.context import CampaignContext, config_hash, load_pool
+from research.campaign.outcome import CampaignOutcome, summarize, write_best_config, write_outcome, write_review
+from research.campaign.planning import Planner
+from research.campaign.recording import MemoryRecorder
+from research.campaign.scheduler import Scheduler, concurrent_engines
+from research.campaign.steps import (
+    CompareFn,
+    DiagnoseFn,
+    NoiseFn,
+    ProposeFn,
+    default_compare,
+    default_diagnose,
+    default_noise,
+    default_propose,
+)
+from research.correctness import CorrectnessThresholds
+from research.harness import Progress, SweepFn, stop_orphan
+from research.state import BaselineRecord, CampaignState, RoundRecord, StateStore
+
+
+class CampaignLoop:
+    """A campaign loaded from its state file (or new), with the collaborators that run it."""
+
+    def __init__(
+        self,
+        campaign: CampaignSpec,
+        endpoint: EndpointSpec,
+        state_dir: Path | str,
+        *,
+        memory=None,
+        proposer: str = "auto",
+        progress: Progress = print,
+        pool: pl.DataFrame | None = None,
+        sweep_fn: SweepFn | None = None,
+        noise_fn: NoiseFn | None = None,
+        compare_fn: CompareFn | None = None,
+        diagnose_fn: DiagnoseFn | None = None,
+        propose_fn: ProposeFn | None = None,
+        thresholds: CorrectnessThresholds | None = None,
+        stop_after_s: float | None = None,
+    ):
+        call_started = time.monotonic()
+        state_dir = Path(state_dir)
+        self.campaign, self.endpoint, self.progress = campaign, endpoint, progress
+        store = StateStore(state_dir, campaign.name)
+        limits = Limits.of(campaign, endpoint)
+        concurrent = concurrent_engines(campaign, endpoint, progress)
+        self.noise_fn = noise_fn or default_noise
+        workdir = state_dir / f"{campaign.name}.runs"  # CampaignContext.workdir
+        diagnose_fn = diagnose_fn or default_diagnose(campaign, workdir, progress)
+        kind = proposer if proposer != "auto" else campaign.proposer
+        if propose_fn is None and kind == "llm":  # fail before the baseline, not after it
+            from research.llm_agents import Orchestrator
+
+            Orchestrator.from_env("llm")
+        propose_fn = propose_fn or default_propose(kind, memory)
+        state = store.load()
+        if state is not None:
+            state.resumes += 1
+            progress(
+                f"resuming campaign {campaign.name} ({len(state.experiments)} experiments recorded, "
+                f"{state.active_seconds / 60:.1f} min used)"
+            )
+        else:
+            state = CampaignState(
+                campaign=campaign.name,
+                endpoint=endpoint.name,
+                campaign_id=f"{campaign.name}-{time.strftime('%Y%m%dT%H%M%S')}",
+            )
+        self.state = state
+        if pool is None:
+            pool = load_pool(campaign, endpoint, state_dir, progress)
+        self.ctx = ctx = CampaignContext(campaign, endpoint, state_dir, store, state, pool, progress)
+        self.budget = Budget(ctx, limits, stop_after_s, call_started)
+        self.recorder = MemoryRecorder(ctx, memory)
+        self.bench = Bench(
+            ctx,
+            self.budget,
+            self.recorder,
+            sweep_fn=sweep_fn,
+            compare_fn=compare_fn or default_compare,
+            thresholds=thresholds,
+        )
+        self.planner = Planner(ctx, diagnose_fn, propose_fn)
+        self.scheduler = Scheduler(ctx, self.budget, self.bench, self.recorder, concurrent)
+        self.adoption = Adoption(ctx, self.budget, self.bench, self.recorder, self.noise_fn)
+
+    # -- steps --------------------------------------------------------------------------------
+    def baseline(self) -> str | None:
+        """Measure the starting configuration (reference) once; return an end reason on failure."""
+        ctx, state = self.ctx, self.state
+        if state.reference is not None:
+            return None
+        args = list(self.endpoint.engine.args)
+        problem = self.budget.check(self.budget.estimate(ctx.baseline_repeats))
+        if problem:
+            return problem
+        self.progress(f"baseline: {' '.join(args)} ({ctx.baseline_repeats} sweeps)")
+        result = self.bench.measure(args, ctx.baseline_repeats, noise=None, capture=True)
+        self.budget.charge(result)
+        if result.verdict == "invalid" or result.reference is None:
+            state.failed_baseline = result.model_dump(mode="json", exclude={"reference"})
+            ctx.save()
+            return f"baseline invalid: {result.invalid_reason or 'no reference outputs'}"
+        noise = self.noise_fn(result.sweeps)
+        record = BaselineRecord(
+            engine_args=args,
+            sweeps=result.sweeps,
+            noise=noise,
+            identity=result.identity,
+            wall_s=result.wall_s,
+            soak=result.soak,
+        )
+        state.reference = state.working = record
+        state.baselines.append(record)
+        state.reference_outputs[config_hash(self.endpoint, args)] = result.reference
+        self.progress(
+            f"baseline capacity {noise.capacity_mean:.3g} req/s (spread {noise.capacity_rel_spread:.1%} "
+            f"over {noise.repeats} sweeps: {noise.capacities})"
+        )
+        self.recorder.campaign("running")
+        for i, sweep in enumerate(result.sweeps):
+            self.recorder.run(sweep, f"{state.campaign_id}-baseline-{i}", "baseline", None)
+        ctx.save()
+        return None
+
+    def run_round(self, rnd: RoundRecord) -> str | None:
+        """Run the round's proposals, then combinations; adopt the best win. Returns an end reason or None."""
+        working = self.state.working
+        reason = self.scheduler.run_proposals(rnd, working) or self.adoption.settle(rnd, working)
+        if reason:
+            return reason
+        rnd.finished = True
+        self.ctx.save()
+        return None
+
+    # -- ending ---------------------------------------------------------------------------------
+    def finish(self, reason: str) -> CampaignOutcome:
+        self.state.finished, self.state.end_reason = True, reason
+        self.progress(f"campaign ends: {reason}")
+        self.ctx.save()
+        return self.outcome(write=True)
+
+    def outcome(self, write: bool = False) -> CampaignOutcome:
+        """The outcome; with ``write``, also the best configuration, the review report, the memory's
+        campaign record with its open questions, and ``<campaign>.outcome.json``."""
+        if not write:
+            return summarize(self.ctx)
+        best_path = write_best_config(self.ctx)
+        report_path = write_review(self.ctx)
+        self.recorder.open_questions()
+        self.recorder.campaign("finished" if self.state.finished else "stopped")
+        out = summarize(self.ctx, report_path, best_path)
+        write_outcome(self.ctx, out)
+        return out
+
+    def run(self) -> CampaignOutcome:
+        if self.state.finished:
+            self.progress(f"campaign {self.campaign.name} already finished: {self.state.end_reason}")
+            return self.outcome()
+        for active in sorted(self.ctx.workdir.glob("active_engine*.json")):
+            stop_orphan(active, self.progress)
+        self.ctx.save()
+        try:
+            reason = self.baseline()
+            while reason is None:
+                rnd = self.planner.current_round()
+                if isinstance(rnd, str):
+                    reason = rnd
+                    break
+                reason = self.run_round(rnd)
+        except Paused as pause:
+            self.state.end_reason = str(pause)
+            self.progress(str(pause))
+            self.ctx.save()
+            return self.outcome(write=True)
+        return self.finish(reason)
+
+
+def run_campaign(
+    campaign: CampaignSpec,
+    endpoint: EndpointSpec,
+    *,
+    state_dir: Path | str,
+    memory=None,
+    proposer: str = "auto",
+    progress: Progress = print,
+    pool: pl.DataFrame | None = None,
+    sweep_fn: SweepFn | None = None,
+    noise_fn: NoiseFn | None = None,
+    compare_fn: CompareFn | None = None,
+    diagnose_fn: DiagnoseFn | None = None,
+    propose_fn: ProposeFn | None = None,
+    thresholds: CorrectnessThresholds | None = None,
+    stop_after_s: float | None = None,
+    run_id: str | None = None,
+) -> CampaignOutcome:
+    """Run (or resume) ``campaign`` on ``endpoint`` headless until it ends; return its outcome.
+
+    ``run_id``: the Dagster run this call is (the memory's campaign record lists every run of it).
+
+    ``stop_after_s``: this call's time window. The campaign pauses (saved, not finished) before an
+    experiment that would not end within it, so a campaign can be split across short calls
+    (a GPU machine lent for 10 minutes at a time) and resumed by calling again.
+
+    ``state_dir`` holds the state file, the replay pool, engine logs, the best configuration and
+    the review report. ``memory`` is a memory_db.MemoryStore (None = no shared memory).
+    ``proposer``: "auto" (the campaign's setting), "rules" or "llm". The remaining arguments
+    replace parts of the loop (tests, alternative measurement); the defaults are the real ones.
+    """
+    if campaign.endpoint != endpoint.name:
+        raise ValueError(f"campaign {campaign.name!r} targets endpoint {campaign.endpoint!r}, not {endpoint.name!r}")
+    c = CampaignLoop(
+        campaign,
+        endpoint,
+        Path(state_dir),
+        memory=memory,
+        proposer=proposer,
+        progress=progress,
+        pool=pool,
+        sweep_fn=sweep_fn,
+        noise_fn=noise_fn,
+        compare_fn=compare_fn,
+        diagnose_fn=diagnose_fn,
+        propose_fn=propose_fn,
+        thresholds=thresholds,
+        stop_after_s=stop_after_s,
+    )
+    if run_id and run_id not in c.state.dagster_run_ids:
+        c.state.dagster_run_ids.append(run_id)
+    return c.run()
+
+
+def record_campaign(
+    campaign: CampaignSpec, endpoint: EndpointSpec, *, state_dir: Path | str, memory, pool: pl.DataFrame
+) -> CampaignOutcome:
+    """Record a campaign measured elsewhere (its state folder brought back from a GPU machine) into
+    this host's research memory: the campaign, baseline runs, every experiment with its proposal,
+    the adopted changes and the open questions, exactly as the campaign would have recorded them."""
+    c = CampaignLoop(
+        campaign,
+        endpoint,
+        Path(state_dir),
+        memory=memory,
+        proposer="rules",
+        progress=lambda message: None,
+        pool=pool,
+        propose_fn=lambda *a: [],
+    )
+    s = c.state
+    s.resumes = max(0, s.resumes - 1)  # loading it here is not a resume
+    if s.reference is None:
+        raise ValueError(f"{state_dir}: campaign {campaign.name} has no measured baseline to record")
+    memory.record_campaign(c.recorder.campaign_row("running"))
+    for i, sweep in enumerate(s.reference.sweeps):
+        c.recorder.run(sweep, f"{s.campaign_id}-baseline-{i}", "baseline", None)
+    proposals = {p.proposal_id: p for r in s.rounds for p in r.proposals}
+    for record in s.experiments.values():
+        if record.verdict != "skipped":
+            c.recorder.experiment(record, proposals.get(record.proposal_ids[0]) if record.kind == "candidate" else None)
+    for b in s.baselines[1:]:
+        best = s.experiments.get(b.source_experiment or "")
+        if best is not None:
+            memory.record_confirmation(c.recorder.confirmation_row(best))
+    return c.outcome(write=True)

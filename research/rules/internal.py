@@ -1,0 +1,58 @@
+"""Engine-internal settings as techniques: what the adapter declares beyond the CLI (``engines.internals``).
+
+A setting is offered for the bottlenecks it names in ``addresses``, after the playbook's engine-independent
+techniques. It is one argument diff, ``--overlay NAME={json}``; when the configuration already runs that
+settings overlay (an internal change adopted earlier), the new fields are merged into it, so a candidate
+still changes one thing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engines.internals import InternalSetting
+from engines.overlays import FLAG
+from engines.registry import ADAPTERS
+from research.proposals import Intervention
+from research.rules.context import Context
+
+
+def settings_of(kind: str) -> tuple[InternalSetting, ...]:
+    cls = ADAPTERS.get(kind)
+    return tuple(cls.internal_settings) if cls is not None else ()
+
+
+def setting_for(kind: str, technique: str) -> InternalSetting | None:
+    return next((s for s in settings_of(kind) if s.technique == technique), None)
+
+
+def internal_interventions(bottleneck: str, ctx: Context) -> list[Intervention]:
+    """The adapter's internal settings meant for ``bottleneck`` that would change this configuration."""
+    out = []
+    for setting in settings_of(ctx.kind):
+        if bottleneck not in setting.addresses:
+            continue
+        value = _merged(setting, ctx.args.get(FLAG))
+        if value is None:
+            continue
+        out.append(Intervention(technique=setting.technique, engine_arg_diff={FLAG: value}))
+    return out
+
+
+def _merged(setting: InternalSetting, current: str | None) -> str | None:
+    """The ``--overlay`` value with ``setting`` applied on top of what the configuration runs (None:
+    it already runs exactly these fields)."""
+    fields: dict = {}
+    if current:
+        name, _, raw = current.partition("=")
+        if name == setting.overlay and raw:
+            try:
+                fields = dict(json.loads(raw))
+            except ValueError:
+                fields = {}
+        elif name != setting.overlay:
+            return None  # another overlay holds the flag: one overlay per candidate diff
+    merged = {**fields, **setting.settings}
+    if merged == fields:
+        return None
+    return f"{setting.overlay}={json.dumps(merged, sort_keys=True, separators=(',', ':'))}"

@@ -1,0 +1,139 @@
+"""Engine internals through the adapter: the evidence overlay of `transformers serve`, what diagnosis
+reads from it, and the internal settings the rules propose from it.
+
+The overlay runs in a real `transformers serve` (tiny random model on this CPU): its counts come back
+through a real sweep. The bottleneck rules are checked on internals of the shape the overlay writes,
+covering each rule's firing and non-firing side (no CUDA graphs run on this machine: captures are zero
+here, and the H200 run in benchmarks/results/gpu_campaign.json shows the real ones).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specs.config import DefinitionSet
+from engines import engine_identity, overlays
+from engines.registry import ADAPTERS
+from research.internals_evidence import bottlenecks, oom_bottleneck, summary
+
+
+def _internals(*, uptime=200.0, captures=(), stall=0.0, kv_ratio=None, peak=None, total=None):
+    return {
+        "uptime_s": uptime,
+        "steps": {"prepare": {"n": 100, "total_s": 0.2, "max_s": 0.01}, "generate": {"n": 100, "total_s": 2.0}},
+        "captures": {"n": len(captures), "stall_s": stall, "max_s": 0.3, "at_s": list(captures)},
+        "padded_shapes": {"distinct": 7, "max_q": 512, "max_kv": 16384, "kv_padding_ratio": kv_ratio},
+        "memory": {"peak_allocated_gib": peak, "total_gib": total} if peak is not None else None,
+    }
+
+
+def test_lazy_captures_while_serving_are_a_bottleneck_and_warm_up_captures_are_not():
+    late = _internals(captures=[1.0, 2.0, 90.0, 150.0, 190.0], stall=4.0)
+    named = {b.name: b for b in bottlenecks(late)}
+    assert "graph_capture_stalls" in named
+    assert "3 captures after" in " ".join(named["graph_capture_stalls"].evidence)
+    early = _internals(captures=[1.0, 2.0, 3.0, 10.0], stall=4.0)  # all within the first 30% of uptime
+    assert "graph_capture_stalls" not in {b.name for b in bottlenecks(early)}
+    negligible = _internals(captures=[150.0], stall=0.2)  # 0.1% of the uptime
+    assert "graph_capture_stalls" not in {b.name for b in bottlenecks(negligible)}
+
+
+def test_padding_and_memory_findings_follow_their_numbers():
+    names = {b.name for b in bottlenecks(_internals(kv_ratio=6.5, peak=136.0, total=139.8))}
+    assert names == {"padding_waste", "memory_headroom"}
+    assert bottlenecks(_internals(kv_ratio=1.3, peak=90.0, total=139.8)) == []
+
+
+def test_nothing_measured_names_nothing_and_says_unmeasured():
+    assert bottlenecks(None) == [] and bottlenecks({}) == []
+    assert summary(None).startswith("unmeasured")
+    assert oom_bottleneck("engine died: torch.OutOfMemoryError: CUDA out of memory").name == "memory_headroom"
+    assert oom_bottleneck("engine died (exit -9)") is None
+
+
+def test_the_adapter_ships_its_evidence_overlay_hashed_into_the_identity(definitions: DefinitionSet):
+    spec = definitions.endpoint("tiny_transformers")
+    identity = dict(engine_identity(spec).overlays)
+    assert identity == {"transformers_cb_probe": overlays.REGISTRY["transformers_cb_probe"].sha256()}
+    vllm = definitions.endpoint("tiny_random")  # an engine with /metrics ships no probe
+    assert engine_identity(vllm).overlays == ()
+    settings = ADAPTERS["transformers"].internal_settings
+    assert len(settings) >= 5 and all(s.overlay in overlays.REGISTRY for s in settings)
+    for s in settings:  # every declared setting is a valid argument for its engine, refused elsewhere
+        assert overlays.problems([overlays.FLAG, s.overlay_arg()], "transformers") == []
+        assert overlays.problems([overlays.FLAG, s.overlay_arg()], "vllm")
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(900)
+def test_a_real_sweep_on_transformers_serve_brings_back_its_internals(engine_slot, definitions: DefinitionSet):
+    from autoresearch.workflows import load_pool
+    from loadgen.sweep import run_sweep
+
+    spec = definitions.endpoint("tiny_transformers")
+    spec = spec.model_copy(
+        update={
+            "sweep": spec.sweep.model_copy(
+                update=dict(rates=[0.5], step_duration_s=4, min_requests=2, warmup_requests=1, refine_steps=0)
+            )
+        }
+    )
+    engine = engine_slot.get(spec)
+    before = engine.adapter.internals() or {}
+    steps_before = (before.get("steps") or {}).get("generate", {}).get("n", 0)
+    sweep = run_sweep(engine, load_pool(spec), spec, rates=[0.5])
+    internals = sweep.engine_internals
+    assert internals is not None, "the probe wrote nothing"
+    assert "ContinuousBatchProcessor._generation_step" in internals["wrapped"]
+    generate = internals["steps"]["generate"]
+    # the sweep's requests were generated in steps the probe counted (cumulative: more than before it)
+    assert sweep.steps and sweep.steps[0].requests > sweep.steps[0].errors
+    assert generate["n"] > steps_before and generate["total_s"] > 0
+    assert internals["captures"]["n"] == 0  # no CUDA graphs on a CPU: measured as none, not left out
+    assert "ms/step" in summary(internals)
+
+
+def _diagnosis(kind: str, args: list[str], internals: dict):
+    from research.proposals import Diagnosis
+
+    return Diagnosis(endpoint="e", engine_kind=kind, engine_args=args, bottlenecks=bottlenecks(internals), traits={})
+
+
+def test_the_rules_propose_the_adapters_internal_settings_from_its_internals():
+    from research.rules import propose
+
+    stalls = _internals(captures=[1.0, 90.0, 150.0, 190.0], stall=30.0, kv_ratio=6.0, peak=137.0, total=139.8)
+    args = ["--continuous-batching", "--cb-use-cuda-graph"]
+    proposals = propose(_diagnosis("transformers", args, stalls), n=6, gpu_count=1)
+    internal = [p for p in proposals if p.intervention.technique.startswith("internal_")]
+    assert len(internal) >= 5, [p.intervention.describe() for p in proposals]
+    for p in internal:  # each one overlay argument, the adapter's own prediction and falsification
+        ((flag, value),) = p.intervention.engine_arg_diff.items()
+        assert flag == overlays.FLAG and value.startswith("transformers_cb_config={")
+        assert p.prediction and p.falsification and p.observations
+    assert len({p.intervention.engine_arg_diff[overlays.FLAG] for p in internal}) == len(internal)
+    # the same internals on an engine that declares no such settings: nothing engine-internal is offered
+    vllm = propose(_diagnosis("vllm", ["--max-num-seqs", "8"], stalls), n=6, gpu_count=1)
+    assert not [p for p in vllm if p.intervention.technique.startswith("internal_")]
+
+
+def test_an_adopted_internal_setting_is_merged_not_replaced_by_the_next_one():
+    from research.rules import propose
+    from research.rules.internal import setting_for
+
+    adopted = '--overlay transformers_cb_config={"max_memory_percent":0.75}'.split(" ", 1)
+    args = ["--continuous-batching", "--cb-use-cuda-graph", *adopted]
+    stalls = _internals(captures=[1.0, 90.0, 150.0, 190.0], stall=30.0, kv_ratio=6.0, peak=137.0, total=139.8)
+    diagnosis = _diagnosis("transformers", args, stalls)
+    assert "memory_headroom" in {b.name for b in diagnosis.bottlenecks}
+    proposals = propose(diagnosis, n=6, gpu_count=1)
+    internal = [p for p in proposals if p.intervention.technique.startswith("internal_")]
+    assert internal
+    for p in internal:  # the adopted field stays, unless the new setting sets that field itself
+        fields = json.loads(p.intervention.engine_arg_diff[overlays.FLAG].partition("=")[2])
+        own = setting_for("transformers", p.intervention.technique).settings
+        assert fields == {"max_memory_percent": 0.75, **own}
+    # a setting the configuration already runs exactly is not offered again
+    assert "internal_memory_headroom" not in {p.intervention.technique for p in internal}
