@@ -143,6 +143,9 @@ class RunningEngine:
         self._profile_started: float | None = None
         self._stopped = False
         self.detached = False  # left running on purpose (detach()): run_engine does not stop it
+        # its death was what the block measured (a soak that found an OOM): run_engine does not call the
+        # measurement invalid for it
+        self.died_as_measured = False
         self.startup_s: float | None = None  # launch to healthy, measured by start_engine
         self.gpu_lease = None  # engines.gpu_lease.GpuLease held while the engine runs (None: no GPU pinning)
         self.gpu_wait_s = 0.0  # time start_engine waited for free GPUs (not engine time: not charged)

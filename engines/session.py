@@ -193,7 +193,7 @@ def run_engine(
             if died is not None:
                 raise died from exc
             raise
-        if not getattr(engine, "detached", False):
+        if not getattr(engine, "detached", False) and not getattr(engine, "died_as_measured", False):
             died = _death(engine, purpose)  # ended normally: on an engine still alive and answering?
             if died is not None:
                 raise died

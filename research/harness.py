@@ -121,6 +121,20 @@ def _sustained(
     return "same", False, reason, comparison
 
 
+def _stable_where_the_baseline_died(judged, soak: SoakResult, progress: Progress):
+    """A `same` on short steps whose soak held where the working baseline's soak died: `better`, by the
+    rate it sustains (the baseline sustained none), with the short steps' effect kept as evidence."""
+    _verdict, _confirmed, reason, comparison = judged
+    why = (
+        f"stable under sustained load at {soak.rate:.3g} req/s where the working baseline died in its own "
+        "soak (it sustains none of its short-step capacity)"
+    )
+    progress(f"  verdict better: {why}")
+    if comparison is not None:
+        comparison = comparison.model_copy(update={"verdict": "better", "evidence": f"{why}. {comparison.evidence}"})
+    return "better", True, reason, comparison
+
+
 def judge(
     sweeps: list[SweepResult],
     noise: NoiseFloor | None,
@@ -218,6 +232,8 @@ def run_candidate(
     a ``sweep_fn`` of its own (a test's instrument decides what it measures). A candidate whose soak had
     to back off is judged by the rate it sustained: it must beat ``baseline_sustained`` (the rate the
     baseline's own soak held; its measured capacity when it had none), else its verdict is ``same``.
+    ``baseline_sustained`` 0: the baseline died in its own soak; a `same` candidate is soaked too, and one
+    that holds is `better` (it sustains what the baseline cannot).
     ``active_file``: where the running engine's pid is recorded while it runs, so that a resumed
     campaign can stop an engine its killed predecessor left behind (see :func:`stop_orphan`).
     ``purpose``: the call site, for the engine's logs and errors (default "baseline" when capturing, else
@@ -375,10 +391,15 @@ def _measure(
         progress(f"  {look[3].evidence.split('. ')[0]}: one more repeat")
     engine.check_alive()
     judged = decided_early or judge(result.sweeps, baseline_noise, spec, compare_fn)
-    if soak and spec.soak.hold_s > 0 and (capture or (judged[0] == "better" and judged[1])):
+    # A baseline that died in its own soak sustains nothing (baseline_sustained 0): a candidate the short
+    # steps call `same` is soaked too, since surviving where the baseline died is the gain production sees.
+    baseline_unstable = baseline_sustained == 0.0 and not capture
+    wants_soak = capture or (judged[0] == "better" and judged[1]) or (baseline_unstable and judged[0] == "same")
+    if soak and spec.soak.hold_s > 0 and wants_soak:
         result.comparison = judged[3]  # kept when the soak rejects it: what the sweeps had shown
         result.soak = _soak(engine, pool, spec, result.sweeps, progress)
         if result.soak is not None and result.soak.outcome == "unstable":
+            engine.died_as_measured = True  # a death in the soak is its finding, not a crash of the measurement
             if not capture:
                 return done(
                     "unstable under sustained load: " + "; ".join(result.soak.reasons),
@@ -393,5 +414,8 @@ def _measure(
             progress("  the baseline's soak could not be measured: " + "; ".join(result.soak.reasons))
         elif result.soak is not None and not capture and result.soak.backed_off:
             judged = _sustained(judged, result.soak, baseline_sustained, baseline_noise, progress)
-        engine.check_alive()
+        if result.soak is not None and result.soak.outcome == "stable" and baseline_unstable and judged[0] == "same":
+            judged = _stable_where_the_baseline_died(judged, result.soak, progress)
+        if not engine.died_as_measured:
+            engine.check_alive()
     return judged

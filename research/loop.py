@@ -50,8 +50,10 @@ def diagnose_step(
     profile_seconds: float = 0.0,
     workdir: Path | None = None,
     progress: Progress = print,
+    sustained_failure: str | None = None,
 ):
-    """Diagnose the configuration ``spec`` declares from its sweeps and the pool.
+    """Diagnose the configuration ``spec`` declares from its sweeps and the pool (and, when its soak
+    found it unstable, why: ``sustained_failure``).
 
     Evidence every engine gives (client-side latencies against load, the roofline) always; a torch
     profile under steady load and the diagnostic workloads only where the adapter can give them
@@ -118,6 +120,7 @@ def diagnose_step(
         workloads=workloads,
         block_size=block,
         roofline=endpoint_roofline(spec),
+        sustained_failure=sustained_failure,
     )
     return diagnosis.model_copy(update={"notes": diagnosis.notes + notes}) if notes else diagnosis
 

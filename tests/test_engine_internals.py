@@ -137,3 +137,18 @@ def test_an_adopted_internal_setting_is_merged_not_replaced_by_the_next_one():
         assert fields == {"max_memory_percent": 0.75, **own}
     # a setting the configuration already runs exactly is not offered again
     assert "internal_memory_headroom" not in {p.intervention.technique for p in internal}
+
+
+def test_a_baseline_that_died_of_oom_in_its_soak_gets_memory_fixes_proposed():
+    from research.diagnosis import diagnose
+    from research.rules import propose
+    from tests.test_diagnosis import make_pool
+
+    args = ["--continuous-batching", "--cb-use-cuda-graph"]
+    died = "engine died during the hold (out of memory)"
+    diagnosis = diagnose(make_pool(), [], args, engine_kind="transformers", sustained_failure=died)
+    assert diagnosis.bottlenecks[0].name == "memory_headroom" and died in diagnosis.bottlenecks[0].evidence[0]
+    techniques = [p.intervention.technique for p in propose(diagnosis, n=3, gpu_count=1)]
+    assert techniques[0] == "internal_memory_headroom", techniques
+    healthy = diagnose(make_pool(), [], args, engine_kind="transformers", sustained_failure="TTFT keeps climbing")
+    assert "memory_headroom" not in {b.name for b in healthy.bottlenecks}

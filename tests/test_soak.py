@@ -232,3 +232,49 @@ def test_a_candidate_whose_soak_backed_off_is_judged_by_the_rate_it_sustained():
     assert (verdict, confirmed, comparison.verdict) == ("same", False, "same")
     assert "does not survive a soak" in comparison.evidence and "1.95" in comparison.evidence
     assert comparison.effect == better.effect  # the sweeps' effect and interval are kept, with the reason
+
+
+def test_a_baseline_that_died_in_its_soak_sustains_nothing_and_a_stable_same_candidate_beats_it():
+    """The H200 case: the working baseline OOMs in its soak. Its sustained rate is 0, so a candidate the
+    short steps call `same` whose own soak holds is `better` (what production sees), with the short
+    steps' effect and interval kept as evidence; a baseline without a soak says nothing."""
+    from loadgen.results import Comparison
+    from loadgen.soak import SoakResult
+    from research.campaign.bench import _sustained_rate
+    from research.harness import _stable_where_the_baseline_died
+    from research.state import BaselineRecord
+
+    died = SoakResult(rate=4.28, held_s=45, outcome="unstable", diagnosis="oom", reasons=["engine died (oom)"])
+    stable = SoakResult(rate=4.1, held_s=120, outcome="stable")
+    noise = {
+        "capacities": [4.0, 4.3],
+        "capacity_mean": 4.15,
+        "capacity_std": 0.2,
+        "repeats": 2,
+        "capacity_rel_spread": 0.07,
+    }
+
+    def working(soak):
+        return BaselineRecord.model_validate({"engine_args": [], "sweeps": [], "noise": noise, "soak": soak})
+
+    assert _sustained_rate(working(died)) == 0.0
+    assert _sustained_rate(working(stable)) == 4.1
+    assert _sustained_rate(working(None)) is None and _sustained_rate(None) is None
+    same = Comparison(
+        verdict="same",
+        capacity_ratio=0.98,
+        baseline_capacity=4.15,
+        candidate_capacities=[4.07],
+        threshold=0.1,
+        evidence="effect -2%",
+        effect=-0.02,
+        effect_low=-0.09,
+        effect_high=0.05,
+    )
+    lines: list[str] = []
+    verdict, confirmed, _, comparison = _stable_where_the_baseline_died(
+        ("same", False, None, same), stable, lines.append
+    )
+    assert (verdict, confirmed, comparison.verdict) == ("better", True, "better")
+    assert "where the working baseline died" in comparison.evidence and "effect -2%" in comparison.evidence
+    assert (comparison.effect, comparison.effect_low) == (same.effect, same.effect_low)

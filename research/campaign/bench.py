@@ -74,9 +74,7 @@ class Bench:
             compare_fn=self.compare_fn,
             progress=progress or self.ctx.progress,
             extra_repeats=self.ctx.campaign.extra_repeats,
-            baseline_sustained=state.working.soak.sustained_rate
-            if state.working is not None and state.working.soak is not None
-            else None,
+            baseline_sustained=_sustained_rate(state.working),
         )
 
     def fill(self, record: ExperimentState, result: CandidateResult) -> None:
@@ -113,3 +111,11 @@ class Bench:
         if memory and record.verdict != "skipped":
             self.recorder.experiment(record, proposal)
         self.ctx.save()
+
+
+def _sustained_rate(working) -> float | None:
+    """What the working baseline held in its soak: its rate when stable, 0 when it died or broke there
+    (it sustains none of its short-step capacity), None when it had no soak."""
+    if working is None or working.soak is None or working.soak.outcome == "unmeasured":
+        return None
+    return 0.0 if working.soak.outcome == "unstable" else working.soak.sustained_rate

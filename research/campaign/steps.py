@@ -50,6 +50,9 @@ def default_diagnose(campaign: CampaignSpec, workdir: Path, progress: Progress) 
             profile_seconds=campaign.profile_seconds,
             workdir=workdir / f"diagnosis-{len(state.rounds) + 1}",
             progress=progress,
+            sustained_failure=(
+                "; ".join(baseline.soak.reasons) if baseline.soak and baseline.soak.outcome == "unstable" else None
+            ),
         )
         return found.model_dump(mode="json")
 

@@ -95,12 +95,14 @@ def diagnose(
     tokenizer=None,
     block_size: int = 16,
     roofline: Roofline | None = None,
+    sustained_failure: str | None = None,
 ) -> Diagnosis:
     """Name the suspected bottlenecks of one endpoint, worst first, with their evidence.
 
     What the engine cannot give (metrics, a profile) is replaced by what every engine gives:
     client-side latencies against load and, with ``roofline``, the low-load decode step against
-    the bandwidth bound."""
+    the bandwidth bound. ``sustained_failure``: why the configuration's soak found it unstable (an OOM
+    there is a memory-headroom bottleneck however short steps looked)."""
     args = parse_args(list(engine_args))
     cls = ADAPTERS.get(engine_kind)
     vocab = cls.vocabulary if cls is not None else Vocabulary()
@@ -117,6 +119,9 @@ def diagnose(
         found = _merged(found, internals_evidence.bottlenecks(internals))
     elif cls is not None and cls.evidence_overlay:
         notes.append("the engine's evidence overlay wrote nothing: its internals are unmeasured")
+    oom = internals_evidence.oom_bottleneck(sustained_failure)  # the configuration's own soak died of OOM
+    if oom is not None:
+        found = _merged(found, [oom])
     if roofline is None:
         notes.append("no roofline: model weight size or memory bandwidth unknown")
     traits = {

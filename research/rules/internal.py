@@ -27,11 +27,11 @@ def setting_for(kind: str, technique: str) -> InternalSetting | None:
 
 
 def internal_interventions(bottleneck: str, ctx: Context) -> list[Intervention]:
-    """The adapter's internal settings meant for ``bottleneck`` that would change this configuration."""
+    """The adapter's internal settings meant for ``bottleneck`` that would change this configuration,
+    those made first of all for it (named first in ``addresses``) first."""
     out = []
-    for setting in settings_of(ctx.kind):
-        if bottleneck not in setting.addresses:
-            continue
+    meant = [s for s in settings_of(ctx.kind) if bottleneck in s.addresses]
+    for setting in sorted(meant, key=lambda s: s.addresses.index(bottleneck)):
         value = _merged(setting, ctx.args.get(FLAG))
         if value is None:
             continue
