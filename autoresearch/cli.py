@@ -140,8 +140,17 @@ def _check_model(spec, *, weights: bool) -> None:
         raise UsageError(
             f"model folder {folder} has no tokenizer.json (prompts are counted with it)", where=where, hint=fix
         )
-    if weights and spec.engine.kind != "external" and not any(any(folder.glob(p)) for p in WEIGHT_PATTERNS):
+    if weights and _managed(spec) and not any(any(folder.glob(p)) for p in WEIGHT_PATTERNS):
         raise UsageError(f"model folder {folder} has no weights ({', '.join(WEIGHT_PATTERNS)})", where=where, hint=fix)
+
+
+def _managed(spec) -> bool:
+    """Whether the product starts this endpoint's engine (its adapter says; an unknown kind is reported
+    elsewhere, as a file:line error)."""
+    from engines.registry import ADAPTERS
+
+    cls = ADAPTERS.get(spec.engine.kind)
+    return cls is None or cls.manages_process
 
 
 def _check_engine(spec, sets: list[str] | None = None, unsets: list[str] | None = None, *, here: bool = True) -> None:
@@ -158,10 +167,10 @@ def _check_engine(spec, sets: list[str] | None = None, unsets: list[str] | None 
     except EngineError as exc:  # e.g. engine.url is not an http(s) URL
         raise UsageError(
             str(exc),
-            where=_where("engine.url" if spec.engine.kind == "external" else "engine.kind"),
+            where=_where("engine.url" if spec.engine.url else "engine.kind"),
             hint="fix the endpoint's engine block",
         ) from None
-    if spec.engine.kind == "external":
+    if not adapter.manages_process:  # a server that runs elsewhere: it must answer
         if here:
             try:
                 attach_external(spec, health_timeout_s=5.0)
@@ -276,7 +285,7 @@ def cmd_engine(args) -> int:
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     if args.action == "up":
         _preflight(spec, args.set, args.unset, pool=False)
-        if spec.engine.kind == "external" and spec.launcher.kind == "local":  # answers (checked): nothing to start
+        if not _managed(spec) and spec.launcher.kind == "local":  # answers (checked): nothing to start
             print(f"{spec.name}: external server at {spec.engine.url} answers; it runs elsewhere, nothing to start")
             return 0
         try:

@@ -114,6 +114,20 @@ def _soak(soak) -> dict | None:
     return {k: getattr(soak, k) for k in keys}
 
 
+def _internal_first():
+    """The rules' proposals with the engine-internal ones first (the same proposals, in another order):
+    when a session's GPU time covers only part of a round, what it measures is the internals."""
+    from research.campaign.steps import default_propose
+
+    propose = default_propose("rules")
+
+    def ordered(endpoint, diagnosis, state, n, skip):
+        found = propose(endpoint, diagnosis, state, n, skip)
+        return sorted(found, key=lambda p: not p.technique.startswith("internal_"))
+
+    return ordered
+
+
 def run(args) -> None:
     from research.campaign import run_campaign
 
@@ -136,6 +150,7 @@ def run(args) -> None:
     if args.max_rounds is not None:  # the session's GPU time left, not the shipped campaign's own choice
         campaign = campaign.model_copy(update={"max_rounds": args.max_rounds})
         call["max_rounds"] = args.max_rounds
+    call["internal_first"] = bool(args.internal_first)
     try:
         if args.hand_tuned_first:  # the reference comes first when a session's GPU time is nearly spent
             hand_tuned(spec, args.window_s - (time.monotonic() - started), call)
@@ -149,6 +164,7 @@ def run(args) -> None:
             pool=pool(),
             progress=log,
             stop_after_s=window,
+            propose_fn=_internal_first() if args.internal_first else None,
         )
         call["outcome"] = {
             "finished": outcome.finished,
@@ -342,6 +358,11 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--model-size", default="442m")
     r.add_argument("--hand-tuned", action="store_true", help="then measure the hand-tuned reference if time is left")
     r.add_argument("--max-rounds", type=int, help="fewer rounds than the campaign declares (recorded in the call log)")
+    r.add_argument(
+        "--internal-first",
+        action="store_true",
+        help="run the round's engine-internal proposals first (recorded in the call log)",
+    )
     r.add_argument(
         "--hand-tuned-first", action="store_true", help="measure the hand-tuned reference before resuming the campaign"
     )

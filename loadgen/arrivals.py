@@ -6,11 +6,9 @@ replayed exactly (a noise floor needs identical conditions, including identical 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
-ArrivalKind = Literal["poisson", "gamma", "constant"]
+from specs.enums import ArrivalKind
 
 
 def _check_rate(rate: float) -> None:

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from specs.enums import Validity, Verdict
+
 
 class RequestRecord(BaseModel):
     """What happened to one request. Times are seconds on the runner's monotonic clock."""
@@ -48,9 +50,6 @@ class LatencySummary(BaseModel):
     p95: float | None = None
     p99: float | None = None
     mean: float | None = None
-
-
-Validity = Literal["valid", "invalid"]
 
 
 class StepResult(BaseModel):
@@ -176,9 +175,6 @@ class NoiseFloor(BaseModel):
     between_df: int = 0
     mde: float | None = None  # minimum detectable effect of a candidate measured like this baseline
     capacity_fit_rps: float | None = None
-
-
-Verdict = Literal["better", "same", "worse", "invalid"]
 
 
 class Comparison(BaseModel):

@@ -28,12 +28,13 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Callable, Literal
+from typing import Callable
 
 import numpy as np
 import polars as pl
 from pydantic import BaseModel, Field
 
+from specs.enums import SoakOutcome
 from specs.config import EndpointSpec
 from loadgen import arrivals
 from loadgen.results import RequestRecord, StepResult
@@ -41,7 +42,7 @@ from loadgen.watch import Engine
 
 # "unmeasured": the client could not keep the hold's schedule twice (a busy host, not the engine): the
 # soak says nothing about the engine, and the harness makes the verdict invalid for that reason.
-Outcome = Literal["stable", "unstable", "unmeasured"]
+Outcome = SoakOutcome
 OOM_PATTERN = re.compile(
     r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory|"
     r"MemoryError|oom-kill|Killed process",

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Verdict = Literal["better", "same", "worse", "invalid"]
+from specs.enums import Validity, Verdict
+
 DECIDED_VERDICTS: tuple[str, ...] = ("better", "same", "worse")
 
 
@@ -379,7 +380,7 @@ class RunRecord(Record):
     capacity_rps: float | None = None
     capacity_per_gpu: float | None = None
     knee_rate: float | None = None
-    validity: Literal["valid", "invalid"] = "valid"
+    validity: Validity = "valid"
     invalid_reason: str | None = None
     steps: list[dict[str, Any]] = Field(default_factory=list)  # StepResult dumps
     gpu_divisor: int | None = None  # what capacity_per_gpu and tokens/s/GPU divide by (1 on a CPU host)

@@ -20,10 +20,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specs.enums import ProposerMode
 from specs.engine_args import REMOVE
 from research import rules
 from research.interventions import tunable_flags_for, validate_intervention
@@ -38,8 +39,6 @@ from research.proposals import (
 )
 
 log = logging.getLogger(__name__)
-
-ProposerMode = Literal["auto", "rules", "llm"]
 
 
 class LLMNotConfigured(RuntimeError):

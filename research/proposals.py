@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specs.enums import ProposalSource
+
 #: the bottleneck vocabulary shared by diagnosis, the rule-based proposer and the LLM prompts.
 BOTTLENECKS: dict[str, str] = {
     "batch_limit": "requests queue while the running batch sits at the engine's sequence limit",
@@ -165,7 +167,7 @@ class Proposal(Model):
     prediction: str
     predicted_capacity_ratio: float | None = None
     falsification: str
-    source: Literal["rules", "llm"]
+    source: ProposalSource
 
 
 class ResearchQuestion(Model):
@@ -204,7 +206,7 @@ class DrafterSuggestion(Model):
 class ProposalBatch(Model):
     """Everything one proposal round produced; only ``proposals`` may be run."""
 
-    source: Literal["rules", "llm"]
+    source: ProposalSource
     questions: list[ResearchQuestion] = Field(default_factory=list)
     proposals: list[Proposal] = Field(default_factory=list)
     rejected: list[RejectedProposal] = Field(default_factory=list)

@@ -19,6 +19,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from specs.enums import ArrivalKind, ProposerMode
+
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"  # usable as a Dagster group name and asset key part
 
 
@@ -254,7 +256,7 @@ class SweepSpec(Strict):
     # Explicit ladders only: after the first SLA failure, this many geometric bisection steps
     # between the last passing and the first failing rate (finer capacity, less quantisation noise).
     refine_steps: int = Field(default=0, ge=0, le=4)
-    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    arrival: ArrivalKind = "poisson"
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = 0
     repeats: int = Field(default=3, ge=1)  # baseline sweeps for the noise floor
@@ -398,7 +400,7 @@ class CampaignSpec(Strict):
     # decision (the sequential rule of loadgen.verdict); 0 judges on `repeats` sweeps alone.
     extra_repeats: int = Field(default=2, ge=0)
     max_rounds: int = Field(default=4, ge=1)
-    proposer: Literal["auto", "rules", "llm"] = "auto"
+    proposer: ProposerMode = "auto"
     recipes: list[str] = Field(default_factory=list)
     # Diagnosis: seconds of torch profiling under steady load (0 disables it, e.g. where the
     # engine's profiler is unreliable or too heavy for the host).

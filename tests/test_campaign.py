@@ -373,3 +373,26 @@ def test_a_finished_campaign_is_kept_and_the_next_starts_from_the_confirmed_conf
     assert any("research memory confirmed last" in line and "--max-num-batched-tokens 4096" in line for line in lines)
     again = StateStore(folder, "again").load()
     assert again is not None and again.campaign_id == out.campaign_id and again.finished
+
+
+def test_a_call_window_pauses_before_an_experiment_whose_soak_would_not_fit(tmp_path, definitions):
+    """A call's window (stop_after_s) must hold the experiment and its soak: the H200 run lost a
+    candidate cut in its soak by the window's end. It pauses instead, and runs when the window holds both."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from research.campaign.budget import Budget, Limits, Paused
+    from research.state import CampaignState, StateStore
+
+    endpoint = definitions.endpoint("chat_azure_h200")
+    soak_s = endpoint.soak.hold_s + endpoint.soak.overload_s + endpoint.soak.recovery_s
+    assert soak_s > 0
+    state = CampaignState(campaign="c", endpoint=endpoint.name, campaign_id="c-1")
+    ctx = SimpleNamespace(state=state, store=StateStore(tmp_path, "c"), endpoint=endpoint)
+    limits = Limits(deadline_s=10_000, gpu_hours=10, units=1)
+    sweep_s = 150.0
+    tight = Budget(ctx, limits, stop_after_s=sweep_s + soak_s / 2, call_started=_time.monotonic())
+    with pytest.raises(Paused, match="with its soak"):
+        tight.check(sweep_s)
+    roomy = Budget(ctx, limits, stop_after_s=sweep_s + soak_s + 60, call_started=_time.monotonic())
+    assert roomy.check(sweep_s) is None

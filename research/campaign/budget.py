@@ -105,11 +105,15 @@ class Budget:
         problem = budget_problem(self.ctx.state, self.ctx.store, self.limits, estimate_s, running_s)
         if problem is None and self.stop_after_s is not None:
             used = time.monotonic() - self.call_started
-            if used + estimate_s > self.stop_after_s:
+            # a call's window must also hold a soak (a winner, or any candidate of an unstable baseline,
+            # is soaked): an experiment cut by the window's end is lost, a paused one is not
+            soak = self.ctx.endpoint.soak
+            need = estimate_s + soak.hold_s + soak.overload_s + soak.recovery_s
+            if used + need > self.stop_after_s:
                 raise Paused(
-                    f"paused: the next experiment (about {estimate_s / 60:.1f} min) does not fit the "
-                    f"{self.stop_after_s / 60:.1f} min left to this call ({used / 60:.1f} min used); "
-                    "run the campaign again to resume"
+                    f"paused: the next experiment (about {need / 60:.1f} min with its soak) does not fit the "
+                    f"{max(0.0, self.stop_after_s - used) / 60:.1f} min left of this call's "
+                    f"{self.stop_after_s / 60:.1f} min; run the campaign again to resume"
                 )
         return problem
 

@@ -22,7 +22,6 @@ def propose_drafter(
     proposal when the batch is full. Otherwise the batch carries the suggestion (what acceptance
     length would pay, the command that trains one), and memory gets it as an open question.
     """
-    from memory_db.records import OpenQuestion
     from research.rules import drafter_training
 
     why = cannot_serve_drafter(spec.engine.kind)
@@ -48,6 +47,8 @@ def propose_drafter(
         # which stays untried and can come back next round
         proposals = proposals[: n - 1] + [drafter_proposal(spec, ready, suggestion)]
     elif memory is not None:
+        from memory_db.records import OpenQuestion  # only with a memory (a GPU machine runs without DuckDB)
+
         memory.record_question(
             OpenQuestion(
                 endpoint=spec.name,
