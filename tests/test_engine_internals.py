@@ -142,7 +142,7 @@ def test_an_adopted_internal_setting_is_merged_not_replaced_by_the_next_one():
 def test_a_baseline_that_died_of_oom_in_its_soak_gets_memory_fixes_proposed():
     from research.diagnosis import diagnose
     from research.rules import propose
-    from tests.test_diagnosis import make_pool
+    from test_diagnosis import make_pool  # pytest puts tests/ on sys.path
 
     args = ["--continuous-batching", "--cb-use-cuda-graph"]
     died = "engine died during the hold (out of memory)"
