@@ -216,6 +216,21 @@ class EngineAdapter(ABC):
     version_distributions: tuple[str, ...] = ()
 
     @classmethod
+    def spec_problems(cls, spec: EndpointSpec) -> list[tuple[tuple[str, ...], str]]:
+        """What an endpoint declaring this engine gets wrong, as (YAML path under attributes, message);
+        definitions loading reports each at its file and line. A server run elsewhere cannot be launched
+        by a remote launcher, which starts the engine itself."""
+        if not cls.manages_process and spec.launcher.kind != "local":
+            return [
+                (
+                    ("launcher",),
+                    f"engine.kind {cls.kind!r} is a server that already runs elsewhere; launcher.kind "
+                    f"{spec.launcher.kind} starts the engine itself (use launcher.kind local, or omit launcher)",
+                )
+            ]
+        return []
+
+    @classmethod
     def speculative_counters(cls, metrics_text: str) -> dict[str, float]:
         """Speculative-decoding counters from a /metrics page (num_drafts, num_draft_tokens,
         num_accepted_tokens, accepted_pos<j>); empty when the engine exports none."""

@@ -23,6 +23,13 @@ class ExternalAdapter(EngineAdapter):
     health_path = "/v1/models"  # every OpenAI-compatible server has it; /health is not universal
     metrics_path = "/metrics"
 
+    @classmethod
+    def spec_problems(cls, spec) -> list[tuple[tuple[str, ...], str]]:
+        problems = super().spec_problems(spec)
+        if not spec.engine.url:
+            problems.insert(0, (("engine",), "engine.kind 'external' needs engine.url (the running server's base URL)"))
+        return problems
+
     def __init__(self, spec, port: int, workdir: Path):
         super().__init__(spec, port, workdir)
         self.url = (spec.engine.url or "").rstrip("/")

@@ -92,12 +92,6 @@ class EngineSpec(Strict):
     port: int | None = None
     startup_timeout_s: float = 300.0
 
-    @model_validator(mode="after")
-    def _external_needs_url(self) -> "EngineSpec":
-        if self.kind == "external" and not self.url:
-            raise ValueError("engine.kind 'external' needs engine.url (the running server's base URL)")
-        return self
-
 
 class HardwareSpec(Strict):
     gpu_type: str = "cpu"  # "cpu" or a GPU name such as "H200"
@@ -347,15 +341,11 @@ class EndpointSpec(Strict):
     @field_validator("launcher")
     @classmethod
     def _launcher_fits(cls, launcher, info):
-        """A Modal launch needs a GPU in hardware (capacity is per GPU) and an engine it can start."""
+        """A Modal launch needs a GPU in hardware (capacity is per GPU); whether it can start the engine is
+        the engine adapter's to say (``EngineAdapter.spec_problems``)."""
         if not isinstance(launcher, ModalLauncher):
             return launcher
-        hardware, engine = info.data.get("hardware"), info.data.get("engine")
-        if engine is not None and engine.kind == "external":
-            raise ValueError(
-                "engine.kind 'external' is a server that already runs elsewhere; launcher.kind modal "
-                "starts the engine itself (use launcher.kind local, or omit launcher)"
-            )
+        hardware = info.data.get("hardware")
         if hardware is None:
             return launcher
         if hardware.gpu_type.lower() == "cpu" or hardware.gpu_count < 1:

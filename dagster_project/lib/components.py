@@ -100,12 +100,16 @@ class Endpoint(Declaration):
     collection = "endpoints"
 
     def reference_issues(self, definitions: DefinitionSet) -> list[DefinitionIssue]:
-        """An engine kind no adapter is registered for (engines.registry)."""
+        """An engine kind no adapter is registered for (engines.registry), or what that engine's adapter
+        says the declaration gets wrong (``EngineAdapter.spec_problems``)."""
         from engines.registry import ADAPTERS
 
         kind = self.spec.engine.kind
         if kind in ADAPTERS:
-            return []
+            return [
+                DefinitionIssue(self.source, self.line_of(*path), "attributes." + ".".join(path), message)
+                for path, message in ADAPTERS[kind].spec_problems(self.spec)
+            ]
         return [
             DefinitionIssue(
                 self.source,
