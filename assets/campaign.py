@@ -8,7 +8,7 @@ it measured in this run (assets/campaign_record.py), so the UI shows what the ca
 
 import dagster as dg
 
-from assets.campaign_record import record_campaign, record_pool_build
+from assets.campaign_record import record_campaign_assets, record_pool_build
 from assets.common import key, md_image, refuse_unrunnable, table
 from specs.config import DefinitionSet, EndpointSpec
 from research.campaign import CampaignOutcome
@@ -83,7 +83,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             run_id=context.run_id,
         )
         state = StateStore(campaign_dir(chosen, context.partition_key), chosen.name).load()
-        tables = record_campaign(context, endpoint, state, outcome, io)
+        tables = record_campaign_assets(context, endpoint, state, outcome, io)
         metadata = {
             "end_reason": outcome.end_reason or "",
             "reference_capacity_rps": outcome.reference_capacity,

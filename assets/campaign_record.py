@@ -46,7 +46,7 @@ def record_pool_build(context: dg.AssetExecutionContext, endpoint: EndpointSpec,
     context.log_event(check)
 
 
-def record_campaign(
+def record_campaign_assets(
     context: dg.AssetExecutionContext,
     endpoint: EndpointSpec,
     state: CampaignState | None,
