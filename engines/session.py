@@ -226,7 +226,9 @@ def _death(engine, purpose: str, exc: BaseException | None = None) -> EngineRunI
     process = getattr(engine, "process", None)
     crash = exc if isinstance(exc, EngineCrashed) else None
     code = _exit_code(engine)
-    if code is None and process is None and exc is None:
+    if exc is None and code is None:
+        # ended normally on a process that has not exited: what it measured stands (its own steps judged
+        # their validity); a /health that is merely slow on a loaded host must not void a finished run
         return None
     if code is None and crash is None:
         try:
