@@ -36,7 +36,14 @@ from loadgen import arrivals, simengine  # noqa: E402
 from loadgen.capacity import estimate  # noqa: E402
 from loadgen.runner import LagBounds, run_open_loop  # noqa: E402
 from loadgen.stats import summarize  # noqa: E402
-from loadgen.verdict import PRIOR_DF, PRIOR_SD, between_variance, round_differences, sequential_verdict  # noqa: E402
+from loadgen.verdict import (  # noqa: E402
+    PRIOR_DF,
+    PRIOR_SD,
+    VerdictStats,
+    between_variance,
+    round_differences,
+    sequential_verdict,
+)
 
 SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
 POOL = 4000
@@ -150,7 +157,7 @@ def vllm_cpu_main(args) -> None:
     from specs.paths import definitions_dir
     from autoresearch.workflows import load_pool
     from dagster_project.lib import load_definitions
-    from engines import start_engine
+    from engines import EngineRunInvalid, run_engine
     from loadgen.sweep import run_sweep
 
     spec = load_definitions(definitions_dir()).endpoint("support_smollm")
@@ -169,7 +176,8 @@ def vllm_cpu_main(args) -> None:
 
     def measure_with(a_spec, b_spec):
         def measure(side: str, i: int, rates: list[float]):
-            with start_engine(a_spec if side == "A" else b_spec, workdir=RESULTS.parent / ".runs" / "power") as engine:
+            workdir = RESULTS.parent / ".runs" / "power"
+            with run_engine(a_spec if side == "A" else b_spec, workdir=workdir, purpose="sweep") as engine:
                 sweep = run_sweep(engine, pool, spec, rates=rates, repeats_label=f"{side}{i}")
             if sweep.validity != "valid":
                 return [
@@ -186,14 +194,17 @@ def vllm_cpu_main(args) -> None:
         for k in range(have, args.trials):
             t0 = time.time()
             # the product's own prior for a new endpoint (loadgen.verdict.PRIOR_SD/PRIOR_DF), updated by the rounds
-            stats, rounds = sequential_verdict(
-                measure_with(base, spec),
-                args.capacity_guess,
-                seed=k + 1,
-                max_rounds=args.max_rounds,
-                prior_var=PRIOR_SD**2,
-                prior_df=PRIOR_DF,
-            )
+            try:
+                stats, rounds = sequential_verdict(
+                    measure_with(base, spec),
+                    args.capacity_guess,
+                    seed=k + 1,
+                    max_rounds=args.max_rounds,
+                    prior_var=PRIOR_SD**2,
+                    prior_df=PRIOR_DF,
+                )
+            except EngineRunInvalid as exc:  # a launch that failed or an engine that died: an invalid trial
+                stats = VerdictStats(verdict="invalid", reason=exc.reason)
             row = {
                 "planted_effect": effect,
                 "trial": k,

@@ -199,7 +199,9 @@ campaign:
   endpoint: quick
   subagents: 1
   repeats: 1
-  extra_repeats: 0  # the sequential rule has its own tests (tests/test_verdict_power.py)
+  # one candidate sweep decides a clear case (x4-5 here); a sweep disturbed by this shared 2-core host once
+  # gave x1.29, an interval that straddles: the sequential rule then adds sweeps instead of judging 'same'
+  extra_repeats: 2
   profile_seconds: 0  # the profiler is covered by tests/test_profile.py on a real trace; here it once hung
                       # vLLM's worker (stop failed on a decode error, then the worker grew until OOM)
 """

@@ -213,6 +213,12 @@ def test_a_campaign_that_cannot_afford_its_baseline_ends_cleanly(tmp_path: Path,
     # starting it again does nothing: it already ended
     again = run_campaign(campaign, tight, state_dir=tmp_path, pool=pool(), progress=lines.append)
     assert again.end_reason == outcome.end_reason and any("already finished" in l for l in lines)
+    # ... and names the review it wrote, so a new run of the campaign job records the same report
+    assert outcome.report_path and again.report_path == outcome.report_path
+    # a review lost to a kill between saving the state and writing the report is written on the re-run
+    Path(outcome.report_path).unlink()
+    third = run_campaign(campaign, tight, state_dir=tmp_path, pool=pool(), progress=lines.append)
+    assert third.report_path == outcome.report_path and Path(third.report_path).read_text().startswith("# Review")
 
 
 def test_campaign_refuses_an_endpoint_it_does_not_target(tmp_path: Path, smollm: EndpointSpec):

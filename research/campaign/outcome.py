@@ -97,13 +97,18 @@ def write_best_config(ctx: CampaignContext) -> Path | None:
     return path
 
 
+def review_path(ctx: CampaignContext) -> Path:
+    """Where the campaign's review report (``review.md``) is written."""
+    return ctx.state_dir / f"{ctx.state.campaign}.review" / "review.md"
+
+
 def write_review(ctx: CampaignContext) -> Path | None:
     """The review report (research.review); a failure to write it warns and never loses the outcome."""
     from research.review import write_report
 
     s = ctx.state
     try:
-        return write_report(s, ctx.endpoint, ctx.campaign, ctx.state_dir / f"{s.campaign}.review")
+        return write_report(s, ctx.endpoint, ctx.campaign, review_path(ctx).parent)
     except Exception as exc:  # noqa: BLE001 - a plotting failure must not lose the outcome
         ctx.progress(f"warning: the review report could not be written: {exc!r}")
         return None

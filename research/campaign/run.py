@@ -13,7 +13,14 @@ from research.campaign.adoption import Adoption
 from research.campaign.bench import Bench
 from research.campaign.budget import Budget, Limits, Paused
 from research.campaign.context import CampaignContext, config_hash, load_pool
-from research.campaign.outcome import CampaignOutcome, summarize, write_best_config, write_outcome, write_review
+from research.campaign.outcome import (
+    CampaignOutcome,
+    review_path,
+    summarize,
+    write_best_config,
+    write_outcome,
+    write_review,
+)
 from research.campaign.planning import Planner
 from research.campaign.recording import MemoryRecorder
 from research.campaign.scheduler import Scheduler, concurrent_engines
@@ -168,10 +175,23 @@ class CampaignLoop:
         write_outcome(self.ctx, out)
         return out
 
+    def finished_outcome(self) -> CampaignOutcome:
+        """A finished campaign run again: its outcome with the files it wrote, so that a new run (of the
+        campaign job, say, after one killed while it recorded) shows the same review. A report missing
+        (killed between saving the state and writing it) is written now; the memory is not touched."""
+        ctx = self.ctx
+        report = review_path(ctx)
+        if not report.exists():
+            report = write_review(ctx)
+        best = ctx.state_dir / f"{self.state.campaign}.best.json"
+        if not best.exists():
+            best = write_best_config(ctx)
+        return summarize(ctx, report, best)
+
     def run(self) -> CampaignOutcome:
         if self.state.finished:
             self.progress(f"campaign {self.campaign.name} already finished: {self.state.end_reason}")
-            return self.outcome()
+            return self.finished_outcome()
         for active in sorted(self.ctx.workdir.glob("active_engine*.json")):
             stop_orphan(active, self.progress)
         self.ctx.save()
