@@ -253,6 +253,7 @@ def report(args) -> Path:
     from memory_db.store import MemoryStore
     from research.campaign import record_campaign, total_gain
     from research.harness import CandidateResult
+    from research.internals_evidence import latest as latest_internals
     from research.internals_evidence import summary as summary_of_internals
     from research.review import write_report
     from research.state import StateStore
@@ -293,8 +294,8 @@ def report(args) -> Path:
                 "soak": _soak(e.soak),
                 # content hashes of the overlays the engine ran with (settings, patch, evidence)
                 "overlay_sha256": (e.identity or {}).get("overlays") or None,
-                "internals": summary_of_internals(e.sweeps[-1].engine_internals if e.sweeps else None),
-                "internals_raw": _compact_internals(e.sweeps[-1].engine_internals if e.sweeps else None),
+                "internals": summary_of_internals(latest_internals(e.sweeps)),
+                "internals_raw": _compact_internals(latest_internals(e.sweeps)),
             }
         )
     hand_caps = hand_result.capacities if hand_result else []
@@ -308,7 +309,7 @@ def report(args) -> Path:
         "reference_args": state.reference.engine_args if state.reference else None,
         "reference_soak": _soak(state.reference.soak) if state.reference else None,
         "reference_internals": summary_of_internals(
-            state.reference.sweeps[-1].engine_internals if state.reference and state.reference.sweeps else None
+            latest_internals(state.reference.sweeps) if state.reference else None
         ),
         "reference_capacity": state.reference.capacity if state.reference else None,
         "reference_capacities": state.reference.noise.capacities if state.reference else None,

@@ -20,6 +20,11 @@ KV_PADDING_RATIO = 2.0
 MEMORY_SHARE = 0.93
 
 
+def latest(sweeps) -> dict | None:
+    """What the evidence overlay wrote in the last sweep that has it (its figures are cumulative)."""
+    return next((s.engine_internals for s in reversed(list(sweeps)) if s.engine_internals), None)
+
+
 def bottlenecks(internals: dict | None) -> list[Bottleneck]:
     """Bottlenecks the internals point to, with their evidence (empty when there is none or no data)."""
     if not internals:

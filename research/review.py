@@ -14,6 +14,7 @@ from pathlib import Path
 from specs.config import CampaignSpec, EndpointSpec
 from specs.engine_args import REMOVE, diff_args, parse_args
 from loadgen.results import SweepResult
+from research import internals_evidence
 from research.internals_evidence import summary as internals_summary
 from research.state import BaselineRecord, CampaignState, ExperimentState
 
@@ -195,9 +196,9 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
         )
         + (f"; {b.soak.summary()}" if b.soak else "")
     ] + [
-        f"  - engine internals: {internals_summary(s.engine_internals)}"
-        for s in b.sweeps[-1:]
-        if s.engine_internals is not None
+        f"  - engine internals: {internals_summary(internals)}"
+        for internals in [internals_evidence.latest(b.sweeps)]
+        if internals is not None
     ]
 
 
@@ -233,7 +234,7 @@ def _experiment_section(e: ExperimentState) -> list[str]:
             )
     if e.soak:
         lines.append(f"- Soak: {e.soak.summary()}" + (f"; diagnosis: {e.soak.diagnosis}" if e.soak.diagnosis else ""))
-    internals = next((s.engine_internals for s in reversed(e.sweeps) if s.engine_internals), None)
+    internals = internals_evidence.latest(e.sweeps)
     if internals is not None:  # the adapter's evidence overlay (step times, capture stalls, padding)
         lines.append(f"- Engine internals: {internals_summary(internals)}")
     overlays = (e.identity or {}).get("overlays")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import polars as pl
 
@@ -39,42 +40,53 @@ from research.harness import Progress, SweepFn, stop_orphan
 from research.state import BaselineRecord, CampaignState, RoundRecord, StateStore
 
 
+class LoopOptions(TypedDict, total=False):
+    """How a campaign call runs; every option has the real default.
+
+    ``memory``: a memory_db.MemoryStore (None = no shared memory). ``proposer``: "auto" (the campaign's
+    setting), "rules" or "llm". ``stop_after_s``: this call's time window: the campaign pauses (saved,
+    not finished) before an experiment that would not end within it, so a campaign can be split across
+    short calls (a GPU machine lent for 10 minutes at a time) and resumed by calling again. The rest
+    replace parts of the loop (tests, alternative measurement)."""
+
+    memory: object | None
+    proposer: str
+    progress: Progress
+    pool: pl.DataFrame | None
+    sweep_fn: SweepFn | None
+    noise_fn: NoiseFn | None
+    compare_fn: CompareFn | None
+    diagnose_fn: DiagnoseFn | None
+    propose_fn: ProposeFn | None
+    thresholds: CorrectnessThresholds | None
+    stop_after_s: float | None
+
+
 class CampaignLoop:
     """A campaign loaded from its state file (or new), with the collaborators that run it."""
 
     def __init__(
-        self,
-        campaign: CampaignSpec,
-        endpoint: EndpointSpec,
-        state_dir: Path | str,
-        *,
-        memory=None,
-        proposer: str = "auto",
-        progress: Progress = print,
-        pool: pl.DataFrame | None = None,
-        sweep_fn: SweepFn | None = None,
-        noise_fn: NoiseFn | None = None,
-        compare_fn: CompareFn | None = None,
-        diagnose_fn: DiagnoseFn | None = None,
-        propose_fn: ProposeFn | None = None,
-        thresholds: CorrectnessThresholds | None = None,
-        stop_after_s: float | None = None,
+        self, campaign: CampaignSpec, endpoint: EndpointSpec, state_dir: Path | str, **options: Unpack[LoopOptions]
     ):
+        o = options
         call_started = time.monotonic()
         state_dir = Path(state_dir)
+        progress = o.get("progress") or print
         self.campaign, self.endpoint, self.progress = campaign, endpoint, progress
         store = StateStore(state_dir, campaign.name)
         limits = Limits.of(campaign, endpoint)
         concurrent = concurrent_engines(campaign, endpoint, progress)
-        self.noise_fn = noise_fn or default_noise
+        self.noise_fn = o.get("noise_fn") or default_noise
         workdir = state_dir / f"{campaign.name}.runs"  # CampaignContext.workdir
-        diagnose_fn = diagnose_fn or default_diagnose(campaign, workdir, progress)
+        diagnose_fn = o.get("diagnose_fn") or default_diagnose(campaign, workdir, progress)
+        proposer = o.get("proposer", "auto")
         kind = proposer if proposer != "auto" else campaign.proposer
+        propose_fn = o.get("propose_fn")
         if propose_fn is None and kind == "llm":  # fail before the baseline, not after it
             from research.llm_agents import Orchestrator
 
             Orchestrator.from_env("llm")
-        propose_fn = propose_fn or default_propose(kind, memory)
+        propose_fn = propose_fn or default_propose(kind, o.get("memory"))
         state = store.load()
         if state is not None:
             state.resumes += 1
@@ -89,18 +101,19 @@ class CampaignLoop:
                 campaign_id=f"{campaign.name}-{time.strftime('%Y%m%dT%H%M%S')}",
             )
         self.state = state
+        pool = o.get("pool")
         if pool is None:
             pool = load_pool(campaign, endpoint, state_dir, progress)
         self.ctx = ctx = CampaignContext(campaign, endpoint, state_dir, store, state, pool, progress)
-        self.budget = Budget(ctx, limits, stop_after_s, call_started)
-        self.recorder = MemoryRecorder(ctx, memory)
+        self.budget = Budget(ctx, limits, o.get("stop_after_s"), call_started)
+        self.recorder = MemoryRecorder(ctx, o.get("memory"))
         self.bench = Bench(
             ctx,
             self.budget,
             self.recorder,
-            sweep_fn=sweep_fn,
-            compare_fn=compare_fn or default_compare,
-            thresholds=thresholds,
+            sweep_fn=o.get("sweep_fn"),
+            compare_fn=o.get("compare_fn") or default_compare,
+            thresholds=o.get("thresholds"),
         )
         self.planner = Planner(ctx, diagnose_fn, propose_fn)
         self.scheduler = Scheduler(ctx, self.budget, self.bench, self.recorder, concurrent)
@@ -216,50 +229,19 @@ def run_campaign(
     endpoint: EndpointSpec,
     *,
     state_dir: Path | str,
-    memory=None,
-    proposer: str = "auto",
-    progress: Progress = print,
-    pool: pl.DataFrame | None = None,
-    sweep_fn: SweepFn | None = None,
-    noise_fn: NoiseFn | None = None,
-    compare_fn: CompareFn | None = None,
-    diagnose_fn: DiagnoseFn | None = None,
-    propose_fn: ProposeFn | None = None,
-    thresholds: CorrectnessThresholds | None = None,
-    stop_after_s: float | None = None,
     run_id: str | None = None,
+    **options: Unpack[LoopOptions],
 ) -> CampaignOutcome:
     """Run (or resume) ``campaign`` on ``endpoint`` headless until it ends; return its outcome.
 
     ``run_id``: the Dagster run this call is (the memory's campaign record lists every run of it).
-
-    ``stop_after_s``: this call's time window. The campaign pauses (saved, not finished) before an
-    experiment that would not end within it, so a campaign can be split across short calls
-    (a GPU machine lent for 10 minutes at a time) and resumed by calling again.
-
     ``state_dir`` holds the state file, the replay pool, engine logs, the best configuration and
-    the review report. ``memory`` is a memory_db.MemoryStore (None = no shared memory).
-    ``proposer``: "auto" (the campaign's setting), "rules" or "llm". The remaining arguments
-    replace parts of the loop (tests, alternative measurement); the defaults are the real ones.
+    the review report. ``options``: see :class:`LoopOptions` (memory, proposer, the call's time window,
+    and the parts of the loop that tests or an alternative measurement replace).
     """
     if campaign.endpoint != endpoint.name:
         raise ValueError(f"campaign {campaign.name!r} targets endpoint {campaign.endpoint!r}, not {endpoint.name!r}")
-    c = CampaignLoop(
-        campaign,
-        endpoint,
-        Path(state_dir),
-        memory=memory,
-        proposer=proposer,
-        progress=progress,
-        pool=pool,
-        sweep_fn=sweep_fn,
-        noise_fn=noise_fn,
-        compare_fn=compare_fn,
-        diagnose_fn=diagnose_fn,
-        propose_fn=propose_fn,
-        thresholds=thresholds,
-        stop_after_s=stop_after_s,
-    )
+    c = CampaignLoop(campaign, endpoint, Path(state_dir), **options)
     if run_id and run_id not in c.state.dagster_run_ids:
         c.state.dagster_run_ids.append(run_id)
     return c.run()

@@ -53,19 +53,7 @@ def find_bottlenecks(
     found += prefill_rules(e, r, profile, workloads)
     found += profile_rules(profile)
     overhead = roofline_overhead(e, roofline)
-    if overhead is not None:
-        same = next((b for b in found if b.name == overhead.name), None)
-        if same is None:
-            found.append(overhead)
-        else:  # profile and roofline agree: one bottleneck with both kinds of evidence
-            found[found.index(same)] = same.model_copy(
-                update={
-                    "severity": max(same.severity, overhead.severity),
-                    "evidence": same.evidence + overhead.evidence,
-                }
-            )
-    found.sort(key=lambda b: -b.severity)
-    return found
+    return _merged(found, [overhead] if overhead is not None else [])
 
 
 def _merged(found: list[Bottleneck], more: list[Bottleneck]) -> list[Bottleneck]:
@@ -114,7 +102,7 @@ def diagnose(
     if profile is None:
         notes.append("no profile: time breakdown by operation not available")
     found = find_bottlenecks(r, e, args, vocab, profile=profile, workloads=workloads, roofline=roofline)
-    internals = next((s.engine_internals for s in reversed(sweeps) if s.engine_internals), None)
+    internals = internals_evidence.latest(sweeps)
     if internals is not None:  # the adapter's evidence overlay: capture stalls, padding, memory
         found = _merged(found, internals_evidence.bottlenecks(internals))
     elif cls is not None and cls.evidence_overlay:
