@@ -162,6 +162,9 @@ class EngineAdapter(ABC):
     #: internal settings the CLI does not expose, as candidates the rules may propose
     #: (engines.internals.InternalSetting); empty = the engine has none declared
     internal_settings: tuple = ()
+    #: known bugs of this engine's code with their fix as a patch overlay (engines.internals.PatchRecipe),
+    #: offered by the rules where the running version and build have the bug
+    patch_recipes: tuple = ()
 
     def __init__(self, spec: EndpointSpec, port: int, workdir: Path):
         self.spec = spec
@@ -265,6 +268,20 @@ class EngineAdapter(ABC):
         if not self.version_distributions:
             return "unknown"
         return installed_version(self.engine_python(), self.version_distributions)
+
+    @classmethod
+    def version_for(cls, spec: EndpointSpec) -> str:
+        """``name==version`` of the engine ``spec`` launches, without starting it: installed in the engine's
+        environment for a local launch, the pinned package of a remote image; "unknown" for a server that
+        runs elsewhere (or one this adapter cannot name)."""
+        if not cls.manages_process or not cls.version_distributions:
+            return "unknown"
+        if spec.launcher.kind != "local":
+            pins = [p for p in cls.remote_packages if p.partition("==")[0] in cls.version_distributions]
+            return pins[0] if pins else "unknown"
+        from specs.paths import engine_python
+
+        return installed_version(spec.engine.python or str(engine_python()), cls.version_distributions)
 
     def missing_on_host(self) -> str | None:
         """What this host lacks to start the engine, found in seconds before any start: its interpreter,

