@@ -20,18 +20,37 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 
+Build = Literal["cpu", "gpu", "any"]
+
+
+def _json(fields: dict) -> str:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+
+def _on_build(builds: Build, gpu_count: int) -> bool:
+    return builds == "any" or (builds == "gpu") == (gpu_count > 0)
+
+
 @dataclass(frozen=True)
 class InternalSetting:
-    """One internal setting as a candidate: what it sets, what it is for, what it risks."""
+    """One internal setting as a candidate: what it sets, what it is for, what it risks.
+
+    It travels in one of three ways: a settings overlay's JSON (``overlay``: ``--overlay NAME={json}``,
+    for fields the engine has no flag for), an engine flag that takes JSON (``flag``, e.g. vLLM's
+    ``--compilation-config {json}``), or plain engine flags (neither: ``settings`` is the argument diff).
+    The first two merge into what the configuration already runs, so a candidate changes one thing."""
 
     name: str  # short id; the technique is ``internal_<name>``
-    overlay: str  # the settings overlay that applies it (engines.overlays.REGISTRY)
+    overlay: str | None  # the settings overlay that applies it (engines.overlays.REGISTRY)
     settings: dict = field(default_factory=dict)
     addresses: tuple[str, ...] = ()  # bottlenecks it is meant for
     expect: str = ""  # what it should do to the measurements
     falsified_by: str = ""  # what would prove it wrong
     risk: str = ""  # what it may break (a soak is there to catch it)
     ratio: float | None = None  # predicted capacity ratio, when there is a basis for one
+    flag: str | None = None  # a JSON-valued engine flag that carries ``settings`` (instead of an overlay)
+    builds: Build = "any"  # the builds it means something on (CUDA-graph settings: "gpu")
+    source: str = ""  # where its fields were verified (file and version), for engines that cannot run here
 
     @property
     def technique(self) -> str:
@@ -39,7 +58,36 @@ class InternalSetting:
 
     def overlay_arg(self) -> str:
         """The ``--overlay`` value: NAME={settings as compact, sorted JSON}."""
-        return f"{self.overlay}={json.dumps(self.settings, sort_keys=True, separators=(',', ':'))}"
+        return f"{self.overlay}={_json(self.settings)}"
+
+    def applies_on(self, gpu_count: int) -> bool:
+        return _on_build(self.builds, gpu_count)
+
+    def arg_diff(self, args: dict[str, str | None]) -> dict[str, str] | None:
+        """The argument diff that applies this setting on top of ``args`` (parsed engine arguments): its
+        fields merged into the overlay or JSON flag the configuration already runs. None when it would
+        change nothing, or when another overlay holds the configuration's ``--overlay``."""
+        from engines.overlays import FLAG
+
+        if self.overlay is None and self.flag is None:  # plain flags
+            return dict(self.settings) if any(args.get(k, _ABSENT) != v for k, v in self.settings.items()) else None
+        carrier = self.flag or FLAG
+        raw = args.get(carrier) or ""
+        if self.overlay is not None and raw:
+            name, _, raw = raw.partition("=")
+            if name != self.overlay:
+                return None  # one overlay per candidate diff
+        try:
+            fields = dict(json.loads(raw)) if raw else {}
+        except (ValueError, TypeError):
+            fields = {}
+        merged = {**fields, **self.settings}
+        if merged == fields:
+            return None
+        return {carrier: _json(merged) if self.flag else f"{self.overlay}={_json(merged)}"}
+
+
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
@@ -50,7 +98,7 @@ class PatchRecipe:
     name: str  # short id; the technique is ``patch_<name>``
     overlay: str  # the patch overlay that fixes it (engines.overlays.REGISTRY, purpose "patch")
     versions: str  # PEP 440 specifiers of the engine versions that have the bug, e.g. "==0.32.*"
-    builds: Literal["cpu", "gpu", "any"] = "any"  # the builds that have it
+    builds: Build = "any"  # the builds that have it
     addresses: tuple[str, ...] = ()  # bottlenecks the bug shows as
     upstream: str = ""  # the issue and the fix this backports
     expect: str = ""
@@ -68,7 +116,7 @@ class PatchRecipe:
     def applies_to(self, engine_version: str | None, gpu_count: int) -> bool:
         """Whether the engine that ran (``name==version`` or a bare version) has this bug. An unknown
         version never matches: a patch is offered only where the bug is known to live."""
-        if self.builds == "cpu" and gpu_count > 0 or self.builds == "gpu" and gpu_count == 0:
+        if not _on_build(self.builds, gpu_count):
             return False
         raw = (engine_version or "").rpartition("==")[2].strip()
         try:

@@ -70,9 +70,17 @@ def sender_main() -> None:
         result = _run_sender(cfg, t0_getter, lambda: _write_frame(out, "ready"), lambda: stop.get("reason"))
         result.update(late_start_s=stop.get("late_start_s", 0.0), wall_t0=stop.get("wall_t0"))
         _write_frame(out, result)
+    except BrokenPipeError:  # the parent is gone (killed): nobody is left to tell
+        os._exit(0)
     except BaseException as exc:  # report, never leave the parent waiting
-        _write_frame(out, {"error": f"{type(exc).__name__}: {exc}"})
-    out.close()
+        try:
+            _write_frame(out, {"error": f"{type(exc).__name__}: {exc}"})
+        except BrokenPipeError:
+            os._exit(0)
+    try:
+        out.close()
+    except BrokenPipeError:
+        pass
     os._exit(0)  # the stdin watcher thread may still be blocked in a read
 
 

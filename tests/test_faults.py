@@ -311,3 +311,20 @@ def test_a_sweep_that_runs_no_step_is_invalid_not_a_capacity_of_zero(definitions
         result = sweep_module.run_sweep(engine, pool, spec, repeats_label="refused", max_steps=3)
     assert result.steps == [] and result.validity == "invalid"
     assert "no step was run" in result.invalid_reason and "calibrated client limit" in result.invalid_reason
+
+
+def test_a_sender_whose_parent_is_gone_exits_quietly():
+    """A sender process (``python -m loadgen.runner``) whose caller was killed finds its result pipe
+    closed: it exits without a traceback on the terminal (nobody is left to read one)."""
+    import subprocess
+    import sys
+
+    sender = subprocess.Popen(
+        [sys.executable, "-m", "loadgen.runner"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    sender.stdout.close()  # the caller is gone: nothing reads the results
+    sender.stdin.write(b"\x05\x00\x00\x00\x00\x00\x00\x00junk!")  # a frame that is no config: the error path
+    sender.stdin.close()
+    assert sender.wait(timeout=60) == 0
+    stderr = sender.stderr.read().decode()
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

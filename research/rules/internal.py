@@ -9,8 +9,6 @@ only where the diagnosed engine's version and build have the bug.
 
 from __future__ import annotations
 
-import json
-
 from engines.internals import InternalSetting, PatchRecipe
 from engines.overlays import FLAG
 from engines.registry import ADAPTERS
@@ -34,35 +32,15 @@ def setting_for(kind: str, technique: str) -> InternalSetting | PatchRecipe | No
 
 
 def internal_interventions(bottleneck: str, ctx: Context) -> list[Intervention]:
-    """The adapter's internal settings meant for ``bottleneck`` that would change this configuration,
-    those made first of all for it (named first in ``addresses``) first."""
+    """The adapter's internal settings meant for ``bottleneck`` that would change this configuration on
+    this build, those made first of all for it (named first in ``addresses``) first."""
+    meant = [s for s in settings_of(ctx.kind) if bottleneck in s.addresses and s.applies_on(ctx.gpu_count)]
     out = []
-    meant = [s for s in settings_of(ctx.kind) if bottleneck in s.addresses]
     for setting in sorted(meant, key=lambda s: s.addresses.index(bottleneck)):
-        value = _merged(setting, ctx.args.get(FLAG))
-        if value is None:
-            continue
-        out.append(Intervention(technique=setting.technique, engine_arg_diff={FLAG: value}))
+        diff = setting.arg_diff(ctx.args)
+        if diff is not None:
+            out.append(Intervention(technique=setting.technique, engine_arg_diff=diff))
     return out
-
-
-def _merged(setting: InternalSetting, current: str | None) -> str | None:
-    """The ``--overlay`` value with ``setting`` applied on top of what the configuration runs (None:
-    it already runs exactly these fields)."""
-    fields: dict = {}
-    if current:
-        name, _, raw = current.partition("=")
-        if name == setting.overlay and raw:
-            try:
-                fields = dict(json.loads(raw))
-            except ValueError:
-                fields = {}
-        elif name != setting.overlay:
-            return None  # another overlay holds the flag: one overlay per candidate diff
-    merged = {**fields, **setting.settings}
-    if merged == fields:
-        return None
-    return f"{setting.overlay}={json.dumps(merged, sort_keys=True, separators=(',', ':'))}"
 
 
 def recipe_interventions(bottleneck: str, ctx: Context) -> list[Intervention]:
