@@ -17,6 +17,7 @@ from pathlib import Path
 from specs.engine_args import REMOVE
 from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
+from engines.internals import InternalSetting
 from engines.metrics import snapshot_from_text
 from engines.vllm import validate_against
 
@@ -59,6 +60,63 @@ SGLANG_VOCABULARY = Vocabulary(
 )
 
 
+#: Scheduler and CUDA-graph settings beyond the flags the rules know, verified against SGLang 0.5.23's source
+#: (the registry wheel sglang-0.5.23-cp311 manylinux_2_34, sha256 00b3cd5b265ac76c...; sglang/srt/arg_groups/
+#: fields/schedule.py and exec_.py). In 0.5.23 ``--disable-cuda-graph`` is a deprecated spelling of
+#: ``--cuda-graph-backend-{decode,prefill}=disabled`` and ``--cuda-graph-max-bs`` became
+#: ``--cuda-graph-max-bs-decode``.
+_SGLANG_FIELDS = "sglang 0.5.23 sglang/srt/arg_groups/fields/{schedule,exec_}.py"
+SGLANG_INTERNALS = (
+    InternalSetting(
+        "continuous_decode_steps",
+        None,
+        {"--num-continuous-decode-steps": "4"},
+        ("cpu_overhead",),
+        "the scheduler runs 4 decode steps per scheduling pass (default 1): less scheduling overhead per token, "
+        "ITL and capacity improve where the device idles between steps",
+        "ITL unchanged, or TTFT p95 rises past the SLA (new requests wait up to 4 steps to join)",
+        "higher TTFT: arrivals join the batch only every 4 steps",
+        builds="gpu",
+        source=_SGLANG_FIELDS,
+    ),
+    InternalSetting(
+        "decode_graph_batches_256",
+        None,
+        {"--cuda-graph-max-bs-decode": "256"},
+        ("cpu_overhead",),
+        "decode batches up to 256 requests replay a captured graph: at high concurrency the larger batches "
+        "stop running eagerly",
+        "ITL at capacity unchanged (the running batch stayed below the default maximum), or start-up grows",
+        "more graph memory and a longer start-up",
+        builds="gpu",
+        source=_SGLANG_FIELDS,
+    ),
+    InternalSetting(
+        "no_graph_padding",
+        None,
+        {"--disable-cuda-graph-padding": None},
+        ("padding_waste",),
+        "a batch whose size needs padding runs eagerly instead of padded into the next captured graph: no "
+        "work spent on padding rows",
+        "ITL unchanged or worse (the eager steps cost more than the padding saved)",
+        "eager steps at batch sizes between captured ones",
+        builds="gpu",
+        source=_SGLANG_FIELDS,
+    ),
+    InternalSetting(
+        "eager_admission",
+        None,
+        {"--schedule-conservativeness": "0.7"},
+        ("batch_limit", "kv_cache_pressure"),
+        "the scheduler admits requests against a less conservative KV estimate (0.7, default 1.0): a larger "
+        "running batch before the KV cache is full",
+        "the running batch does not grow, or retractions (preemptions) rise and capacity falls",
+        "retractions when outputs run longer than estimated",
+        source=_SGLANG_FIELDS,
+    ),
+)
+
+
 class SglangAdapter(EngineAdapter):
     kind = "sglang"
     known_flags: frozenset[str] = frozenset()
@@ -74,7 +132,12 @@ class SglangAdapter(EngineAdapter):
         "--kv-cache-dtype": vc.choice("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16"),
         "--disable-radix-cache": vc.switch,
         "--enable-torch-compile": vc.switch,
+        "--num-continuous-decode-steps": vc.integer(1, 64),
+        "--cuda-graph-max-bs-decode": vc.integer(1, 4096),
+        "--disable-cuda-graph-padding": vc.switch,
+        "--schedule-conservativeness": vc.real(0.0, 10.0),
     }
+    internal_settings = SGLANG_INTERNALS
     vocabulary = SGLANG_VOCABULARY
     honours_ignore_eos = True
     evidence = frozenset({"metrics", "profile", "logprobs", "prefix_cache_reset"})

