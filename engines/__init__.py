@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -352,8 +353,12 @@ def start_engine(
     profile: bool = False,
     validate: bool = True,
     gpu_wait_s: float | None = None,
+    on_spawn: Callable[[int], None] | None = None,
 ) -> RunningEngine:
     """Resolve the model, launch the engine, wait until healthy; return a RunningEngine.
+
+    ``on_spawn(pid)`` is called as soon as the process exists, before the (long) wait for health: a
+    caller killed during the start has then already recorded the engine it leaves behind.
 
     ``args_override`` replaces engine.args (the launch config hash follows it); ``profile``
     enables the torch profiler (trace files under ``workdir/profiles``); ``validate`` rejects
@@ -399,7 +404,7 @@ def start_engine(
         if lease is not None:
             env.update(lease.env)
     try:
-        engine = _launch(spec, adapter, model_dir, argv, env, workdir, port, profile, lease)
+        engine = _launch(spec, adapter, model_dir, argv, env, workdir, port, profile, lease, on_spawn)
         engine.gpu_wait_s = waited if lease is not None else 0.0
         return engine
     except BaseException:
@@ -418,6 +423,7 @@ def _launch(
     port: int,
     profile: bool,
     lease,
+    on_spawn: Callable[[int], None] | None = None,
 ) -> RunningEngine:
     identity = _identity(adapter, argv, model_dir)  # profiling does not change what is measured
     profile_dir = None
@@ -444,6 +450,8 @@ def _launch(
         argv, workdir / "engine.log", env=env, cwd=workdir, pass_fds=lease.fds if lease is not None else ()
     ).start()
     try:
+        if on_spawn is not None:
+            on_spawn(process.pid)
         process.wait_healthy(adapter.base_url + adapter.health_path, spec.engine.startup_timeout_s)
     except BaseException:
         process.stop()

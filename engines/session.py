@@ -167,22 +167,27 @@ def run_engine(
     say = progress or (lambda _line: None)
     if active_file is not None:
         stop_orphan(Path(active_file), say)
+    # recorded as soon as it exists: a run killed while its engine starts leaves a known orphan
+    record = (lambda pid: write_active_file(Path(active_file), pid)) if active_file is not None else None
     try:
-        engine = start_engine(spec, workdir=workdir, args_override=args_override, profile=profile)
-    except EngineError as exc:
-        raise EngineRunInvalid(
-            f"launch failed: {_first_line(exc)}",
-            getattr(exc, "log_tail", None) or None,  # a refused launch (bad flags) has no log: the reason says it
-            purpose=purpose,
-            launch_failed=True,
-            returncode=getattr(exc, "returncode", None),
-        ) from exc
-    except Exception as exc:  # an unexpected launch error is still a failed launch, never a traceback
+        engine = start_engine(spec, workdir=workdir, args_override=args_override, profile=profile, on_spawn=record)
+    except Exception as exc:
+        if active_file is not None:  # the failed start stopped its process: nothing is left to record
+            Path(active_file).unlink(missing_ok=True)
+        if isinstance(exc, EngineError):
+            raise EngineRunInvalid(
+                f"launch failed: {_first_line(exc)}",
+                getattr(exc, "log_tail", None) or None,  # a refused launch (bad flags) has no log: the reason says it
+                purpose=purpose,
+                launch_failed=True,
+                returncode=getattr(exc, "returncode", None),
+            ) from exc
+        # an unexpected launch error is still a failed launch, never a traceback
         raise EngineRunInvalid(
             f"launch failed: {exc!r}", traceback.format_exc()[-4000:], purpose=purpose, launch_failed=True
         ) from exc
-    if active_file is not None and engine.pid is not None:
-        write_active_file(Path(active_file), engine.pid)
+    if active_file is not None and engine.pid is not None and not Path(active_file).exists():
+        write_active_file(Path(active_file), engine.pid)  # an engine started without a spawn hook (external)
     try:
         try:
             yield engine

@@ -388,3 +388,32 @@ def test_no_module_but_engines_session_calls_start_engine():
                     if name in aliases:
                         offenders.append(f"{rel}:{node.lineno}: calls {name}")
     assert not offenders, "start an engine with engines.run_engine:\n" + "\n".join(offenders)
+
+
+def test_the_engine_is_on_record_before_it_is_healthy(toy, tmp_path, monkeypatch):
+    """A run killed while its engine starts (the long wait for health) leaves an orphan that the next run must
+    find: run_engine records the engine the moment its process exists, not once it answers."""
+    from engines import run_engine, stop_orphan
+
+    monkeypatch.setattr(KillableToy, "env", {"TOY_START_DELAY": "8"})
+    active = tmp_path / "active.json"
+    seen: dict = {}
+
+    def start() -> None:
+        with run_engine(toy, workdir=tmp_path / "slow", purpose="sweep", active_file=active):
+            pass
+
+    starter = threading.Thread(target=start, daemon=True)
+    starter.start()
+    pid_file = KillableToy.state_dir / "pid"
+    deadline = time.monotonic() + 120
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine_pid = int(pid_file.read_text())
+    seen = json.loads(active.read_text())  # while the engine still holds its start (not yet listening)
+    assert seen["pid"] == engine_pid and seen["argv"], seen
+    # had this run been killed now, the next one would stop what it left: the record names a live process
+    os.kill(engine_pid, 0)
+    starter.join(timeout=120)
+    assert not starter.is_alive() and not active.exists()  # a run that ended cleared its record
+    assert stop_orphan(active) is False
