@@ -169,6 +169,8 @@ def vllm_cpu_main(args) -> None:
     patch = str(ROOT / "engines" / "patches" / "planted_slowdown")
     log = RESULTS / "harness_power_vllm_cpu.jsonl"
     done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    if args.report_only:  # the cells of the trials recorded so far (a run stopped between trials)
+        return write_vllm_cells(done, args)
 
     def slowed(fraction: float):
         env = {**spec.engine.env, "PYTHONPATH": patch, "AUTORESEARCH_PLANTED_SLOWDOWN": str(fraction)}
@@ -249,7 +251,14 @@ def write_vllm_cells(rows: list[dict], args) -> None:
                 "effect_median": round(float(np.median([r["effect"] for r in group if r["effect"] is not None])), 4)
                 if any(r["effect"] is not None for r in group)
                 else None,
-                "interval_width_median": None,
+                "interval_width_median": round(
+                    float(np.median([r["high"] - r["low"] for r in group if r["low"] is not None])), 4
+                )
+                if any(r["low"] is not None and r["high"] is not None for r in group)
+                else None,
+                "trials_target": args.trials,
+                "complete": len(group) >= args.trials,  # fewer: a run stopped between trials, resumable
+                "max_rounds": args.max_rounds,
                 "rounds_mean": round(float(np.mean([r["rounds"] for r in group])), 2),
                 "minutes_per_verdict": round(float(np.mean([r["minutes"] for r in group])), 2),
             }
@@ -257,7 +266,10 @@ def write_vllm_cells(rows: list[dict], args) -> None:
     out = RESULTS / "harness_power.json"
     doc = json.loads(out.read_text()) if out.exists() else {"cells": []}
     doc["cells"] = [c for c in doc["cells"] if c["instrument"] != "vllm_cpu"] + cells
-    doc.setdefault("commands", {})["vllm_cpu"] = "python benchmarks/harness_power.py " + " ".join(sys.argv[1:])
+    doc.setdefault("commands", {})["vllm_cpu"] = (
+        f"python benchmarks/harness_power.py --instrument vllm_cpu --trials {args.trials} --effects {args.effects} "
+        f"--max-rounds {args.max_rounds}  (resumes from harness_power_vllm_cpu.jsonl; --report-only rebuilds the cells)"
+    )
     out.write_text(json.dumps(doc, indent=2) + "\n")
     write_markdown(doc)
 
@@ -271,6 +283,7 @@ def main() -> None:
     ap.add_argument("--http", action="store_true")
     ap.add_argument("--max-rounds", type=int, default=6)
     ap.add_argument("--instrument", choices=["simulated", "vllm_cpu"], default="simulated")
+    ap.add_argument("--report-only", action="store_true", help="vllm_cpu: rebuild the cells from the trials recorded")
     ap.add_argument("--capacity-guess", type=float, default=2.8, help="vllm_cpu: the baseline's capacity, req/s")
     args = ap.parse_args()
     if args.instrument == "vllm_cpu":
@@ -367,7 +380,9 @@ def write_markdown(doc: dict) -> None:
         v = c["verdicts"]
         rate = c.get("false_verdict_rate", c.get("power"))
         lines.append(
-            f"| {c['instrument']} | {c.get('mode', '')} | {c['planted_effect']:+.0%} | {c['trials']} | "
+            f"| {c['instrument']} | {c.get('mode', '')} | {c['planted_effect']:+.0%} | {c['trials']}"
+            + ("" if c.get("complete", True) else f" of {c['trials_target']} (running)")
+            + " | "
             f"{v['better']} | {v['same']} | {v['worse']} | {v['invalid']} | {rate:.0%} | "
             f"{c['mde_median']:.1%} | {c['effect_median'] if c['effect_median'] is None else format(c['effect_median'], '+.1%')} | "
             f"{c['rounds_mean']} | {c['minutes_per_verdict']} |"
