@@ -73,6 +73,7 @@ class SoakResult(BaseModel):
     growth_p: float | None = None  # one-sided p of "the last third waits longer"
     recovery_ttft_ms: float | None = None  # median TTFT of the recovery's second half
     backed_off: list[str] = Field(default_factory=list)  # earlier holds: "rate: what broke there"
+    cut_short: str | None = None  # a back-off the caller's time window left no room for
     wall_s: float = 0.0
     log_tail: str | None = None
 
@@ -93,7 +94,11 @@ class SoakResult(BaseModel):
             if self.overload_rate and self.overload
             else ""
         )
-        return head + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
+        return (
+            head
+            + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
+            + (f"; {self.cut_short}" if self.cut_short else "")
+        )
 
     def metadata(self) -> dict:
         """The JSON-able fields a record or a report keeps (no log tail)."""
@@ -188,12 +193,16 @@ def run_soak(
     rate: float,
     *,
     progress: Callable[[str], None] | None = None,
+    deadline: float | None = None,
 ) -> SoakResult:
     """Soak ``engine`` at ``rate`` (its measured capacity) as ``spec.soak`` says; see the module doc.
 
     A hold that finds only a growing queue or a broken SLA is tried again at ``soak.backoff_factor``
     times its rate (up to ``soak.backoffs`` times): short steps overstate what an engine sustains, so
-    such a hold says "not at this rate", and the rate the engine does sustain is the finding."""
+    such a hold says "not at this rate", and the rate the engine does sustain is the finding.
+    ``deadline`` (``time.monotonic()``): the end of the caller's time window (a GPU machine lent for
+    minutes). A back-off whose hold, overload and recovery would run past it is not begun: the last hold
+    stands, and the result says so (``cut_short``)."""
     from loadgen.step import drain_cap, runner_for
 
     cfg, say = spec.soak, progress or (lambda _m: None)
@@ -213,6 +222,10 @@ def run_soak(
         ):
             break
         backed_off.append(f"{held:.3g} req/s: " + "; ".join(result.reasons))
+        if deadline is not None and time.monotonic() + cfg.hold_s + cfg.overload_s + cfg.recovery_s > deadline:
+            result.cut_short = f"no back-off below {held:.3g} req/s: the call's window ends before another hold"
+            say(f"  soak: {result.diagnosis} at {held:.3g} req/s; {result.cut_short}")
+            break
         say(f"  soak: {result.diagnosis} at {held:.3g} req/s; holding x{cfg.backoff_factor:g} of it")
     if result.diagnosis not in ("oom", "engine died") and result.outcome != "unmeasured" and cfg.overload_s > 0:
         soak.overload(result)

@@ -82,7 +82,12 @@ def soak_rate(sweeps: list[SweepResult]) -> float | None:
 
 
 def _soak(
-    engine, pool: pl.DataFrame, spec: EndpointSpec, sweeps: list[SweepResult], progress: Progress
+    engine,
+    pool: pl.DataFrame,
+    spec: EndpointSpec,
+    sweeps: list[SweepResult],
+    progress: Progress,
+    deadline: float | None = None,
 ) -> SoakResult | None:
     from loadgen.soak import run_soak
 
@@ -90,7 +95,7 @@ def _soak(
     if rate is None:
         progress("  soak skipped: no rate held within the SLA")
         return None
-    return run_soak(engine, pool, spec, rate, progress=progress)
+    return run_soak(engine, pool, spec, rate, progress=progress, deadline=deadline)
 
 
 def _sustained(
@@ -218,6 +223,7 @@ def run_candidate(
     soak: bool | None = None,
     baseline_sustained: float | None = None,
     purpose: str | None = None,
+    deadline: float | None = None,
 ) -> CandidateResult:
     """Measure ``engine_args`` on ``pool`` and judge it against ``baseline_noise``.
 
@@ -233,7 +239,8 @@ def run_candidate(
     to back off is judged by the rate it sustained: it must beat ``baseline_sustained`` (the rate the
     baseline's own soak held; its measured capacity when it had none), else its verdict is ``same``.
     ``baseline_sustained`` 0: the baseline died in its own soak; a `same` candidate is soaked too, and one
-    that holds is `better` (it sustains what the baseline cannot).
+    that holds is `better` (it sustains what the baseline cannot). ``deadline`` (``time.monotonic()``):
+    the end of the caller's time window; the soak begins no back-off that would run past it.
     ``active_file``: where the running engine's pid is recorded while it runs, so that a resumed
     campaign can stop an engine its killed predecessor left behind (see :func:`stop_orphan`).
     ``purpose``: the call site, for the engine's logs and errors (default "baseline" when capturing, else
@@ -272,7 +279,7 @@ def run_candidate(
                 engine, spec, engine_args, pool, baseline_noise, repeats, result, done, lossy=lossy,
                 reference=reference, capture=capture, thresholds=thresholds, sweep_fn=sweep_fn,
                 compare_fn=compare_fn, progress=progress, extra_repeats=extra_repeats, soak=soak,
-                baseline_sustained=baseline_sustained,
+                baseline_sustained=baseline_sustained, deadline=deadline,
             )  # fmt: skip
     except EngineRunInvalid as exc:  # failed to launch, or died / hung while measured: invalid, with the log tail
         reason = exc.reason if exc.launch_failed else f"engine failed: {exc.reason}"
@@ -312,6 +319,7 @@ def _measure(
     extra_repeats: int,
     soak: bool,
     baseline_sustained: float | None,
+    deadline: float | None = None,
 ):
     """The measurement on a started engine: correctness, sweeps, sequential repeats, soak. Returns the
     judgement (verdict, confirmed, reason, comparison), or ``done(...)``'s result when it ended early."""
@@ -397,7 +405,7 @@ def _measure(
     wants_soak = capture or (judged[0] == "better" and judged[1]) or (baseline_unstable and judged[0] == "same")
     if soak and spec.soak.hold_s > 0 and wants_soak:
         result.comparison = judged[3]  # kept when the soak rejects it: what the sweeps had shown
-        result.soak = _soak(engine, pool, spec, result.sweeps, progress)
+        result.soak = _soak(engine, pool, spec, result.sweeps, progress, deadline)
         if result.soak is not None and result.soak.outcome == "unstable":
             engine.died_as_measured = True  # a death in the soak is its finding, not a crash of the measurement
             if not capture:

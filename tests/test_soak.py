@@ -128,6 +128,17 @@ def test_a_soak_above_capacity_backs_off_to_the_rate_the_engine_sustains(spec, p
     assert "back-off" in above.summary() and above.overload_rate == pytest.approx(above.rate * 1.3)
 
 
+def test_a_soak_begins_no_back_off_past_its_callers_window(spec, pool):
+    """A GPU call's window ends: the soak holds once, finds the queue growing, and begins no lower hold that
+    would run past the window (it would be cut, and the experiment lost); its result says so."""
+    import time
+
+    with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
+        cut = run_soak(engine, pool, spec, 150.0, deadline=time.monotonic() + spec.soak.hold_s + 5)
+    assert cut.outcome == "unstable" and cut.rate == 150.0 and not cut.backed_off, cut.summary()
+    assert cut.cut_short and "window" in cut.cut_short and cut.cut_short in cut.summary()
+
+
 def test_a_soak_whose_engine_errs_keeps_what_the_errors_said(spec, pool):
     with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01, error_every=4)) as engine:
         soak = run_soak(engine, pool, spec, 6.0)

@@ -75,6 +75,7 @@ class Bench:
             progress=progress or self.ctx.progress,
             extra_repeats=self.ctx.campaign.extra_repeats,
             baseline_sustained=_sustained_rate(state.working),
+            deadline=self.budget.window_end(),
         )
 
     def fill(self, record: ExperimentState, result: CandidateResult) -> None:

@@ -106,7 +106,8 @@ class Budget:
         if problem is None and self.stop_after_s is not None:
             used = time.monotonic() - self.call_started
             # a call's window must also hold a soak (a winner, or any candidate of an unstable baseline,
-            # is soaked): an experiment cut by the window's end is lost, a paused one is not
+            # is soaked): an experiment cut by the window's end is lost, a paused one is not. One hold:
+            # the soak begins no back-off past the window's end (window_end, loadgen.soak.run_soak)
             soak = self.ctx.endpoint.soak
             need = estimate_s + soak.hold_s + soak.overload_s + soak.recovery_s
             if used + need > self.stop_after_s:
@@ -116,6 +117,10 @@ class Budget:
                     f"{self.stop_after_s / 60:.1f} min; run the campaign again to resume"
                 )
         return problem
+
+    def window_end(self) -> float | None:
+        """When this call's window ends (``time.monotonic()``); None without a window."""
+        return None if self.stop_after_s is None else self.call_started + self.stop_after_s
 
     def cost_hours(self, wall_s: float) -> float:
         """GPU-hours of ``wall_s`` seconds of measurement."""
