@@ -66,7 +66,7 @@ def _apply() -> str:
 
 try:
     _message = _apply()
-    if _message and "vllm" in " ".join(sys.argv[:3]):
+    if _message:  # in each process of the engine that imports vLLM (sys.argv is not set yet at this point)
         print(f"[autoresearch] {_message}", file=sys.stderr, flush=True)
 except Exception as _exc:  # noqa: BLE001 - on a bare PYTHONPATH never break the interpreter; as an overlay, stop
     if AS_OVERLAY:
