@@ -381,7 +381,7 @@ def write_markdown(doc: dict) -> None:
         rate = c.get("false_verdict_rate", c.get("power"))
         lines.append(
             f"| {c['instrument']} | {c.get('mode', '')} | {c['planted_effect']:+.0%} | {c['trials']}"
-            + ("" if c.get("complete", True) else f" of {c['trials_target']} (running)")
+            + ("" if c.get("complete", True) else f" of {c['trials_target']} (partial, resumable)")
             + " | "
             f"{v['better']} | {v['same']} | {v['worse']} | {v['invalid']} | {rate:.0%} | "
             f"{c['mde_median']:.1%} | {c['effect_median'] if c['effect_median'] is None else format(c['effect_median'], '+.1%')} | "
