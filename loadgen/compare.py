@@ -189,7 +189,7 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
         capacity_ratio=_finite(ratio),
         baseline_capacity=baseline_rps,
         candidate_capacities=per_sweep,
-        threshold=stats.mde if stats.mde is not None else noise_floor.threshold,
+        threshold=_finite(stats.mde) if _finite(stats.mde) is not None else noise_floor.threshold,
         evidence=evidence,
         baseline_capacities=list(noise_floor.capacities),
         candidate_mean=_finite(stats.candidate_rps),

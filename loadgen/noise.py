@@ -76,7 +76,7 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
         per_rate[rate_key(rate)] = row
     threshold = max(2 * cv, spread, min_rel)
     interval = _interval_inputs(sweeps) if not invalid else {}
-    if interval.get("mde") is not None:
+    if interval.get("mde") is not None and np.isfinite(interval["mde"]):
         threshold = interval["mde"]  # the smallest effect the interval verdict can see (loadgen.verdict)
     return NoiseFloor(
         repeats=len(sweeps),

@@ -385,4 +385,6 @@ def floor_mde(
     if est is None or est.censored or k == 0:
         return None
     se = max(est.log_se * math.sqrt(2), math.sqrt(var / k))
-    return math.expm1((_crit(alpha, looks, df) + POWER_Z) * se)
+    mde = math.expm1((_crit(alpha, looks, df) + POWER_Z) * se)
+    # a fit with no spread to speak of (two rates, one each side of the SLA: log_se inf) sees no effect size
+    return mde if math.isfinite(mde) else None

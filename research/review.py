@@ -202,6 +202,11 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
     ]
 
 
+def _bound(value: float | None) -> str:
+    """An interval bound; None where it was unbounded (a fit with no spread to speak of)."""
+    return "unbounded" if value is None else f"{value:+.1%}"
+
+
 def _experiment_section(e: ExperimentState) -> list[str]:
     label = "LOSSY - flagged for human review" if e.lossy else "lossless"
     lines = [
@@ -219,8 +224,9 @@ def _experiment_section(e: ExperimentState) -> list[str]:
         )
         if c.effect is not None:
             lines.append(
-                f"- Effect: **{c.effect:+.1%}** (95% interval {c.effect_low:+.1%} to {c.effect_high:+.1%}); "
-                f"smallest effect this noise could see: {c.mde:.1%}"
+                f"- Effect: **{c.effect:+.1%}** (95% interval {_bound(c.effect_low)} to {_bound(c.effect_high)}); "
+                "smallest effect this noise could see: "
+                + (f"{c.mde:.1%}" if c.mde is not None else "none (the fit's spread is unbounded)")
             )
         lines.append(f"- Evidence: {c.evidence}")
     if e.correctness:

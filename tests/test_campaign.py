@@ -402,3 +402,27 @@ def test_a_call_window_pauses_before_an_experiment_whose_soak_would_not_fit(tmp_
         tight.check(sweep_s)
     roomy = Budget(ctx, limits, stop_after_s=sweep_s + soak_s + 60, call_started=_time.monotonic())
     assert roomy.check(sweep_s) is None
+
+
+def test_the_review_writes_an_effect_whose_interval_or_mde_is_unbounded(tmp_path: Path, smollm: EndpointSpec):
+    """An effect with an unbounded interval side or no MDE (a fit with no spread: CI's resumed campaign)
+    is written as such; it once raised inside write_report and the review was lost."""
+    ref_sweeps = [sweep(1.0), sweep(1.0)]
+    ref = BaselineRecord(engine_args=list(smollm.engine.args), sweeps=ref_sweeps, noise=noise_floor(ref_sweeps))
+    args = ["--max-num-seqs", "8"]
+    won = [sweep(3.0, args=args)]
+    comparison = compare(ref.noise, won).model_copy(
+        update={"effect": 1.354, "effect_low": 0.979, "effect_high": None, "mde": None}
+    )
+    exp = ExperimentState(
+        experiment_id="e1", round=1, proposal_ids=["p1"], title="batch more", baseline_args=ref.engine_args,
+        engine_args=args, diff={"--max-num-seqs": "8"}, verdict="better", confirmed=True, sweeps=won,
+        comparison=comparison,
+    )  # fmt: skip
+    adopted = BaselineRecord(engine_args=args, sweeps=won, noise=noise_floor(won), source_experiment="e1")
+    state = CampaignState(
+        campaign="c", campaign_id="c-1", endpoint="support_smollm", reference=ref, working=adopted,
+        baselines=[ref, adopted], experiments={"e1": exp}, finished=True, end_reason="max rounds",
+    )  # fmt: skip
+    text = write_report(state, smollm, CampaignSpec(name="c", endpoint="support_smollm"), tmp_path / "r").read_text()
+    assert "**+135.4%** (95% interval +97.9% to unbounded)" in text and "none (the fit's spread" in text

@@ -326,3 +326,23 @@ def test_a_baseline_that_holds_every_tested_rate_is_recorded_as_numbers_that_loa
     again = Comparison.model_validate_json(verdict.model_dump_json())
     assert again == verdict
     assert math.isfinite(again.baseline_capacity) and again.baseline_capacity == pytest.approx(max(rates))
+
+
+def test_an_unresolved_fit_has_no_minimum_detectable_effect_and_the_state_still_reloads(tmp_path):
+    """Two sweeps of two rates, one each side of the SLA (CI's resumed campaign): the fit's log_se is inf.
+    Its MDE is then unknown (None), never inf: an inf threshold was written to the state file as null and
+    the state could not be read back (the campaign asset failed, the review was lost)."""
+    from loadgen.capacity import CapacityEstimate
+    from loadgen.noise import NoiseFloor
+    from loadgen.verdict import LOOKS, floor_mde
+    from research.state import BaselineRecord, CampaignState, StateStore
+
+    fit = CapacityEstimate(3.79, 2.0, 4.0, math.inf, "ttft", (2.0, 4.0), 40)
+    assert floor_mde(fit, 2, 0.0009, 4, looks=LOOKS) is None
+    assert floor_mde(CapacityEstimate(3.79, 3.5, 4.1, 0.05, "ttft", (2.0, 4.0), 40), 2, 0.0009, 4) > 0
+    floor = NoiseFloor(repeats=2, capacities=[3.75, 4.0], capacity_mean=3.88, capacity_std=0.17,
+                       capacity_rel_spread=0.064, threshold=0.2, mde=floor_mde(fit, 2, 0.0009, 4))  # fmt: skip
+    store = StateStore(tmp_path, "c")
+    record = BaselineRecord(engine_args=["--max-num-seqs", "4"], sweeps=[], noise=floor)
+    store.save(CampaignState(campaign="c", campaign_id="c-1", endpoint="e", reference=record, working=record))
+    assert store.load().working.noise.threshold == 0.2
