@@ -353,11 +353,11 @@ def start_engine(
     profile: bool = False,
     validate: bool = True,
     gpu_wait_s: float | None = None,
-    on_spawn: Callable[[int], None] | None = None,
+    on_spawn: Callable[[int, list[str]], None] | None = None,
 ) -> RunningEngine:
     """Resolve the model, launch the engine, wait until healthy; return a RunningEngine.
 
-    ``on_spawn(pid)`` is called as soon as the process exists, before the (long) wait for health: a
+    ``on_spawn(pid, argv)`` is called as soon as the process exists, before the (long) wait for health: a
     caller killed during the start has then already recorded the engine it leaves behind.
 
     ``args_override`` replaces engine.args (the launch config hash follows it); ``profile``
@@ -423,7 +423,7 @@ def _launch(
     port: int,
     profile: bool,
     lease,
-    on_spawn: Callable[[int], None] | None = None,
+    on_spawn: Callable[[int, list[str]], None] | None = None,
 ) -> RunningEngine:
     identity = _identity(adapter, argv, model_dir)  # profiling does not change what is measured
     profile_dir = None
@@ -451,7 +451,7 @@ def _launch(
     ).start()
     try:
         if on_spawn is not None:
-            on_spawn(process.pid)
+            on_spawn(process.pid, list(argv))
         process.wait_healthy(adapter.base_url + adapter.health_path, spec.engine.startup_timeout_s)
     except BaseException:
         process.stop()

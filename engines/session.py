@@ -74,10 +74,12 @@ def _cmdline(pid: int) -> list[str] | None:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def write_active_file(active_file: Path, pid: int) -> None:
-    """Record the running engine (pid and command line) in ``active_file`` for :func:`stop_orphan`."""
+def write_active_file(active_file: Path, pid: int, argv: list[str] | None = None) -> None:
+    """Record the running engine (pid and command line) in ``active_file`` for :func:`stop_orphan`.
+    ``argv``: the command it was launched with (known at spawn, before /proc shows it: the process may
+    still be in the exec shim that restores default signals); else what /proc says now."""
     active_file.parent.mkdir(parents=True, exist_ok=True)
-    active_file.write_text(json.dumps({"pid": pid, "argv": _cmdline(pid) or []}))
+    active_file.write_text(json.dumps({"pid": pid, "argv": list(argv) if argv else _cmdline(pid) or []}))
 
 
 def stop_orphan(active_file: Path, progress: Callable[[str], None] = print, wait_s: float = 20.0) -> bool:
@@ -97,7 +99,8 @@ def stop_orphan(active_file: Path, progress: Callable[[str], None] = print, wait
         active_file.unlink(missing_ok=True)
         return False
     stopped = False
-    if argv and _cmdline(pid) == argv:
+    running = _cmdline(pid) or []
+    if argv and running[-len(argv) :] == argv:  # the launch command (behind the signal shim, if it still runs)
         progress(f"stopping engine pid {pid} left running by an interrupted run")
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
@@ -168,7 +171,7 @@ def run_engine(
     if active_file is not None:
         stop_orphan(Path(active_file), say)
     # recorded as soon as it exists: a run killed while its engine starts leaves a known orphan
-    record = (lambda pid: write_active_file(Path(active_file), pid)) if active_file is not None else None
+    record = (lambda pid, argv: write_active_file(Path(active_file), pid, argv)) if active_file is not None else None
     try:
         engine = start_engine(spec, workdir=workdir, args_override=args_override, profile=profile, on_spawn=record)
     except Exception as exc:
