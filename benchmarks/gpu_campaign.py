@@ -115,15 +115,20 @@ def _soak(soak) -> dict | None:
 
 
 def _internal_first():
-    """The rules' proposals with the engine-internal ones first (the same proposals, in another order):
-    when a session's GPU time covers only part of a round, what it measures is the internals."""
+    """The rules' proposals with the fixes of an out-of-memory baseline first, then the engine-internal
+    ones (the same proposals, in another order): when a session's GPU time covers only part of a round,
+    what it measures is what would keep the endpoint up, then the internals."""
     from research.campaign.steps import default_propose
 
     propose = default_propose("rules")
 
     def ordered(endpoint, diagnosis, state, n, skip):
         found = propose(endpoint, diagnosis, state, n, skip)
-        return sorted(found, key=lambda p: not p.technique.startswith("internal_"))
+
+        def rank(p) -> int:  # a stable sort: the proposer's order holds within each rank
+            return 0 if p.bottleneck == "memory_headroom" else 1 if p.technique.startswith("internal_") else 2
+
+        return sorted(found, key=rank)
 
     return ordered
 
@@ -147,6 +152,27 @@ def run(args) -> None:
         call["model"] = build_model(models / MODEL_NAME, WORK / "tokenizer", args.model_size)
         log(f"model built: {call['model']['parameters']:,} parameters in {call['model']['build_s']} s")
     campaign, spec = definitions(models, args.engine_python)
+    if args.deadline_minutes is not None:  # the campaign's wall-clock deadline, when the declared one is spent
+        campaign = campaign.model_copy(
+            update={
+                "deadline_minutes": args.deadline_minutes,
+                "gpu_hours": max(campaign.gpu_hours, args.deadline_minutes / 60),
+            }
+        )
+        spec = spec.model_copy(
+            update={
+                "budget": spec.budget.model_copy(
+                    update={
+                        "wall_clock_minutes": args.deadline_minutes,
+                        "gpu_hours": max(spec.budget.gpu_hours or 0.0, args.deadline_minutes / 60),
+                    }
+                )
+            }
+        )
+        call["deadline_minutes"] = args.deadline_minutes
+        call["reopened"] = reopen()
+    if args.rejudge:  # an experiment whose verdict a harness fix changed: run again, the old record kept
+        call["rejudged"] = rejudge(args.rejudge)
     if args.max_rounds is not None:  # the session's GPU time left, not the shipped campaign's own choice
         campaign = campaign.model_copy(update={"max_rounds": args.max_rounds})
         call["max_rounds"] = args.max_rounds
@@ -179,6 +205,42 @@ def run(args) -> None:
         call["wall_s"] = round(time.monotonic() - started, 1)
         calls_file.write_text(json.dumps(calls, indent=1))
         log(f"packed {pack(out)}")
+
+
+def reopen() -> str | None:
+    """A campaign that ended on its deadline is open again under a later one (the old end reason is
+    returned for the call log); one that ended for any other reason stays ended."""
+    from research.state import StateStore
+
+    store = StateStore(STATE, CAMPAIGN)
+    state = store.load()
+    if state is None or not state.finished or not (state.end_reason or "").startswith("deadline"):
+        return None
+    ended, state.finished, state.end_reason = state.end_reason, False, None
+    store.save(state)
+    log(f"reopened the campaign under the new deadline (it had ended: {ended})")
+    return ended
+
+
+def rejudge(experiment_ids: list[str]) -> list[dict]:
+    """Drop these experiments from the state so that the campaign runs them again; their old records are
+    kept in the call log (``gpu_calls.json``) beside the reason, nothing is lost."""
+    from research.state import StateStore
+
+    store = StateStore(STATE, CAMPAIGN)
+    state = store.load()
+    dropped = []
+    for eid in experiment_ids:
+        old = state.experiments.pop(eid, None) if state is not None else None
+        if old is None:
+            raise SystemExit(f"error: --rejudge {eid}: no such experiment in the campaign state")
+        dropped.append(json.loads(old.model_dump_json(exclude={"sweeps", "candidate", "log_tail"})))
+        for rnd in state.rounds:  # its round runs it again
+            if rnd.round == old.round:
+                rnd.finished, rnd.outcome = False, None
+        log(f"rejudging {eid} ({old.title}): its record ({old.verdict}) is kept in gpu_calls.json")
+    store.save(state)
+    return dropped
 
 
 def hand_tuned(spec, left_s: float, call: dict) -> None:
@@ -359,6 +421,10 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--model-size", default="442m")
     r.add_argument("--hand-tuned", action="store_true", help="then measure the hand-tuned reference if time is left")
     r.add_argument("--max-rounds", type=int, help="fewer rounds than the campaign declares (recorded in the call log)")
+    r.add_argument(
+        "--deadline-minutes", type=float, help="the campaign's wall-clock deadline (recorded in the call log)"
+    )
+    r.add_argument("--rejudge", nargs="*", default=[], help="experiment ids to run again after a harness fix")
     r.add_argument(
         "--internal-first",
         action="store_true",

@@ -49,7 +49,9 @@ OOM_PATTERN = re.compile(
     re.IGNORECASE,
 )
 GROWTH_P = 0.01  # significance of "TTFT keeps climbing"
-BACKS_OFF = ("queue growth", "sla")  # what a lower rate may cure; a death, an OOM or errors it may not
+# what a lower rate may cure; a death, an OOM or errors it may not (errors that are only waits, timeouts
+# and requests cut at the drain, are the queue's: they do not stop a back-off)
+BACKS_OFF = ("queue growth", "sla")
 
 
 class SoakResult(BaseModel):
@@ -66,6 +68,8 @@ class SoakResult(BaseModel):
     overload: str | None = None  # "queued and recovered", "shed load with errors", "crashed", "did not recover"
     requests: int = 0
     error_rate: float | None = None
+    # errors other than waits (a timeout, a request cut at the drain): what a lower rate cannot cure
+    failure_rate: float | None = None
     error_examples: list[str] = Field(default_factory=list)  # up to 5 distinct error texts of the hold
     over_fraction: dict[str, float] = Field(default_factory=dict)  # per SLA target, over the hold
     ttft_first_ms: float | None = None  # median TTFT of the hold's first third of requests
@@ -218,7 +222,7 @@ def run_soak(
         if (
             attempt == cfg.backoffs
             or result.diagnosis not in BACKS_OFF
-            or (result.error_rate or 0.0) > spec.sla.max_error_rate
+            or (result.failure_rate or 0.0) > spec.sla.max_error_rate
         ):
             break
         backed_off.append(f"{held:.3g} req/s: " + "; ".join(result.reasons))
@@ -232,6 +236,19 @@ def run_soak(
     result.wall_s = time.monotonic() - started
     say("  " + result.summary())
     return result
+
+
+def waited_out(record: RequestRecord) -> bool:
+    """A request that failed only by waiting: it timed out or was still in flight at the drain (a queue's
+    symptom, which a lower rate cures), not an error the engine answered with or a broken connection."""
+    return record.cut or (record.error or "").startswith("timeout")
+
+
+def failure_rate(records: list[RequestRecord]) -> float | None:
+    """The share of requests that failed other than by waiting (``waited_out``); None without requests."""
+    if not records:
+        return None
+    return sum(1 for r in records if not r.ok and not waited_out(r)) / len(records)
 
 
 class _Soak:
@@ -305,6 +322,7 @@ class _Soak:
             return self.died(result, "hold", exc)
         result.held_s, result.requests, result.error_rate = cfg.hold_s, step.requests, step.error_rate
         result.error_examples = list(step.error_examples)
+        result.failure_rate = failure_rate(records)
         if step.validity != "valid" and client_bound(step):
             result.outcome, result.diagnosis = "unmeasured", "client fell behind"
             result.reasons.append(f"the hold could not be measured: {step.invalid_reason}")
@@ -312,8 +330,9 @@ class _Soak:
         if step.validity != "valid":
             result.outcome, result.diagnosis = "unstable", "invalid run"
             result.reasons.append(f"the hold could not be measured: {step.invalid_reason}")
-        if step.error_rate > sla.max_error_rate:
-            result.outcome, result.diagnosis = "unstable", "errors"
+        if step.error_rate > sla.max_error_rate:  # errors that are only waits are the queue's: "sla"
+            waits_only = (result.failure_rate or 0.0) <= sla.max_error_rate
+            result.outcome, result.diagnosis = "unstable", "sla" if waits_only else "errors"
             example = f" (e.g. {step.error_examples[0][:160]})" if step.error_examples else ""
             result.reasons.append(
                 f"error rate {step.error_rate:.1%} at {rate:.3g} req/s > {sla.max_error_rate:.1%}{example}"

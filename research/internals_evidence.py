@@ -80,7 +80,7 @@ def oom_bottleneck(reason: str | None) -> Bottleneck | None:
         return None
     return Bottleneck(
         name="memory_headroom",
-        severity=0.9,
+        severity=1.0,  # an outage in production outranks every slowness
         evidence=[f"it ran out of device memory under sustained load: {reason.splitlines()[0][:200]}"],
     )
 

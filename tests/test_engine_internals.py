@@ -157,6 +157,41 @@ def test_a_baseline_that_died_of_oom_in_its_soak_gets_memory_fixes_proposed():
     assert "memory_headroom" not in {b.name for b in healthy.bottlenecks}
 
 
+def test_a_crash_under_sustained_load_first_gets_a_kv_cache_sized_to_the_measured_demand():
+    """The OOM fix sized from what the overloaded step kept in flight: twice it, in whole blocks."""
+    from research.proposals import Bottleneck, Diagnosis
+    from research.rules import propose
+
+    oom = Bottleneck(name="memory_headroom", severity=1.0, evidence=["died of OOM in its soak"])
+
+    def diagnosis(args, in_flight):
+        return Diagnosis(
+            endpoint="e",
+            engine_kind="transformers",
+            engine_args=args,
+            bottlenecks=[oom],
+            engine_stats={"over_in_flight_mean": in_flight, "at_cap_in_flight_mean": in_flight / 2},
+            request_stats={"prompt_tokens_mean": 1000.0, "output_tokens_mean": 250.0},
+        )
+
+    args = ["--continuous-batching", "--cb-use-cuda-graph"]
+    first = propose(diagnosis(args, 32.0), n=3, gpu_count=1)[0]
+    assert first.intervention.technique == "bounded_kv_cache"
+    # 2 x 32 requests x 1,250 tokens / 256-token blocks = 312.5 -> 512 blocks; the rest stay as alternatives
+    assert first.intervention.engine_arg_diff == {"--cb-num-blocks": "512"}
+    assert "internal_memory_headroom" in {a.technique for a in first.alternatives}
+    assert first.predicted_capacity_ratio is None  # a fix of a crash: never queued below the MDE
+    bigger = propose(diagnosis(args, 200.0), n=1, gpu_count=1)[0].intervention.engine_arg_diff
+    assert int(bigger["--cb-num-blocks"]) > 512  # more demand, a larger cache
+    # not where the cache already has a size, nor without a measured demand, nor on a CPU host
+    for d, gpus in (
+        (diagnosis([*args, "--cb-num-blocks", "1024"], 32.0), 1),
+        (diagnosis(args, 0.0), 1),
+        (diagnosis(args, 32.0), 0),
+    ):
+        assert "bounded_kv_cache" not in {p.intervention.technique for p in propose(d, n=6, gpu_count=gpus)}
+
+
 # ---------------------------------------------------------------------------------- patch recipes
 def _speculation_waste(version: str | None, args: list[str] | None = None):
     from research.proposals import Bottleneck, Diagnosis

@@ -10,6 +10,7 @@ from __future__ import annotations
 from research.rules.context import Technique
 from research.rules.techniques import (
     async_scheduling,
+    bounded_kv_cache,
     compile_model,
     drop_speculation,
     enable_prefix_caching,
@@ -44,6 +45,8 @@ PLAYBOOK: dict[str, list[Technique]] = {
     "attention_bound": [enable_prefix_caching, fp8_kv_cache],
     "sampling_overhead": [async_scheduling],
     "speculation_waste": [drop_speculation],
+    # the adapter's internal settings for it (memory fraction, batch limit) follow
+    "memory_headroom": [bounded_kv_cache],
 }
 
 #: What each technique should do to the measurements, what would prove it wrong, and the capacity ratio
@@ -115,6 +118,13 @@ EXPECTATIONS: dict[str, tuple[str, str, float | None]] = {
         "a faster attention kernel shortens each step, most for long prompts: TTFT and ITL fall",
         "TTFT and ITL unchanged, or the engine fails to start with this kernel",
         1.1,
+    ),
+    "bounded_kv_cache": (
+        "the engine holds its measured capacity through the soak and its overload without running out of "
+        "memory: requests beyond the cache queue instead; capacity within the noise of the short steps",
+        "it still dies of OOM under sustained load, or capacity falls beyond the noise (the cache was too "
+        "small for the load the SLA allows)",
+        None,  # its gain is the load it sustains, not a short step's capacity: never queued below the MDE
     ),
     "more_kv_blocks": ("more KV blocks: more sequences fit at once, no evictions", "capacity unchanged", 1.1),
     "weight_quantization": (

@@ -138,6 +138,23 @@ def more_kv_blocks(ctx: Context) -> Intervention | None:
     return Intervention(technique="more_kv_blocks", engine_arg_diff={knob.flag: str(2 * ctx.knob(knob))})
 
 
+def bounded_kv_cache(ctx: Context) -> Intervention | None:
+    """A KV cache sized to what the overloaded step kept in flight (twice it, in whole blocks, a power of
+    two) instead of most of free device memory (GPU engines that size it by block count). The scheduler
+    then queues what does not fit, and the temporaries that grow with a batch's KV (paged attention
+    gathers and expands it per layer) stay bounded: a fix for a configuration that runs out of memory
+    under sustained load, not a speed-up."""
+    knob = ctx.vocab.kv_blocks
+    if knob is None or ctx.cpu or knob.flag in ctx.args:
+        return None  # no such knob, or the cache already has a fixed size
+    in_flight = max(ctx.stat("over_in_flight_mean"), ctx.stat("at_cap_in_flight_mean"))
+    tokens = ctx.stat("prompt_tokens_mean") + ctx.stat("output_tokens_mean")
+    if in_flight <= 0 or tokens <= 0:
+        return None  # no demand measured: no size to write
+    blocks = _pow2_at_least(2 * in_flight * tokens / ctx.vocab.block_size(ctx.args, cpu=False))
+    return Intervention(technique="bounded_kv_cache", engine_arg_diff={knob.flag: str(blocks)})
+
+
 def fp8_kv_cache(ctx: Context) -> Intervention | None:
     if ctx.vocab.kv_cache_dtype is None:
         return None
