@@ -107,9 +107,14 @@ def _compact_internals(internals: dict | None) -> dict | None:
     return {**internals, "captures": captures}
 
 
-def _soak(soak) -> dict | None:
+def _soak(soak, experiment=None) -> dict | None:
+    """The soak's record; for an experiment that was not soaked, why not (only a candidate that could be
+    adopted is soaked: not one that failed its correctness check, died, or measured worse or same)."""
     if soak is None:
-        return None
+        if experiment is None:
+            return None
+        why = (experiment.invalid_reason or f"verdict {experiment.verdict}").splitlines()[0][:160]
+        return {"rate": None, "held_s": 0.0, "outcome": f"not soaked: {why}"}
     keys = ("rate", "measured_rate", "held_s", "outcome", "diagnosis", "overload", "backed_off", "reasons")
     return {k: getattr(soak, k) for k in keys}
 
@@ -353,7 +358,7 @@ def report(args) -> Path:
                 ),
                 "adopted": any(b.source_experiment == e.experiment_id for b in state.baselines),
                 "invalid_reason": e.invalid_reason,
-                "soak": _soak(e.soak),
+                "soak": _soak(e.soak, e),
                 # content hashes of the overlays the engine ran with (settings, patch, evidence)
                 "overlay_sha256": (e.identity or {}).get("overlays") or None,
                 "internals": summary_of_internals(latest_internals(e.sweeps)),

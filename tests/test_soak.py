@@ -15,7 +15,7 @@ import pytest
 from specs.config import SLASpec, SoakSpec
 from loadgen import simengine
 from loadgen.results import RequestRecord
-from loadgen.soak import death_cause, kept_tail, queue_growth, run_soak
+from loadgen.soak import death_cause, failure_rate, kept_tail, queue_growth, run_soak, waited_out
 
 
 def records(ttft_ms: np.ndarray, span_s: float) -> list[RequestRecord]:
@@ -137,6 +137,21 @@ def test_a_soak_begins_no_back_off_past_its_callers_window(spec, pool):
         cut = run_soak(engine, pool, spec, 150.0, deadline=time.monotonic() + spec.soak.hold_s + 5)
     assert cut.outcome == "unstable" and cut.rate == 150.0 and not cut.backed_off, cut.summary()
     assert cut.cut_short and "window" in cut.cut_short and cut.cut_short in cut.summary()
+
+
+def test_requests_that_only_waited_are_the_queues_not_failures_a_lower_rate_cannot_cure():
+    """On the H200 a bounded KV cache stopped the OOM, and its queue then grew until 40% of requests timed
+    out: those are waits, and the soak must still back off to find the rate it sustains. A 500 or a
+    broken connection is a failure, and a lower rate is not held for it."""
+    ok = RequestRecord(request_id="a", scheduled_s=0.0, ttft_s=0.1, status=200)
+    timeout = RequestRecord(request_id="b", scheduled_s=0.0, error="timeout: no complete response after 60s")
+    cut = RequestRecord(request_id="c", scheduled_s=0.0, cut=True, error="cut: in flight 8s after the schedule ended")
+    err = RequestRecord(request_id="d", scheduled_s=0.0, status=500, error="HTTP 500: engine error")
+    reset = RequestRecord(request_id="e", scheduled_s=0.0, error="connection reset by peer")
+    assert [waited_out(r) for r in (ok, timeout, cut, err, reset)] == [False, True, True, False, False]
+    assert failure_rate([ok, timeout, cut, ok]) == 0.0
+    assert failure_rate([ok, timeout, err, reset]) == 0.5
+    assert failure_rate([]) is None
 
 
 def test_a_soak_whose_engine_errs_keeps_what_the_errors_said(spec, pool):
