@@ -314,6 +314,39 @@ def _rounds_section(state: CampaignState) -> list[str]:
     return md
 
 
+def _production_lines(found: dict | None) -> list[str]:
+    """Before and after in production shape (research.production_check), when the campaign ran it."""
+    if not found:
+        return []
+    md = ["## Production-shaped verification", ""]
+    if found.get("not_run"):
+        return md + [f"Not run: {found['not_run']}", ""]
+    from research.production_check import ProductionCheck
+
+    check = ProductionCheck.model_validate(found)
+    md += [
+        f"The pool's own arrival pattern (per-interval rates, bursts, warm cache) for {check.seconds:g} s on "
+        "each configuration, the same requests at the same times. Attainment: the share of requests that met "
+        "every SLA target. GPU-seconds per 1,000 requests: what the endpoint's GPUs were held for them.",
+        "",
+        "| configuration | requests | SLA attainment | intervals within SLA | TTFT p95 ms | GPU-s / 1,000 | "
+        "GPU-s / 1,000 within SLA |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in check.rows:
+        if r.validity != "valid":
+            md.append(f"| {r.label} | - | invalid: {r.invalid_reason} | - | - | - | - |")
+            continue
+        gpu = "unmeasured (no GPU)" if r.gpu_s_per_1k is None else f"{r.gpu_s_per_1k:.0f}"
+        good = "unmeasured (no GPU)" if r.gpu_s_per_1k is None else _fmt(r.gpu_s_per_1k_within_sla, 4)
+        attained = "unmeasured" if r.attainment is None else f"{r.attainment:.1%}"
+        md.append(
+            f"| {r.label} `{' '.join(r.engine_args)}` | {r.requests} | {attained} | "
+            f"{r.intervals_within_sla}/{r.intervals} | {_fmt(r.ttft_p95_ms, 4)} | {gpu} | {good} |"
+        )
+    return md + ["", check.summary(), ""]
+
+
 def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: CampaignSpec, out_dir: Path | str) -> Path:
     """Write ``review.md`` and ``load_curves.png`` under ``out_dir``; return the markdown path."""
     out = Path(out_dir)
@@ -414,6 +447,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         "every repeat beyond the baseline by more than the threshold.",
         "",
     ]
+    md += _production_lines(state.production_check)
     md += ["## Adopted changes (in order)", ""]
     if not adopted:
         md += ["None: no candidate beat the noise floor in all its repeats.", ""]

@@ -127,6 +127,7 @@ class CampaignState(BaseModel):
     rounds: list[RoundRecord] = Field(default_factory=list)
     experiments: dict[str, ExperimentState] = Field(default_factory=dict)
     failed_baseline: dict[str, Any] | None = None  # the invalid baseline measurement, for the report
+    production_check: dict[str, Any] | None = None  # research.production_check.ProductionCheck, at the end
     finished: bool = False
     end_reason: str | None = None
     open_questions: list[str] = Field(default_factory=list)

@@ -395,6 +395,10 @@ class CampaignSpec(Strict):
     # Diagnosis: seconds of torch profiling under steady load (0 disables it, e.g. where the
     # engine's profiler is unreliable or too heavy for the host).
     profile_seconds: float = Field(default=6.0, ge=0)
+    # Production-shaped verification at the end (research.production_check): seconds of the pool's own
+    # arrival pattern replayed on the reference and on the adopted configuration, when a change was
+    # adopted; 0 (the default) runs none. Two engine starts and twice this long.
+    production_check_s: float = Field(default=0.0, ge=0)
 
     def concurrent_engines(self, endpoint: "EndpointSpec") -> int:
         """How many engines of ``endpoint`` this campaign may run at once: the GPU cap divided by the

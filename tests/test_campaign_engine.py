@@ -48,7 +48,7 @@ RESUME_SCRIPT = textwrap.dedent("""
         rates=[2.0, 6.0], step_duration_s=3, warmup_requests=1, repeats=2, max_steps=2))}})
     campaign = CampaignSpec(name="resume_test", endpoint="tiny_random", deadline_minutes=30, gpu_hours=1,
                             subagents=2, repeats=1, max_rounds=1, proposer="rules", profile_seconds=0,
-                            extra_repeats=0)
+                            extra_repeats=0, production_check_s=5)
     out = run_campaign(campaign, spec, state_dir=sys.argv[1], progress=lambda m: print(m, flush=True))
     print("OUTCOME", out.model_dump_json())
 """).format(tool_args=", ".join(repr(a) for a in TOOL_ARGS))
@@ -123,6 +123,18 @@ def test_killed_campaign_resumes_without_rerunning_finished_experiments(tmp_path
     assert len(after.experiments) >= 2  # the rest of the round ran after the restart
     assert after.reference.sweeps == before.reference.sweeps  # the baseline was not re-measured either
     assert not list(runs.glob("active_engine*.json"))
+    # an adopted change is replayed in production shape beside the reference, once, at the end
+    check = after.production_check
+    if after.working.engine_args != after.reference.engine_args:
+        assert check and [r["label"] for r in check["rows"]] == ["before", "after"], check
+        assert all(r["validity"] == "valid" and r["requests"] > 0 for r in check["rows"]), check
+        assert {r["requests"] for r in check["rows"]} == {check["rows"][0]["requests"]}  # one schedule for both
+        assert all(r["gpu_s_per_1k"] is None for r in check["rows"])  # no GPU here: unmeasured, not 0
+        assert "production-shaped replay (after)" in out
+        review = next(state_dir.glob("*.review/review.md")).read_text()
+        assert "## Production-shaped verification" in review and "unmeasured (no GPU)" in review
+    else:
+        assert check is None  # nothing adopted: nothing to verify
 
 
 @long_measurement

@@ -282,12 +282,27 @@ def site_serve(spec, pool, tmp_path):
     return caught.value.reason, caught.value.log_tail
 
 
+def site_production(spec, pool, tmp_path):
+    from research.production_check import production_check
+
+    args = list(spec.engine.args)
+    check = production_check(
+        spec, pool, [("before", args), ("after", args)], workdir=tmp_path, seconds=4, progress=print
+    )
+    before, after = check.row("before"), check.row("after")
+    assert before.validity == "invalid" and before.invalid_reason.startswith("engine died mid-replay")
+    assert after.validity == "valid" and after.requests > 0  # its own engine: the other row still stands
+    assert "invalid (engine died mid-replay" in check.summary()
+    return before.invalid_reason, before.log_tail
+
+
 SITES = {
     "candidate": (4, site_candidate),
     "unit": (4, site_unit),
     "sweep": (4, site_sweep),
     "baseline": (4, site_baseline),
     "replay": (2, site_replay),
+    "production": (2, site_production),  # the campaign's production-shaped verification
     "reference": (1, site_reference),
     "profile": (3, site_profile),
     "drafter": (1, site_drafter),

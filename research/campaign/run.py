@@ -12,7 +12,7 @@ import polars as pl
 from specs.config import CampaignSpec, EndpointSpec
 from research.campaign.adoption import Adoption
 from research.campaign.bench import Bench
-from research.campaign.budget import Budget, Limits, Paused
+from research.campaign.budget import Budget, Limits, Paused, budget_problem, estimate_seconds
 from research.campaign.context import CampaignContext, config_hash, load_pool
 from research.campaign.outcome import (
     CampaignOutcome,
@@ -106,6 +106,7 @@ class CampaignLoop:
             pool = load_pool(campaign, endpoint, state_dir, progress)
         self.ctx = ctx = CampaignContext(campaign, endpoint, state_dir, store, state, pool, progress)
         self.budget = Budget(ctx, limits, o.get("stop_after_s"), call_started)
+        self.measures_engines = o.get("sweep_fn") is None  # an injected sweep_fn runs no engine of ours
         self.recorder = MemoryRecorder(ctx, o.get("memory"))
         self.bench = Bench(
             ctx,
@@ -170,10 +171,42 @@ class CampaignLoop:
 
     # -- ending ---------------------------------------------------------------------------------
     def finish(self, reason: str) -> CampaignOutcome:
+        self.verify_in_production()
         self.state.finished, self.state.end_reason = True, reason
         self.progress(f"campaign ends: {reason}")
         self.ctx.save()
         return self.outcome(write=True)
+
+    def verify_in_production(self) -> None:
+        """Before and after in production shape (research.production_check), once, when a change was
+        adopted and the campaign declares ``production_check_s``; within the deadline and budget, else
+        the state says why it was not run. A campaign measuring through an injected ``sweep_fn`` runs no
+        engine of its own, so none is started for this either."""
+        state, seconds = self.state, self.campaign.production_check_s
+        if seconds <= 0 or state.production_check is not None or state.reference is None or state.working is None:
+            return
+        if state.working.engine_args == state.reference.engine_args or not self.measures_engines:
+            return
+        from research.production_check import production_check
+
+        drain = self.endpoint.sweep.drain_s or 0.0
+        estimate = estimate_seconds(state, self.endpoint, 0, launches=2) + 2 * (seconds + drain)
+        problem = budget_problem(state, self.ctx.store, self.budget.limits, estimate)
+        if problem is not None:
+            state.production_check = {"not_run": problem}
+            self.progress(f"production-shaped verification not run: {problem}")
+            return
+        check = production_check(
+            self.endpoint,
+            self.ctx.pool,
+            [("before", list(state.reference.engine_args)), ("after", list(state.working.engine_args))],
+            workdir=self.ctx.workdir,
+            seconds=seconds,
+            active_file=self.ctx.workdir / "active_engine.production.json",
+            progress=self.progress,
+        )
+        state.production_check = check.model_dump(mode="json")
+        self.ctx.save()
 
     def outcome(self, write: bool = False) -> CampaignOutcome:
         """The outcome; with ``write``, also the best configuration, the review report, the memory's
