@@ -117,6 +117,11 @@ def stop_orphan(active_file: Path, progress: Callable[[str], None] = print, wait
     return stopped
 
 
+#: how long a block that ended normally waits for a dying engine's exit code (a SIGKILLed process is reaped
+#: within milliseconds; a healthy engine costs this once per run)
+NORMAL_END_WAIT_S = 0.5
+
+
 def _exit_code(engine, wait_s: float = 0.0) -> int | None:
     """The engine's exit code when its process has ended, waiting up to ``wait_s`` for it (None: still
     running, or not ours to watch). A killed process closes its sockets before it can be reaped, so a
@@ -233,7 +238,9 @@ def _death(engine, purpose: str, exc: BaseException | None = None) -> EngineRunI
     (kind external) is only asked when the block failed."""
     process = getattr(engine, "process", None)
     crash = exc if isinstance(exc, EngineCrashed) else None
-    code = _exit_code(engine)
+    # a block that ended normally may have swallowed the dropped connection of an engine killed a moment
+    # ago (reference outputs note a failed request and go on): its exit code is awaited briefly
+    code = _exit_code(engine, wait_s=0.0 if exc is not None else NORMAL_END_WAIT_S)
     if exc is None and code is None:
         # ended normally on a process that has not exited: what it measured stands (its own steps judged
         # their validity); a /health that is merely slow on a loaded host must not void a finished run

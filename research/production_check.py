@@ -83,7 +83,7 @@ class ProductionCheck(BaseModel):
 
 def _row(label: str, args: list[str], result, gpu_count: int) -> ProductionRow:
     intervals = [i for i in result.intervals if i.requests]
-    span = max((i.end_s for i in result.intervals), default=0.0)
+    span = result.overall.duration_s  # the replay's schedule (its reporting intervals may run past it)
     requests = result.overall.requests
     met = round((result.attainment or 0.0) * requests)
     row = ProductionRow(
