@@ -206,7 +206,7 @@ def report(args) -> Path:
         lines.append(
             f"| `{' '.join(r['engine_args'])}`"
             + (f" + overlay `{r['overlay']}`" if r["overlay"] else "")
-            + f" | {s.get('rate', '?')} req/s ({r['rate_source']}) | {s.get('held_s', 0):.0f} s of "
+            + f" | {s.get('rate', 0):.3g} req/s ({r['rate_source']}) | {s.get('held_s', 0):.0f} s of "
             f"{r['soak_spec']['hold_s']:.0f} | {s.get('outcome', 'not run')} | {s.get('overload') or '-'} | "
             f"{s.get('diagnosis') or '-'} | {'; '.join(s.get('reasons') or []) or '-'} |"
         )
