@@ -246,6 +246,9 @@ def _experiment_section(e: ExperimentState) -> list[str]:
     overlays = (e.identity or {}).get("overlays")
     if overlays:
         lines.append("- Overlays (content hash): " + ", ".join(f"`{k}` {v}" for k, v in sorted(overlays.items())))
+    if e.engine_patch:  # the code change itself, as the proposer wrote it
+        lines += ["- Engine patch (authored by the proposer; applied to this candidate's engine only):", ""]
+        lines += ["```diff", e.engine_patch.rstrip("\n"), "```"]
     for note in e.notes:
         lines.append(f"- {note}")
     if e.invalid_reason:
