@@ -318,3 +318,29 @@ def test_an_authored_patch_runs_inside_a_real_vllm_through_the_harness(engine_sl
     said = "\n".join(p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*.log"))
     assert f"{name}: patched vllm.sampling_params" in said
     assert "[authored patch] sampling_params ran" in said
+
+
+def test_the_review_shows_the_text_of_every_patch_a_candidate_ran_with():
+    from research.review import _experiment_section
+    from research.state import ExperimentState
+
+    recipe = overlays.REGISTRY["vllm_issue_55005"]
+    record = ExperimentState(
+        experiment_id="cand-1",
+        round=1,
+        proposal_ids=["p"],
+        title="patch_vllm_issue_55005",
+        baseline_args=[],
+        engine_args=[overlays.FLAG, recipe.name],
+        diff={overlays.FLAG: recipe.name},
+        verdict="same",
+        identity={"overlays": {recipe.name: recipe.sha256()}},
+    )
+    text = "\n".join(_experiment_section(record))
+    source = (recipe.folder / "sitecustomize.py").read_text()
+    assert f"content hash {recipe.sha256()}" in text
+    assert source.strip().splitlines()[-1] in text and "```python" in text  # the recipe's code itself
+    authored_record = record.model_copy(
+        update={"engine_patch": "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-a\n+b\n"}
+    )
+    assert "```diff\n--- a/vllm/x.py" in "\n".join(_experiment_section(authored_record))
