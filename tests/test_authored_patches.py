@@ -156,6 +156,9 @@ def test_a_subagent_patch_is_rejected_unless_the_campaign_runs_authored_patches(
     kept = check_proposal(proposal, on)
     assert getattr(kept, "intervention", None) is not None and kept.intervention.engine_patch == diff
     assert "vllm==0.32.0" in system_prompt(on) and "vllm/..." in system_prompt(on)
+    from research.campaign.steps import proposal_record
+
+    assert proposal_record(kept).engine_patch == diff  # what the campaign runs keeps the patch
 
 
 # ----------------------------------------------------------------------------------------- campaign
