@@ -165,6 +165,9 @@ class EngineAdapter(ABC):
     #: known bugs of this engine's code with their fix as a patch overlay (engines.internals.PatchRecipe),
     #: offered by the rules where the running version and build have the bug
     patch_recipes: tuple = ()
+    #: the importable packages of the engine's own code: what a patch a proposal authored may change
+    #: (engines.authored); empty: the engine's code cannot be patched
+    source_packages: tuple[str, ...] = ()
 
     def __init__(self, spec: EndpointSpec, port: int, workdir: Path):
         self.spec = spec

@@ -8,6 +8,7 @@ and the launch-config hash follows it:
 
     --overlay transformers_cb_config={"kv_padding_interval_size": 4096}
     --overlay vllm_issue_55005
+    --overlay authored-3f2a9c0d1e4b5a6c      # a patch a proposal authored (engines.authored)
 
 ``start_engine`` takes the overlay arguments out of the command line (the adapter never sees them),
 puts the loader (``engines/patches/_loader``) on the engine's PYTHONPATH with the overlays' folders in
@@ -134,11 +135,25 @@ def split(args: list[str]) -> tuple[list[str], list[Requested]]:
     return own, asked
 
 
+def find(name: str) -> Overlay | None:
+    """A shipped overlay, or a patch a proposal authored (engines.authored, under the project's home)."""
+    from engines import authored
+
+    return REGISTRY.get(name) or authored.find(name)
+
+
 def _requested(value: str) -> Requested:
     name, _, settings = value.partition("=")
-    overlay = REGISTRY.get(name)
+    overlay = find(name)
     if overlay is None:
-        raise OverlayError(f"{FLAG} {name!r} is not a known overlay; known: {', '.join(sorted(REGISTRY))}")
+        raise OverlayError(
+            f"{FLAG} {name!r} is not a known overlay; known: {', '.join(sorted(REGISTRY))}"
+            + (
+                " (an authored patch is built by the campaign that runs its proposal)"
+                if name.startswith("authored-")
+                else ""
+            )
+        )
     if settings and overlay.settings_env is None:
         raise OverlayError(f"{FLAG} {name} takes no settings, got {settings!r}")
     if settings and overlay.purpose == "settings":

@@ -142,6 +142,7 @@ class SglangAdapter(EngineAdapter):
     honours_ignore_eos = True
     evidence = frozenset({"metrics", "profile", "logprobs", "prefix_cache_reset"})
     version_distributions = ("sglang",)
+    source_packages = ("sglang",)
     remote_packages = ("sglang==0.5.23",)  # no CPU build: never run here (its registry release of 2026-11)
     health_path = "/health"
     metrics_path = "/metrics"

@@ -183,6 +183,7 @@ class TransformersServeAdapter(EngineAdapter):
     rejected_request_fields = TRANSFORMERS_REJECTED_FIELDS
     stop_grace_s = 5.0  # 5.17 on the H200 ignored SIGTERM for 20 s at every stop: KILL sooner
     version_distributions = ("transformers",)
+    source_packages = ("transformers",)
     # as measured on the H200 (torch 2.11, transformers 5.17 and the web stack `transformers serve` needs)
     remote_packages = (
         "torch==2.11.0",

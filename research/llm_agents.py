@@ -92,6 +92,8 @@ class SubagentContext(BaseModel):
     engine_args: list[str] = Field(default_factory=list)
     gpu_count: int = 0
     findings: list[dict] = Field(default_factory=list)  # relevant results from research memory
+    engine_version: str = ""  # ``name==version`` of the engine diagnosed (what a patch is written against)
+    authored_patches: bool = False  # the campaign runs engine patches a subagent writes (engines.authored)
 
 
 # ---------------------------------------------------------------- wire formats (strict JSON schema)
@@ -173,6 +175,24 @@ _SYSTEM = (
     "show and say what result would prove the proposal wrong. Mark lossy=true for changes that alter outputs "
     "(quantisation)."
 )
+_PATCHES_OFF = " engine_patch must be null: this campaign changes flags only."
+_PATCHES_ON = (
+    " Where no flag reaches the cause, engine_patch may hold a unified diff (--- a/PATH, +++ b/PATH, @@ hunks with "
+    "exact context lines) against the installed engine's Python source ({version}); paths start with the engine's "
+    "package ({packages}/...). It runs in this candidate's engine only and its outputs are checked against the "
+    "reference's. Otherwise null."
+)
+
+
+def system_prompt(context: "SubagentContext") -> str:
+    """The subagents' instructions; whether they may write engine patches is the campaign's choice."""
+    if not context.authored_patches:
+        return _SYSTEM + _PATCHES_OFF
+    from engines.registry import adapter_class
+
+    cls = adapter_class(context.engine_kind)
+    packages = ", ".join(cls.source_packages) if cls is not None and cls.source_packages else context.engine_kind
+    return _SYSTEM + _PATCHES_ON.format(version=context.engine_version or context.engine_kind, packages=packages)
 
 
 def _question_prompt(question: ResearchQuestion, diagnosis: Diagnosis, context: SubagentContext) -> str:
@@ -184,6 +204,7 @@ def _question_prompt(question: ResearchQuestion, diagnosis: Diagnosis, context: 
         "evidence": bottleneck.evidence if bottleneck else [],
         "engine": context.engine_kind,
         "engine_args": " ".join(context.engine_args),
+        "engine_version": context.engine_version,
         "gpus": context.gpu_count,
         "sla": context.sla,
         "baseline": context.baseline,
@@ -299,7 +320,7 @@ class Orchestrator:
     ) -> Proposal | RejectedProposal:
         user = _question_prompt(question, diagnosis, context)
         try:
-            raw = self._complete(_SYSTEM, user, "proposal", schema)
+            raw = self._complete(system_prompt(context), user, "proposal", schema)
         except Exception as exc:  # noqa: BLE001 - a server error rejects this answer, not the round
             return RejectedProposal(
                 question_id=question.question_id, reasons=[f"model call failed: {type(exc).__name__}: {str(exc)[:300]}"]
@@ -382,6 +403,9 @@ def check_proposal(
     check = validate_intervention(
         proposal.intervention, context.engine_args, context.engine_kind, adapter=adapter, gpu_count=context.gpu_count
     )
+    if proposal.intervention.engine_patch and not context.authored_patches:
+        reason = "the proposal carries an engine patch and this campaign does not run authored patches"
+        return RejectedProposal(question_id=question_id or proposal.proposal_id, reasons=[reason], proposal=proposal)
     if not check.ok:
         return RejectedProposal(
             question_id=question_id or proposal.proposal_id, reasons=check.reasons, proposal=proposal

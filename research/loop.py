@@ -157,11 +157,13 @@ def propose_step(
     baseline: dict,
     memory=None,
     skip: Sequence[str] = (),
+    authored_patches: bool = False,
 ):
     """One proposal round through the orchestrator (LLM subagents when configured, rules otherwise).
 
     ``spec`` carries the working configuration; ``baseline`` its capacity and noise floor;
-    ``memory`` (a memory_db.MemoryStore) gives the subagents findings for the same bottleneck."""
+    ``memory`` (a memory_db.MemoryStore) gives the subagents findings for the same bottleneck;
+    ``authored_patches`` lets the subagents propose patches of the engine's code (engines.authored)."""
     from research.llm_agents import Orchestrator, SubagentContext
 
     context = SubagentContext(
@@ -173,6 +175,8 @@ def propose_step(
         engine_args=list(spec.engine.args),
         gpu_count=spec.hardware.gpu_count,
         baseline=baseline,
+        authored_patches=authored_patches,
+        engine_version=diagnosis.engine_version or "",
     )
     lookup = None
     if memory is not None:

@@ -246,11 +246,44 @@ def _experiment_section(e: ExperimentState) -> list[str]:
     overlays = (e.identity or {}).get("overlays")
     if overlays:
         lines.append("- Overlays (content hash): " + ", ".join(f"`{k}` {v}" for k, v in sorted(overlays.items())))
+    if e.engine_patch:  # the code change itself, as the proposer wrote it
+        lines += ["- Engine patch (authored by the proposer; applied to this candidate's engine only):", ""]
+        lines += ["```diff", e.engine_patch.rstrip("\n"), "```"]
+    lines += _recipe_texts(overlays or {}, e.engine_args)
     for note in e.notes:
         lines.append(f"- {note}")
     if e.invalid_reason:
         lines.append(f"- Invalid: {e.invalid_reason}")
     return lines + [""]
+
+
+def _recipe_texts(hashes: dict[str, str], args: list[str]) -> list[str]:
+    """The code of each shipped patch overlay (a recipe) the candidate asked for, folded: a patch is
+    judged with its text in front of the reader."""
+    from engines import overlays
+
+    try:
+        asked = [r.overlay for r in overlays.split(list(args))[1]]
+    except overlays.OverlayError:
+        return []
+    out = []
+    for overlay in asked:
+        if overlay.purpose != "patch" or overlay.name not in overlays.REGISTRY:
+            continue
+        source = overlay.folder / "sitecustomize.py"
+        sha = hashes.get(overlay.name, overlay.sha256())
+        out += [
+            f"- Patch `{overlay.name}` ({overlay.description}; content hash {sha}):",
+            "",
+            f"<details><summary>engines/patches/{overlay.name}/sitecustomize.py</summary>",
+            "",
+            "```python",
+            source.read_text().rstrip("\n"),
+            "```",
+            "",
+            "</details>",
+        ]
+    return out
 
 
 def cli_overrides(declared: list[str], args: list[str]) -> list[str]:

@@ -53,6 +53,7 @@ class ProposalRecord(BaseModel):
     technique: str
     bottleneck: str = ""
     engine_arg_diff: dict[str, str | None]
+    engine_patch: str | None = None  # a unified diff the proposer authored (engines.authored)
     lossy: bool = False
     explanation: str = ""
     prediction: str = ""
@@ -94,6 +95,7 @@ class ExperimentState(BaseModel):
     log_tail: str | None = None
     notes: list[str] = Field(default_factory=list)
     soak: SoakResult | None = None  # sustained load before adoption (loadgen.soak)
+    engine_patch: str | None = None  # the diff a proposer authored, applied through an overlay (engines.authored)
 
     @property
     def capacity_mean(self) -> float | None:

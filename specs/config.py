@@ -399,6 +399,10 @@ class CampaignSpec(Strict):
     # arrival pattern replayed on the reference and on the adopted configuration, when a change was
     # adopted; 0 (the default) runs none. Two engine starts and twice this long.
     production_check_s: float = Field(default=0.0, ge=0)
+    # Patches of the engine's code that a proposer (an LLM subagent) authored: run them, each in its own
+    # candidate's engine only (engines.authored). Off by default: it runs code a model wrote. When off, a
+    # proposal that carries a patch is rejected with the reason, never run without it.
+    authored_patches: bool = False
 
     def concurrent_engines(self, endpoint: "EndpointSpec") -> int:
         """How many engines of ``endpoint`` this campaign may run at once: the GPU cap divided by the

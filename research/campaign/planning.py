@@ -125,6 +125,10 @@ class Planner:
 
     def _already_tried(self, proposal: ProposalRecord, base: list[str]) -> bool:
         after = apply_diff(base, proposal.engine_arg_diff)
+        if proposal.engine_patch:  # a patch is a change even with no flag: named by its overlay
+            from engines.authored import named_args
+
+            after = named_args(self.ctx.endpoint, after, proposal.engine_patch)
         return after == base or any(
             e.baseline_args == base and e.engine_args == after for e in self.ctx.state.experiments.values()
         )

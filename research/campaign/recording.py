@@ -184,6 +184,8 @@ class MemoryRecorder:
             lossless=not record.lossy,
             correctness=corr.model_dump(mode="json", exclude={"sequences"}) if corr else {},
             soak=record.soak.metadata() if record.soak else None,
+            overlays=(record.identity or {}).get("overlays") or None,
+            engine_patch=record.engine_patch,
             needs_review=bool(record.lossy or (corr and corr.flag_for_review)),
             evidence=(c.evidence if c else record.invalid_reason or ""),
             run_ids=[f"{self.memory_id(record)}-s{i}" for i in range(len(record.sweeps))],

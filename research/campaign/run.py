@@ -86,7 +86,7 @@ class CampaignLoop:
             from research.llm_agents import Orchestrator
 
             Orchestrator.from_env("llm")
-        propose_fn = propose_fn or default_propose(kind, o.get("memory"))
+        propose_fn = propose_fn or default_propose(kind, o.get("memory"), campaign.authored_patches)
         state = store.load()
         if state is not None:
             state.resumes += 1

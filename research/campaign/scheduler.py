@@ -119,11 +119,21 @@ class Scheduler:
         state, endpoint = self.ctx.state, self.ctx.endpoint
         base = working.engine_args
         intervention = Intervention(
-            technique=proposal.technique, engine_arg_diff=proposal.engine_arg_diff, lossy=proposal.lossy
+            technique=proposal.technique,
+            engine_arg_diff=proposal.engine_arg_diff,
+            engine_patch=proposal.engine_patch,
+            lossy=proposal.lossy,
         )
         check = validate_intervention(intervention, base, endpoint.engine.kind, gpu_count=endpoint.hardware.gpu_count)
         after = check.args_after or apply_diff(base, proposal.engine_arg_diff)
         lossy = check.lossy
+        patch_problem = None
+        if proposal.engine_patch and check.ok:  # an overlay built for this candidate only (engines.authored)
+            from engines.authored import candidate_args
+
+            after, patch_problem = candidate_args(
+                endpoint, after, proposal.engine_patch, self.ctx.campaign.authored_patches
+            )
         eid = experiment_id("candidate", base, after, self.ctx.repeats)
         if eid in state.experiments:
             if eid not in rnd.experiment_ids:
@@ -141,7 +151,13 @@ class Scheduler:
             lossy=lossy,
             verdict="skipped",
             started_at=time.time(),
+            engine_patch=proposal.engine_patch,
         )
+        if patch_problem is not None:  # the patch is the change: nothing to measure without it
+            record.verdict, record.invalid_reason = "invalid", patch_problem
+            self.ctx.progress(f"  {proposal.proposal_id}: invalid ({patch_problem})")
+            self.bench.finish(rnd, record, proposal)
+            return eid, None
         if not check.ok:
             record.verdict, record.invalid_reason = "invalid", "rejected before launch: " + "; ".join(check.reasons)
             self.ctx.progress(f"  {proposal.proposal_id}: {record.invalid_reason}")

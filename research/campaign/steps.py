@@ -68,6 +68,7 @@ def proposal_record(proposal: Any) -> ProposalRecord:
         technique=iv.technique,
         bottleneck=proposal.bottleneck,
         engine_arg_diff=dict(iv.engine_arg_diff),
+        engine_patch=iv.engine_patch,
         lossy=iv.lossy,
         explanation=proposal.explanation,
         prediction=proposal.prediction,
@@ -77,7 +78,7 @@ def proposal_record(proposal: Any) -> ProposalRecord:
     )
 
 
-def default_propose(mode: str, memory=None) -> ProposeFn:
+def default_propose(mode: str, memory=None, authored_patches: bool = False) -> ProposeFn:
     """The orchestrator (research.loop.propose_step): LLM subagents when configured, rules otherwise."""
 
     def propose(
@@ -96,6 +97,7 @@ def default_propose(mode: str, memory=None) -> ProposeFn:
             experiment_id=f"round-{len(state.rounds) + 1}",
             memory=memory,
             skip=skip,
+            authored_patches=authored_patches,
             baseline={
                 "capacity_rps": working.capacity,
                 "noise_threshold": working.noise.threshold,
