@@ -217,7 +217,17 @@ class TransformersServeAdapter(EngineAdapter):
     def served_model_name(self, model_dir: Path) -> str:
         return str(model_dir)
 
+    #: how old the evidence overlay's queue reading may be and still count (it writes once a second)
+    QUEUE_FRESH_S = 5.0
+
     def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:
+        """No /metrics: the queue (requests running and waiting) as the evidence overlay last read it, when
+        that reading is fresh; unknown (None) otherwise, never zero."""
+        queue = (self.internals() or {}).get("queue") or {}
+        if queue and abs(timestamp - float(queue.get("at", 0.0))) <= self.QUEUE_FRESH_S:
+            return MetricsSnapshot(
+                timestamp=timestamp, requests_running=queue.get("running"), requests_waiting=queue.get("waiting")
+            )
         return MetricsSnapshot(timestamp=timestamp)
 
     def validate_flags(self, args: list[str]) -> list[str]:

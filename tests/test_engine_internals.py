@@ -10,6 +10,7 @@ here, and the H200 run in benchmarks/results/gpu_campaign.json shows the real on
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -93,6 +94,35 @@ def test_a_real_sweep_on_transformers_serve_brings_back_its_internals(engine_slo
     assert generate["n"] > steps_before and generate["total_s"] > 0
     assert internals["captures"]["n"] == 0  # no CUDA graphs on a CPU: measured as none, not left out
     assert "ms/step" in summary(internals)
+
+    # the queue: transformers serve exports no /metrics, the probe reads its scheduler, and the sweep's
+    # wait for an empty queue between steps now waits on it (it returned at once before: nothing to read)
+    import threading
+
+    import httpx
+
+    from loadgen.step import wait_idle
+
+    def ask() -> None:
+        body = {"model": engine.served_model, "messages": [{"role": "user", "content": "Count."}], "max_tokens": 300}
+        httpx.post(f"{engine.openai_base_url}/chat/completions", json=body, timeout=300)
+
+    asking = [threading.Thread(target=ask) for _ in range(4)]
+    for t in asking:
+        t.start()
+    seen = []
+    while any(t.is_alive() for t in asking) and len(seen) < 600:
+        snap = engine.metrics()
+        seen.append((snap.requests_running, snap.requests_waiting))
+        time.sleep(0.1)
+    busy = [running + waiting for running, waiting in seen if running is not None]
+    assert busy and max(busy) >= 1, seen  # the queue was read while the requests ran
+    for t in asking:
+        t.join()
+    wait_idle(engine, 30.0)
+    after = engine.metrics()
+    assert (after.requests_running, after.requests_waiting) == (0, 0)
+    assert "Scheduler.__init__" in (engine.adapter.internals() or {}).get("wrapped", [])
 
 
 def _diagnosis(kind: str, args: list[str], internals: dict):

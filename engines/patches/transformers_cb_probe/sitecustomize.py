@@ -8,7 +8,9 @@ capture stalls every running request. This overlay counts, in the engine process
   the device when batching is synchronous) and to update the requests;
 - the padded (query, KV) shapes the model runner was asked for, and how many were distinct;
 - CUDA-graph captures: how many, the stall each one cost, and when (seconds since the engine started);
-- device memory: peak allocated and reserved.
+- device memory: peak allocated and reserved;
+- the scheduler's queue: requests running and waiting, with the wall time they were read (``queue``), which
+  the adapter serves as its queue metrics (the sweep waits on them until a step's queue has drained).
 
 It writes them as one JSON object to ``AUTORESEARCH_PROBE_FILE`` (atomically, once a second, from a
 daemon thread of its own), which the adapter reads back (``TransformersServeAdapter.internals``).
@@ -20,6 +22,7 @@ import json
 import os
 import threading
 import time
+import weakref
 
 _OUT = os.environ.get("AUTORESEARCH_PROBE_FILE")
 _T0 = time.monotonic()
@@ -34,6 +37,7 @@ _state = {
     "wrapped": [],
 }
 _shapes: set = set()
+_schedulers: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _phase(name: str, seconds: float) -> None:
@@ -59,8 +63,11 @@ def _write() -> None:
             }
     except Exception:  # noqa: BLE001 - memory is evidence, never a reason to disturb the engine
         pass
+    queue = _queue()
     with _LOCK:
         _state["uptime_s"] = round(now - _T0, 3)
+        if queue is not None:
+            _state["queue"] = queue
         text = json.dumps(_state)
     tmp = f"{_OUT}.{os.getpid()}.tmp"
     try:
@@ -69,6 +76,39 @@ def _write() -> None:
         os.replace(tmp, _OUT)
     except OSError:
         pass
+
+
+def _queue() -> dict | None:
+    """Requests running and waiting in every live scheduler, read now; None before the first one exists."""
+    try:
+        schedulers = list(_schedulers)
+        if not schedulers:
+            return None
+        running = sum(len(getattr(s, "active_requests", ())) for s in schedulers)
+        waiting = sum(len(getattr(s, "waiting_requests", ())) for s in schedulers)
+    except Exception:  # noqa: BLE001 - a set or dict changed while read: the next write reads again
+        return None
+    return {"running": running, "waiting": waiting, "at": time.time()}
+
+
+def _track_schedulers() -> None:
+    """Keep a weak reference to every continuous-batching scheduler made, so the queue can be read."""
+    try:
+        from transformers.generation.continuous_batching import scheduler
+    except Exception:  # noqa: BLE001 - a layout without one: the queue stays unmeasured
+        return
+    base = getattr(scheduler, "Scheduler", None)
+    original = getattr(base, "__init__", None)
+    if original is None or getattr(original, "_autoresearch_probe", False):
+        return
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _schedulers.add(self)
+
+    init._autoresearch_probe = True
+    base.__init__ = init
+    _state["wrapped"].append("Scheduler.__init__")
 
 
 def _timed(owner, name: str, phase: str, after=None) -> None:
@@ -168,6 +208,7 @@ def _install() -> None:
         pass
     if not captured:
         _wrap_graph_context()
+    _track_schedulers()
     _write()
     threading.Thread(target=_writer, name="autoresearch-probe", daemon=True).start()
 
