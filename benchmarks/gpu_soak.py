@@ -158,9 +158,11 @@ def production(args) -> None:
     spec = shipped_endpoint(args.engine_python, args.model_size)
     configs = [(label, PRODUCTION[label]) for label in args.labels.split(",")]
     began, started = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
-    rows = []
+    replayed, rows = pool(), []
     for config in configs:  # one at a time, written as each ends: a call cut short keeps what it measured
-        check = production_check(spec, pool(), [config], workdir=out / "production", seconds=args.seconds, progress=log)
+        check = production_check(
+            spec, replayed, [config], workdir=out / "production", seconds=args.seconds, progress=log
+        )
         rows += check.rows
         record = {
             "what": "research.production_check: the pool's own arrival pattern replayed on each configuration",
