@@ -24,6 +24,7 @@ import math
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from specs.config import SLASpec  # noqa: E402
 from loadgen import arrivals, simengine  # noqa: E402
-from loadgen.capacity import estimate  # noqa: E402
+from loadgen.capacity import SOFT_BANDWIDTH, estimate  # noqa: E402
 from loadgen.runner import LagBounds, run_open_loop  # noqa: E402
 from loadgen.stats import summarize  # noqa: E402
 from loadgen.verdict import (  # noqa: E402
@@ -52,6 +53,9 @@ PROMPTS = (RNG.lognormal(math.log(300), 0.6, POOL)).astype(int) + 8  # tokens
 OUTPUTS = RNG.integers(16, 65, POOL)
 BASE = simengine.ServiceModel(run_jitter_cv=0.01)
 RESULTS = ROOT / "benchmarks" / "results"
+# what the capacity fit counted: trials under another estimator are kept as cells of their own
+ESTIMATOR = f"smoothed counts (bandwidth {SOFT_BANDWIDTH})"
+OLD = "plain counts"
 
 
 def virtual_step(model: simengine.ServiceModel, rate: float, duration_s: float, seed: int, run_seed: int):
@@ -157,7 +161,7 @@ def vllm_cpu_main(args) -> None:
     from specs.paths import definitions_dir
     from autoresearch.workflows import load_pool
     from dagster_project.lib import load_definitions
-    from engines import EngineRunInvalid, run_engine
+    from engines import run_engine
     from loadgen.sweep import run_sweep
 
     spec = load_definitions(definitions_dir()).endpoint("support_smollm")
@@ -176,11 +180,14 @@ def vllm_cpu_main(args) -> None:
         env = {**spec.engine.env, "PYTHONPATH": patch, "AUTORESEARCH_PLANTED_SLOWDOWN": str(fraction)}
         return spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": env})})
 
-    def measure_with(a_spec, b_spec):
+    def measure_with(a_spec, b_spec, keep: Path | None = None):
         def measure(side: str, i: int, rates: list[float]):
             workdir = RESULTS.parent / ".runs" / "power"
+            records = keep / f"r{i}-{side}" if keep else None
             with run_engine(a_spec if side == "A" else b_spec, workdir=workdir, purpose="sweep") as engine:
-                sweep = run_sweep(engine, pool, spec, rates=rates, repeats_label=f"{side}{i}")
+                sweep = run_sweep(engine, pool, spec, rates=rates, repeats_label=f"{side}{i}", records_dir=records)
+            if keep:  # the round, request by request, to judge again with another estimator
+                (keep / f"r{i}-{side}.json").write_text(sweep.model_dump_json())
             if sweep.validity != "valid":
                 return [
                     st.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
@@ -190,46 +197,66 @@ def vllm_cpu_main(args) -> None:
 
         return measure
 
-    for effect in [float(e) for e in args.effects.split(",")]:
-        base = slowed(effect) if effect > 0 else spec
-        have = sum(1 for d in done if d["planted_effect"] == effect)
-        for k in range(have, args.trials):
-            t0 = time.time()
-            # the product's own prior for a new endpoint (loadgen.verdict.PRIOR_SD/PRIOR_DF), updated by the rounds
-            try:
-                stats, rounds = sequential_verdict(
-                    measure_with(base, spec),
-                    args.capacity_guess,
-                    seed=k + 1,
-                    max_rounds=args.max_rounds,
-                    prior_var=PRIOR_SD**2,
-                    prior_df=PRIOR_DF,
-                )
-            except EngineRunInvalid as exc:  # a launch that failed or an engine that died: an invalid trial
-                stats = VerdictStats(verdict="invalid", reason=exc.reason)
-            row = {
-                "planted_effect": effect,
-                "trial": k,
-                "verdict": stats.verdict,
-                "effect": stats.effect,
-                "low": stats.low,
-                "high": stats.high,
-                "mde": stats.mde,
-                "rounds": stats.rounds,
-                "reason": stats.reason,
-                "minutes": round((time.time() - t0) / 60, 2),
-            }
-            with log.open("a") as handle:
-                handle.write(json.dumps(row) + "\n")
-            done.append(row)
-            print(json.dumps(row), flush=True)
+    effects = [float(e) for e in args.effects.split(",")]
+    stop = RESULTS.parent / ".runs" / "power.stop"  # touch it to stop after the trial in hand
+    for k in range(args.trials):  # the cells take turns, so a run stopped early leaves each with trials
+        for effect in effects:
+            have = [d for d in done if d["planted_effect"] == effect and d.get("estimator", OLD) == ESTIMATOR]
+            if len(have) > k:
+                continue
+            if stop.exists():
+                print(f"stopped: {stop} exists", flush=True)
+                return write_vllm_cells(done, args)
+            done.append(vllm_trial(effect, k, slowed(effect) if effect > 0 else spec, spec, measure_with, args, log))
+            write_vllm_cells(done, args)
     write_vllm_cells(done, args)
+
+
+def vllm_trial(effect: float, k: int, base, spec, measure_with, args, log: Path) -> dict:
+    """One vLLM CPU verdict: the (slowed) baseline against the unpatched engine, appended to ``log``."""
+    from engines import EngineRunInvalid
+
+    t0 = time.time()
+    keep = args.keep / f"e{effect:g}-t{k}" if args.keep else None
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+    try:  # the product's own prior for a new endpoint (loadgen.verdict.PRIOR_SD/PRIOR_DF), updated by the rounds
+        stats, _ = sequential_verdict(
+            measure_with(base, spec, keep),
+            args.capacity_guess,
+            seed=k + 1,
+            max_rounds=args.max_rounds,
+            prior_var=PRIOR_SD**2,
+            prior_df=PRIOR_DF,
+        )
+    except EngineRunInvalid as exc:  # a launch that failed or an engine that died: an invalid trial
+        stats = VerdictStats(verdict="invalid", reason=exc.reason)
+    row = {
+        "planted_effect": effect,
+        "trial": k,
+        "verdict": stats.verdict,
+        "effect": stats.effect,
+        "low": stats.low,
+        "high": stats.high,
+        "mde": stats.mde,
+        "rounds": stats.rounds,
+        "reason": stats.reason,
+        "minutes": round((time.time() - t0) / 60, 2),
+        "se_bootstrap": stats.se_bootstrap,
+        "se_between": stats.se_between,
+        "capacity_guess": args.capacity_guess,
+        "estimator": ESTIMATOR,
+    }
+    with log.open("a") as handle:
+        handle.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def write_vllm_cells(rows: list[dict], args) -> None:
     cells = []
-    for effect in sorted({r["planted_effect"] for r in rows}):
-        group = [r for r in rows if r["planted_effect"] == effect]
+    for estimator, effect in sorted({(r.get("estimator", OLD), r["planted_effect"]) for r in rows}):
+        group = [r for r in rows if r["planted_effect"] == effect and r.get("estimator", OLD) == estimator]
         counts = Counter(r["verdict"] for r in group)
         mdes = [r["mde"] for r in group if r["mde"] is not None]
         cells.append(
@@ -238,6 +265,7 @@ def write_vllm_cells(rows: list[dict], args) -> None:
                 "mode": "real",
                 "planted_effect": effect,
                 "planted_as": f"baseline step time x{1 + effect:g} (engines/patches/planted_slowdown)",
+                "estimator": estimator,
                 "trials": len(group),
                 "verdicts": {v: counts.get(v, 0) for v in ("better", "same", "worse", "invalid")},
                 ("false_verdict_rate" if effect == 0 else "power"): round(
@@ -268,7 +296,8 @@ def write_vllm_cells(rows: list[dict], args) -> None:
     doc["cells"] = [c for c in doc["cells"] if c["instrument"] != "vllm_cpu"] + cells
     doc.setdefault("commands", {})["vllm_cpu"] = (
         f"python benchmarks/harness_power.py --instrument vllm_cpu --trials {args.trials} --effects {args.effects} "
-        f"--max-rounds {args.max_rounds}  (resumes from harness_power_vllm_cpu.jsonl; --report-only rebuilds the cells)"
+        f"--max-rounds {args.max_rounds} --capacity-guess {args.capacity_guess:g} --keep DIR  (cells take turns; "
+        "resumes from harness_power_vllm_cpu.jsonl; --report-only rebuilds the cells)"
     )
     out.write_text(json.dumps(doc, indent=2) + "\n")
     write_markdown(doc)
@@ -281,10 +310,12 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=6.0)
     ap.add_argument("--floor-rounds", type=int, default=8)
     ap.add_argument("--http", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1, help="simulated: trials run in this many processes")
     ap.add_argument("--max-rounds", type=int, default=6)
     ap.add_argument("--instrument", choices=["simulated", "vllm_cpu"], default="simulated")
     ap.add_argument("--report-only", action="store_true", help="vllm_cpu: rebuild the cells from the trials recorded")
     ap.add_argument("--capacity-guess", type=float, default=2.8, help="vllm_cpu: the baseline's capacity, req/s")
+    ap.add_argument("--keep", type=Path, help="vllm_cpu: keep each trial's rounds here, request by request")
     args = ap.parse_args()
     if args.instrument == "vllm_cpu":
         return vllm_cpu_main(args)
@@ -302,10 +333,18 @@ def main() -> None:
         model = planted(effect, base_capacity)
         truth = true_capacity(model, base_capacity * (1 + effect)) / base_capacity - 1
         t0 = time.time()
-        results = [
-            trial(model, 1 + s, base_capacity, args.step_s, prior, args.http, args.max_rounds)
-            for s in range(args.trials)
-        ]
+        with ProcessPoolExecutor(args.jobs) as pool:  # trials are independent: one per core
+            results = list(
+                pool.map(
+                    trial,
+                    *zip(
+                        *[
+                            (model, 1 + s, base_capacity, args.step_s, prior, args.http, args.max_rounds)
+                            for s in range(args.trials)
+                        ]
+                    ),
+                )
+            )
         stats = [r[0] for r in results]
         counts = Counter(s.verdict for s in stats)
         cell = {
@@ -313,6 +352,7 @@ def main() -> None:
             "mode": mode,
             "planted_effect": effect,
             "measured_effect_at_length": round(truth, 4),
+            "estimator": ESTIMATOR,
             "trials": args.trials,
             "verdicts": {v: counts.get(v, 0) for v in ("better", "same", "worse", "invalid")},
             "false_verdict_rate" if effect == 0 else "power": round(
@@ -331,7 +371,7 @@ def main() -> None:
             ),
             "rounds_mean": round(float(np.mean([s.rounds for s in stats])), 2),
             "minutes_per_verdict": round(float(np.mean([r[1] for r in results])) / 60, 2),
-            "compute_s_per_verdict": round((time.time() - t0) / args.trials, 3),
+            "compute_s_per_verdict": round((time.time() - t0) * args.jobs / args.trials, 3),
         }
         cells.append(cell)
         print(json.dumps(cell))
@@ -380,7 +420,8 @@ def write_markdown(doc: dict) -> None:
         v = c["verdicts"]
         rate = c.get("false_verdict_rate", c.get("power"))
         lines.append(
-            f"| {c['instrument']} | {c.get('mode', '')} | {c['planted_effect']:+.0%} | {c['trials']}"
+            f"| {c['instrument']} | {c.get('mode', '')}{', ' + c['estimator'] if c.get('estimator') else ''} | "
+            f"{c['planted_effect']:+.0%} | {c['trials']}"
             + ("" if c.get("complete", True) else f" of {c['trials_target']} (partial, resumable)")
             + " | "
             f"{v['better']} | {v['same']} | {v['worse']} | {v['invalid']} | {rate:.0%} | "

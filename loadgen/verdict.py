@@ -245,9 +245,25 @@ def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dic
 MeasureFn = Callable[[str, int, list[float]], list[StepResult]]
 
 
-def default_grid(capacity_guess: float) -> list[float]:
+def default_grid(capacity_guess: float, factors: tuple[float, ...] = (0.6, 0.8, 1.0, 1.2, 1.4)) -> list[float]:
     """Rates around a capacity guess: where the fitted crossing is best resolved (+-40%)."""
-    return [float(f"{capacity_guess * f:.4g}") for f in (0.6, 0.8, 1.0, 1.2, 1.4)]
+    return [float(f"{capacity_guess * f:.4g}") for f in factors]
+
+
+#: After the first round, rates around what it measured (+-20%): the steps near the crossing are
+#: those whose requests say where it lies; the first round's wider grid allowed for a poor guess.
+RECENTRED = (0.8, 0.9, 1.0, 1.1, 1.2)
+
+
+def _recentred(rates: list[float], stats: VerdictStats) -> list[float]:
+    """The next round's rates: around the geometric mean of the two capacities measured so far, when
+    both are resolved inside the tested rates; else the rates so far, widened where a crossing lies
+    outside them. The same for both sides of the round, so they still share schedules."""
+    a, b = stats.baseline_rps, stats.candidate_rps
+    resolved = stats.baseline_censored is None and stats.candidate_censored is None
+    if resolved and a and b and math.isfinite(a) and math.isfinite(b):
+        return default_grid(math.sqrt(a * b), RECENTRED)
+    return _widen(rates, stats)
 
 
 def sequential_verdict(
@@ -264,8 +280,12 @@ def sequential_verdict(
     progress: Callable[[str], None] | None = None,
     time_left: Callable[[], float] | None = None,
     measured: dict[str, list[list[StepResult]]] | None = None,
+    recentre: bool = True,
 ) -> tuple[VerdictStats, dict]:
     """Measure A and B in interleaved rounds (A B, B A, ...) until the verdict is decided.
+
+    ``recentre``: after each undecided round, the next one's rates sit around the capacities measured
+    so far (:data:`RECENTRED`), not around the first guess.
 
     ``measured``: rounds already measured (a verdict resumed after a call's time limit, on fresh
     engines). They count as this verdict's first rounds and their looks as early looks: an earlier
@@ -301,6 +321,8 @@ def sequential_verdict(
             return stats, rounds
         for steps in rounds["A"] + rounds["B"]:  # the resumed rounds' rates, widenings included
             rates = sorted(set(rates) | {s.target_rate for s in steps})
+        if recentre:
+            rates = _recentred(rates, stats)
     round_s = 0.0
     for i in range(first, max_rounds):
         if i >= min_rounds and time_left is not None and time_left() < round_s:
@@ -347,7 +369,7 @@ def sequential_verdict(
             progress(f"round {i + 1}: {stats.sentence()}")
         if stats.verdict != "undecided":
             return stats, rounds
-        rates = _widen(rates, stats)
+        rates = _recentred(rates, stats) if recentre else _widen(rates, stats)
     return stats, rounds
 
 

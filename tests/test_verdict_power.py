@@ -75,8 +75,9 @@ def _trial(effect: float, seed: int, capacity: float, prior) -> object:
 def test_the_fitted_capacity_orders_engines_and_narrows_with_more_requests(capacity):
     """Short steps measure a transient (a queue needs time to build, so 6 s steps overstate the capacity
     measured at length: docs/measurement.md); what a verdict needs is that the estimate ranks engines
-    the way their capacities at length do, and that more requests tighten it."""
-    rates = [capacity * f for f in (0.8, 0.9, 1.0, 1.1, 1.2)]
+    the way their capacities at length do, and that more requests tighten it. (The rates sit above the
+    capacity at length, where these short steps cross.)"""
+    rates = [capacity * f for f in (0.9, 1.05, 1.2, 1.35, 1.5)]
     for seed in range(6):
         slow = estimate(_sweep(BASE, rates, 0, seed, "A"), seed=seed)
         fast = estimate(_sweep(BASE.planted(0.4), rates, 0, seed, "A"), seed=seed)
@@ -346,3 +347,73 @@ def test_an_unresolved_fit_has_no_minimum_detectable_effect_and_the_state_still_
     record = BaselineRecord(engine_args=["--max-num-seqs", "4"], sweeps=[], noise=floor)
     store.save(CampaignState(campaign="c", campaign_id="c-1", endpoint="e", reference=record, working=record))
     assert store.load().working.noise.threshold == 0.2
+
+
+def test_smoothed_counts_weigh_a_value_by_how_far_it_lies_from_the_limit():
+    """A value at the limit counts half, far under it nothing, far over it one; without smoothing the
+    counts are the plain ones; a request never answered counts fully over in both."""
+    from loadgen.capacity import sla_samples
+    from loadgen.results import RequestRecord
+
+    sla = SLASpec(ttft_ms=300, itl_ms=50, e2e_ms=1000, max_error_rate=0.01)
+    records = [
+        RequestRecord(request_id="a", scheduled_s=0, ttft_s=0.3, itl_s=[0.05, 0.001, 0.5], e2e_s=0.2, status=200),
+        RequestRecord(request_id="b", scheduled_s=0, status=200, cut=True),
+        RequestRecord(request_id="c", scheduled_s=0, status=500, error="boom"),
+    ]
+    s = sla_samples(records, sla, soft=0.2)
+    assert s["ttft_soft"][0] == pytest.approx(0.5) and s["ttft_over"][0] == 0
+    assert s["itl_soft"][0] == pytest.approx(1.5, abs=1e-3) and s["itl_over"][0] == 1 and s["itl_n"][0] == 3
+    assert s["e2e_soft"][0] < 1e-6
+    assert s["ttft_soft"][1] == s["ttft_over"][1] == 1 and s["e2e_soft"][1] == 1  # cut before its first token
+    assert s["errors_over"] == [0, 0, 1] and s["ttft_n"][2] == 0  # a failed request counts as an error only
+    hard = sla_samples(records, sla, soft=0)
+    assert hard["ttft_soft"] == hard["ttft_over"] and hard["itl_soft"] == hard["itl_over"]
+
+
+def test_smoothed_counts_tighten_the_crossing_and_old_results_still_fit(capacity):
+    """Over several seeds the fit on smoothed counts has a smaller bootstrap standard error than the fit
+    on plain counts of the same requests; steps recorded without smoothed counts are fitted on plain ones."""
+    rates = [capacity * f for f in (0.8, 0.9, 1.0, 1.1, 1.2)]
+    ratios = []
+    for seed in range(5):
+        steps = _sweep(BASE, rates, 0, 40 + seed, "A")
+        assert all("ttft_soft" in s.sla_samples for s in steps)
+        plain = [
+            s.model_copy(update={"sla_samples": {k: v for k, v in s.sla_samples.items() if not k.endswith("_soft")}})
+            for s in steps
+        ]
+        soft, hard = estimate(steps, seed=seed), estimate(plain, seed=seed)
+        assert soft is not None and hard is not None
+        ratios.append(soft.log_se / hard.log_se)
+        # a mix of old and new steps is fitted on plain counts throughout
+        mixed = estimate(plain[:2] + steps[2:], boot=0)
+        assert mixed.capacity == pytest.approx(estimate(plain, boot=0).capacity)
+    assert np.median(ratios) < 0.9, ratios
+
+
+def test_later_rounds_measure_around_the_capacities_found_and_both_sides_share_their_rates(capacity, prior):
+    """After the first round (0.6-1.4x the guess), the next rounds sit at 0.8-1.2x what the rounds so far
+    measured, on the same rates for both sides (their schedules pair); without recentring they keep
+    the first rates."""
+    asked: dict[tuple[str, int], list[float]] = {}
+
+    def measure(side, i, rates):
+        asked[(side, i)] = list(rates)
+        return _sweep(BASE if side == "A" else BASE.planted(0.03), rates, i, 21, side)
+
+    guess = capacity * 0.9
+    stats, rounds = sequential_verdict(measure, guess, seed=21, prior_var=prior[0], prior_df=prior[1], max_rounds=3)
+    assert len(rounds["A"]) >= 2, stats.sentence()
+    for i in range(len(rounds["A"])):
+        assert asked[("A", i)] == asked[("B", i)]
+    first, later = asked[("A", 0)], asked[("A", 1)]
+    assert max(first) / min(first) == pytest.approx(1.4 / 0.6, rel=0.01)
+    assert len(later) == 5 and max(later) / min(later) == pytest.approx(1.2 / 0.8, rel=0.01)
+    centre = math.sqrt(min(later) * max(later) / 0.96)
+    assert centre != pytest.approx(guess, rel=0.02)  # where the first round found the crossings, not the guess
+    assert min(first) < centre < max(first)
+    no = sequential_verdict(
+        measure, guess, seed=21, prior_var=prior[0], prior_df=prior[1], max_rounds=2, recentre=False
+    )[1]
+    assert len(no["A"]) == 2 and set(first) <= set(asked[("A", 1)])
