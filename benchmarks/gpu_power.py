@@ -33,6 +33,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks.gpu_campaign import pool, shipped_endpoint  # noqa: E402
 from benchmarks.gpu_transformers_serve import WORK  # noqa: E402
+from benchmarks.harness_power import ESTIMATOR, OLD  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 SLOWDOWN = REPO / "engines" / "patches" / "planted_slowdown"
@@ -87,6 +88,7 @@ def run(args) -> None:
         "sla": spec.sla.model_dump(exclude_none=True),
         "capacity_guess": args.guess,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "estimator": ESTIMATOR,
     }
     measured, resumed = _resumed(args.resume)
     if args.resume:
@@ -203,10 +205,12 @@ def report(args) -> None:
     superseded = {r["resumes"] for r in rows if r.get("resumes")}  # a resumed verdict replaces the call it continued
     rows = [r for r in rows if r["file"] not in superseded]
     cells = []
-    for pair in ("aa", "planted"):
-        group = [(r, r.get("verdict") or _judge_cut(r)) for r in rows if r["pair"] == pair]
-        if not group:
-            continue
+    for estimator, pair in sorted({(r.get("estimator", OLD), r["pair"]) for r in rows}):
+        group = [
+            (r, r.get("verdict") or _judge_cut(r))
+            for r in rows
+            if (r.get("estimator", OLD), r["pair"]) == (estimator, pair)
+        ]
         counts = Counter(v["verdict"] for _, v in group)
         mdes = [v["mde"] for _, v in group if v.get("mde") is not None]
         first = group[0][0]
@@ -214,6 +218,7 @@ def report(args) -> None:
             {
                 "instrument": "h200",
                 "mode": "real",
+                "estimator": estimator,
                 "planted_effect": -0.15 if pair == "planted" else 0.0,
                 "planted_as": (
                     f"the candidate's batch steps x{1 + first['planted_step_fraction']:.3f} "

@@ -352,8 +352,6 @@ def sequential_verdict(
                 return VerdictStats(verdict="invalid", rounds=i, stopped="invalid", reason=reason), rounds
             rounds[side].append(steps)
         round_s = time.monotonic() - round_began
-        if i + 1 < min_rounds:
-            continue
         stats = judge_rounds(
             rounds["A"],
             rounds["B"],
@@ -365,9 +363,9 @@ def sequential_verdict(
             prior_var=prior_var,
             prior_df=prior_df,
         )
-        if progress:
+        if progress and i + 1 >= min_rounds:
             progress(f"round {i + 1}: {stats.sentence()}")
-        if stats.verdict != "undecided":
+        if stats.verdict != "undecided" and i + 1 >= min_rounds:
             return stats, rounds
         rates = _recentred(rates, stats) if recentre else _widen(rates, stats)
     return stats, rounds
