@@ -67,20 +67,34 @@ def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in process group ``pgid``, read from /proc.
 
     Zombies are dead already; they are skipped because an orphan's zombie is reaped by
-    whatever runs as PID 1, which in containers may be slow or never."""
+    whatever runs as PID 1, which in containers may be slow or never. A process whose main
+    thread has ended shows as a zombie while its other threads still run: it is live."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # fields after the parenthesised command name: state ppid pgrp ...
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = _stat_fields(entry / "stat")
+        if len(fields) > 2 and int(fields[2]) == pgid and (fields[0] != "Z" or _threads_alive(entry)):
             members.append(int(entry.name))
     return members
+
+
+def _stat_fields(path: Path) -> list[str]:
+    """The fields of a /proc stat file after the parenthesised command name: state ppid pgrp ..."""
+    try:
+        stat = path.read_text()
+    except OSError:
+        return []
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def _threads_alive(proc_dir: Path) -> bool:
+    """Whether any thread of the process at ``proc_dir`` is not a zombie."""
+    try:
+        tasks = list((proc_dir / "task").iterdir())
+    except OSError:
+        return False
+    return any((fields := _stat_fields(task / "stat")) and fields[0] != "Z" for task in tasks)
 
 
 def group_alive(pgid: int) -> bool:
@@ -155,11 +169,7 @@ class RssGuard:
 
 
 def _pgid_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
     return int(fields[2]) if len(fields) > 2 else None
 
 
@@ -393,6 +403,10 @@ class ManagedProcess:
             self._kill_leftovers(pgid, report)
         if not self._wait_group(pgid, kill_timeout_s):
             raise EngineError(f"process group {pgid} still has members after SIGKILL")
+        # /proc shows the leader as a zombie as soon as its main thread ends, while its other threads may
+        # still be exiting and the kernel will not report it to waitpid yet: reap it before returning.
+        if not self._wait(lambda: self._popen.poll() is not None, time.monotonic() + kill_timeout_s):
+            raise EngineError(f"engine process {self._popen.pid} ended but could not be reaped")
         _LIVE.discard(self)
         report.returncode = self._popen.poll()
         report.gpu = self._check_gpu_released(before_stop, gpu_release_timeout_s)

@@ -344,6 +344,30 @@ def test_process_healthy_then_killed(tmp_path: Path) -> None:
     assert not group_alive(proc.pid)
 
 
+MAIN_THREAD_ENDS = (
+    "import ctypes, threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); "
+    "ctypes.CDLL(None).pthread_exit(None)"
+)
+
+
+def test_a_process_whose_main_thread_ended_is_alive_until_its_last_thread_ends(tmp_path: Path) -> None:
+    """/proc shows such a leader as a zombie while waitpid cannot reap it yet: the group is still
+    alive, and stop() returns only once the leader is reaped (the cause of a CI failure)."""
+    proc = ManagedProcess([sys.executable, "-c", MAIN_THREAD_ENDS], tmp_path / "log.txt").start()
+    try:
+        state = ""
+        for _ in range(100):  # until the main thread has ended
+            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        assert state == "Z" and proc.poll() is None
+        assert group_alive(proc.pid)
+    finally:
+        proc.stop(term_timeout_s=5)
+    assert proc.poll() is not None and not group_alive(proc.pid)
+
+
 def test_launch_command_must_be_a_list() -> None:
     with pytest.raises(EngineError, match="list of strings"):
         ManagedProcess("python -m vllm", Path("/tmp/x.log"))  # type: ignore[arg-type]
