@@ -40,6 +40,7 @@ from loadgen.stats import summarize  # noqa: E402
 from loadgen.verdict import (  # noqa: E402
     PRIOR_DF,
     PRIOR_SD,
+    RECENTRED,
     VerdictStats,
     between_variance,
     round_differences,
@@ -169,6 +170,9 @@ def vllm_cpu_main(args) -> None:
         apply_diff(spec.engine.args, {"--no-enable-prefix-caching": REMOVE, "--enable-prefix-caching": None})
     )
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"refine_steps": 0})})
+    if args.step_s:  # longer steps: more requests near the crossing, and queues that reach their steady state
+        spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"step_duration_s": args.step_s})})
+    args.step_s = spec.sweep.step_duration_s
     if args.itl_ms:  # the endpoint's 250 ms is over for 3-6% of gaps at every rate: see docs/measurement.md
         spec = spec.model_copy(update={"sla": spec.sla.model_copy(update={"itl_ms": args.itl_ms})})
     pool = load_pool(spec)
@@ -203,7 +207,7 @@ def vllm_cpu_main(args) -> None:
     stop = RESULTS.parent / ".runs" / "power.stop"  # touch it to stop after the trial in hand
     for k in range(args.trials):  # the cells take turns, so a run stopped early leaves each with trials
         for effect in effects:
-            have = [d for d in done if _cell(d) == (ESTIMATOR, args.itl_ms or None, effect)]
+            have = [d for d in done if _cell(d) == (ESTIMATOR, args.itl_ms or None, args.step_s, args.grid, effect)]
             if len(have) > k:
                 continue
             if stop.exists():
@@ -230,6 +234,7 @@ def vllm_trial(effect: float, k: int, base, spec, measure_with, args, log: Path)
             max_rounds=args.max_rounds,
             prior_var=PRIOR_SD**2,
             prior_df=PRIOR_DF,
+            recentred=args.grid,
         )
     except EngineRunInvalid as exc:  # a launch that failed or an engine that died: an invalid trial
         stats = VerdictStats(verdict="invalid", reason=exc.reason)
@@ -249,6 +254,8 @@ def vllm_trial(effect: float, k: int, base, spec, measure_with, args, log: Path)
         "capacity_guess": args.capacity_guess,
         "estimator": ESTIMATOR,
         "itl_ms": args.itl_ms or None,  # None: the endpoint's SLA as declared
+        "step_s": args.step_s,
+        "grid": list(args.grid),
     }
     with log.open("a") as handle:
         handle.write(json.dumps(row) + "\n")
@@ -256,15 +263,23 @@ def vllm_trial(effect: float, k: int, base, spec, measure_with, args, log: Path)
     return row
 
 
-def _cell(row: dict) -> tuple[str, float | None, float]:
-    """Which cell a vLLM CPU trial belongs to: its estimator, the ITL limit it ran under, its planted effect."""
-    return row.get("estimator", OLD), row.get("itl_ms"), row["planted_effect"]
+def _cell(row: dict) -> tuple[str, float | None, float, float, tuple[float, ...], float]:
+    """Which cell a vLLM CPU trial belongs to: its estimator, the ITL limit it ran under, its step duration
+    and the grid of its later rounds (rows before those were options: the endpoint's 12 s, RECENTRED),
+    its planted effect."""
+    grid = tuple(row.get("grid", RECENTRED))
+    return row.get("estimator", OLD), row.get("itl_ms"), row.get("step_s", 12.0), grid, row["planted_effect"]
+
+
+def _old(key: tuple) -> tuple:
+    """``key`` with the step duration and grid every trial had before they were options."""
+    return (*key[:2], 12.0, RECENTRED, key[-1])
 
 
 def write_vllm_cells(rows: list[dict], args) -> None:
     cells = []
     for key in sorted({_cell(r) for r in rows}, key=str):
-        estimator, itl_ms, effect = key
+        estimator, itl_ms, step_s, grid, effect = key
         group = [r for r in rows if _cell(r) == key]
         counts = Counter(r["verdict"] for r in group)
         mdes = [r["mde"] for r in group if r["mde"] is not None]
@@ -274,7 +289,15 @@ def write_vllm_cells(rows: list[dict], args) -> None:
                 "mode": "real",
                 "planted_effect": effect,
                 "planted_as": f"baseline step time x{1 + effect:g} (engines/patches/planted_slowdown)",
-                "estimator": estimator + (f", ITL limit {itl_ms:g} ms" if itl_ms else ""),
+                "estimator": estimator
+                + (f", ITL limit {itl_ms:g} ms" if itl_ms else "")
+                + (
+                    f", {step_s:g} s steps, later rounds at {'/'.join(f'{f:g}' for f in grid)}x"
+                    if key != _old(key)
+                    else ""
+                ),
+                "step_s": step_s,
+                "grid": list(grid),
                 "trials": len(group),
                 "verdicts": {v: counts.get(v, 0) for v in ("better", "same", "worse", "invalid")},
                 ("false_verdict_rate" if effect == 0 else "power"): round(
@@ -307,6 +330,8 @@ def write_vllm_cells(rows: list[dict], args) -> None:
         f"python benchmarks/harness_power.py --instrument vllm_cpu --trials {args.trials} --effects {args.effects} "
         f"--max-rounds {args.max_rounds} --capacity-guess {args.capacity_guess:g}"
         + (f" --itl-ms {args.itl_ms:g}" if args.itl_ms else "")
+        + (f" --step-s {args.step_s:g}" if args.step_s != 12.0 else "")
+        + (f" --grid {','.join(f'{f:g}' for f in args.grid)}" if args.grid != RECENTRED else "")
         + " --keep DIR  (cells take turns; "
         "resumes from harness_power_vllm_cpu.jsonl; --report-only rebuilds the cells)"
     )
@@ -318,7 +343,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--effects", default="0,0.05,0.10,0.20")
-    ap.add_argument("--step-s", type=float, default=6.0)
+    ap.add_argument("--step-s", type=float, help="seconds per step (simulated: 6; vllm_cpu: the endpoint's)")
+    ap.add_argument(
+        "--grid",
+        type=lambda text: tuple(float(f) for f in text.split(",")),
+        default=RECENTRED,
+        help="rates of the later rounds, as factors of the capacity measured so far (loadgen.verdict.RECENTRED)",
+    )
     ap.add_argument("--floor-rounds", type=int, default=8)
     ap.add_argument("--http", action="store_true")
     ap.add_argument("--jobs", type=int, default=1, help="simulated: trials run in this many processes")
@@ -331,6 +362,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.instrument == "vllm_cpu":
         return vllm_cpu_main(args)
+    args.step_s = args.step_s or 6.0
     began = time.time()
     base_capacity = true_capacity(BASE, 24.0)
     print(f"simulated engine: capacity at length {base_capacity:.3f} req/s within {SLA.model_dump(exclude_none=True)}")

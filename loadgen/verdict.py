@@ -255,14 +255,14 @@ def default_grid(capacity_guess: float, factors: tuple[float, ...] = (0.6, 0.8, 
 RECENTRED = (0.8, 0.9, 1.0, 1.1, 1.2)
 
 
-def _recentred(rates: list[float], stats: VerdictStats) -> list[float]:
+def _recentred(rates: list[float], stats: VerdictStats, factors: tuple[float, ...] = RECENTRED) -> list[float]:
     """The next round's rates: around the geometric mean of the two capacities measured so far, when
     both are resolved inside the tested rates; else the rates so far, widened where a crossing lies
     outside them. The same for both sides of the round, so they still share schedules."""
     a, b = stats.baseline_rps, stats.candidate_rps
     resolved = stats.baseline_censored is None and stats.candidate_censored is None
     if resolved and a and b and math.isfinite(a) and math.isfinite(b):
-        return default_grid(math.sqrt(a * b), RECENTRED)
+        return default_grid(math.sqrt(a * b), factors)
     return _widen(rates, stats)
 
 
@@ -281,11 +281,12 @@ def sequential_verdict(
     time_left: Callable[[], float] | None = None,
     measured: dict[str, list[list[StepResult]]] | None = None,
     recentre: bool = True,
+    recentred: tuple[float, ...] = RECENTRED,
 ) -> tuple[VerdictStats, dict]:
     """Measure A and B in interleaved rounds (A B, B A, ...) until the verdict is decided.
 
     ``recentre``: after each undecided round, the next one's rates sit around the capacities measured
-    so far (:data:`RECENTRED`), not around the first guess.
+    so far (``recentred``, factors of their geometric mean), not around the first guess.
 
     ``measured``: rounds already measured (a verdict resumed after a call's time limit, on fresh
     engines). They count as this verdict's first rounds and their looks as early looks: an earlier
@@ -322,7 +323,7 @@ def sequential_verdict(
         for steps in rounds["A"] + rounds["B"]:  # the resumed rounds' rates, widenings included
             rates = sorted(set(rates) | {s.target_rate for s in steps})
         if recentre:
-            rates = _recentred(rates, stats)
+            rates = _recentred(rates, stats, recentred)
     round_s = 0.0
     for i in range(first, max_rounds):
         if i >= min_rounds and time_left is not None and time_left() < round_s:
@@ -367,7 +368,7 @@ def sequential_verdict(
             progress(f"round {i + 1}: {stats.sentence()}")
         if stats.verdict != "undecided" and i + 1 >= min_rounds:
             return stats, rounds
-        rates = _recentred(rates, stats) if recentre else _widen(rates, stats)
+        rates = _recentred(rates, stats, recentred) if recentre else _widen(rates, stats)
     return stats, rounds
 
 

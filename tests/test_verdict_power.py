@@ -417,3 +417,22 @@ def test_later_rounds_measure_around_the_capacities_found_and_both_sides_share_t
         measure, guess, seed=21, prior_var=prior[0], prior_df=prior[1], max_rounds=2, recentre=False
     )[1]
     assert len(no["A"]) == 2 and set(first) <= set(asked[("A", 1)])
+
+
+def test_a_narrower_grid_for_the_later_rounds_is_the_one_measured(capacity, prior):
+    """``recentred`` sets the later rounds' rates (fewer, longer steps near the crossing): four rates
+    at 0.85-1.15x, both sides on the same ones."""
+    asked: dict[tuple[str, int], list[float]] = {}
+
+    def measure(side, i, rates):
+        asked[(side, i)] = list(rates)
+        return _sweep(BASE if side == "A" else BASE.planted(0.03), rates, i, 22, side)
+
+    grid = (0.85, 0.95, 1.05, 1.15)
+    _, rounds = sequential_verdict(
+        measure, capacity * 0.9, seed=22, prior_var=prior[0], prior_df=prior[1], max_rounds=3, recentred=grid
+    )
+    assert len(rounds["A"]) >= 2
+    later = asked[("A", 1)]
+    assert later == asked[("B", 1)] and len(later) == 4
+    assert max(later) / min(later) == pytest.approx(1.15 / 0.85, rel=0.01)
