@@ -44,8 +44,11 @@ from loadgen.verdict import (  # noqa: E402
     VerdictStats,
     between_variance,
     round_differences,
+    judge_rounds,
+    judge_service_rates,
     sequential_verdict,
 )
+from loadgen.queue_rate import service_rate  # noqa: E402
 
 SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
 POOL = 4000
@@ -57,6 +60,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 # what the capacity fit counted: trials under another estimator are kept as cells of their own
 ESTIMATOR = f"smoothed counts (bandwidth {SOFT_BANDWIDTH})"
 OLD = "plain counts"
+QUEUE = "service rate from queue growth"
+#: --estimator: (label, the verdict's judgement, later rounds' rates as factors of what was found)
+ESTIMATORS = {
+    "crossing": (ESTIMATOR, judge_rounds, RECENTRED),
+    "service_rate": (QUEUE, judge_service_rates, (1.2, 1.4, 1.6, 1.8)),  # every step must queue
+}
 
 
 def virtual_step(model: simengine.ServiceModel, rate: float, duration_s: float, seed: int, run_seed: int):
@@ -126,7 +135,14 @@ def sweep_side(
 
 
 def trial(
-    candidate: simengine.ServiceModel, seed: int, guess: float, step_s: float, prior, http: bool, max_rounds: int = 4
+    candidate: simengine.ServiceModel,
+    seed: int,
+    guess: float,
+    step_s: float,
+    prior,
+    http: bool,
+    max_rounds: int = 4,
+    estimator: str = "crossing",
 ):
     """One verdict: baseline BASE vs ``candidate``, a fresh engine start per side and round."""
     measured_s = [0.0]
@@ -135,18 +151,30 @@ def trial(
         measured_s[0] += len(rates) * (step_s + 0.5)
         return sweep_side(BASE if side == "A" else candidate, side, i, rates, seed, step_s, http)
 
+    _, judge, grid = ESTIMATORS[estimator]
     stats, _ = sequential_verdict(
-        measure, guess, seed=seed, prior_var=prior[0], prior_df=prior[1], max_rounds=max_rounds
+        measure,
+        guess,
+        seed=seed,
+        prior_var=prior[0],
+        prior_df=prior[1],
+        max_rounds=max_rounds,
+        judge=judge,
+        recentred=grid,
     )
     return stats, measured_s[0]
 
 
-def noise_floor(guess: float, step_s: float, rounds: int, http: bool, seed: int = 999):
+def noise_floor(guess: float, step_s: float, rounds: int, http: bool, seed: int = 999, estimator: str = "crossing"):
     """A/A rounds of the baseline against itself: the between-run variance of a paired difference."""
-    rates = [guess * f for f in (0.8, 0.9, 1.0, 1.1, 1.2)]
+    rates = [guess * f for f in ((0.8, 0.9, 1.0, 1.1, 1.2) if estimator == "crossing" else ESTIMATORS[estimator][2])]
     a = [sweep_side(BASE, "A", i, rates, seed, step_s, http) for i in range(rounds)]
     b = [sweep_side(BASE, "B", i, rates, seed, step_s, http) for i in range(rounds)]
-    var, df = between_variance(round_differences(a, b))
+    if estimator == "crossing":
+        diffs = round_differences(a, b)
+    else:
+        diffs = [math.log(service_rate(y).rate / service_rate(x).rate) for x, y in zip(a, b)]
+    var, df = between_variance(diffs)
     return var or 0.0, df
 
 
@@ -207,7 +235,8 @@ def vllm_cpu_main(args) -> None:
     stop = RESULTS.parent / ".runs" / "power.stop"  # touch it to stop after the trial in hand
     for k in range(args.trials):  # the cells take turns, so a run stopped early leaves each with trials
         for effect in effects:
-            have = [d for d in done if _cell(d) == (ESTIMATOR, args.itl_ms or None, args.step_s, args.grid, effect)]
+            key = (ESTIMATORS[args.estimator][0], args.itl_ms or None, args.step_s, args.grid, effect)
+            have = [d for d in done if _cell(d) == key]
             if len(have) > k:
                 continue
             if stop.exists():
@@ -235,6 +264,7 @@ def vllm_trial(effect: float, k: int, base, spec, measure_with, args, log: Path)
             prior_var=PRIOR_SD**2,
             prior_df=PRIOR_DF,
             recentred=args.grid,
+            judge=ESTIMATORS[args.estimator][1],
         )
     except EngineRunInvalid as exc:  # a launch that failed or an engine that died: an invalid trial
         stats = VerdictStats(verdict="invalid", reason=exc.reason)
@@ -252,7 +282,7 @@ def vllm_trial(effect: float, k: int, base, spec, measure_with, args, log: Path)
         "se_bootstrap": stats.se_bootstrap,
         "se_between": stats.se_between,
         "capacity_guess": args.capacity_guess,
-        "estimator": ESTIMATOR,
+        "estimator": ESTIMATORS[args.estimator][0],
         "itl_ms": args.itl_ms or None,  # None: the endpoint's SLA as declared
         "step_s": args.step_s,
         "grid": list(args.grid),
@@ -331,7 +361,8 @@ def write_vllm_cells(rows: list[dict], args) -> None:
         f"--max-rounds {args.max_rounds} --capacity-guess {args.capacity_guess:g}"
         + (f" --itl-ms {args.itl_ms:g}" if args.itl_ms else "")
         + (f" --step-s {args.step_s:g}" if args.step_s != 12.0 else "")
-        + (f" --grid {','.join(f'{f:g}' for f in args.grid)}" if args.grid != RECENTRED else "")
+        + (f" --estimator {args.estimator}" if args.estimator != "crossing" else "")
+        + (f" --grid {','.join(f'{f:g}' for f in args.grid)}" if args.grid != ESTIMATORS[args.estimator][2] else "")
         + " --keep DIR  (cells take turns; "
         "resumes from harness_power_vllm_cpu.jsonl; --report-only rebuilds the cells)"
     )
@@ -347,8 +378,14 @@ def main() -> None:
     ap.add_argument(
         "--grid",
         type=lambda text: tuple(float(f) for f in text.split(",")),
-        default=RECENTRED,
-        help="rates of the later rounds, as factors of the capacity measured so far (loadgen.verdict.RECENTRED)",
+        help="vllm_cpu: rates of the later rounds, as factors of the capacity measured so far (default: the "
+        "estimator's, loadgen.verdict.RECENTRED for the crossing)",
+    )
+    ap.add_argument(
+        "--estimator",
+        choices=sorted(ESTIMATORS),
+        default="crossing",
+        help="crossing: the fitted SLA crossing; service_rate: the engine's service rate from queue growth",
     )
     ap.add_argument("--floor-rounds", type=int, default=8)
     ap.add_argument("--http", action="store_true")
@@ -360,13 +397,24 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="vllm_cpu: keep each trial's rounds here, request by request")
     ap.add_argument("--itl-ms", type=float, help="vllm_cpu: the SLA's ITL limit instead of the endpoint's")
     args = ap.parse_args()
+    args.grid = args.grid or ESTIMATORS[args.estimator][2]
     if args.instrument == "vllm_cpu":
         return vllm_cpu_main(args)
     args.step_s = args.step_s or 6.0
     began = time.time()
     base_capacity = true_capacity(BASE, 24.0)
     print(f"simulated engine: capacity at length {base_capacity:.3f} req/s within {SLA.model_dump(exclude_none=True)}")
-    prior = noise_floor(base_capacity, args.step_s, args.floor_rounds, args.http)
+    label, _, _ = ESTIMATORS[args.estimator]
+    # the service rate is found from steps that queue: its rates sit around what the engine serves at length
+    served = virtual_step(BASE, 90.0, 60.0, 1, 1).throughput_rps
+    guess = base_capacity if args.estimator == "crossing" else served * 1.5
+    prior = noise_floor(
+        base_capacity if args.estimator == "crossing" else served,
+        args.step_s,
+        args.floor_rounds,
+        args.http,
+        estimator=args.estimator,
+    )
     print(
         f"noise floor: {args.floor_rounds} A/A rounds, between-round sd of a paired difference "
         f"{math.sqrt(prior[0]):.2%} ({prior[1]} df)"
@@ -383,7 +431,7 @@ def main() -> None:
                     trial,
                     *zip(
                         *[
-                            (model, 1 + s, base_capacity, args.step_s, prior, args.http, args.max_rounds)
+                            (model, 1 + s, guess, args.step_s, prior, args.http, args.max_rounds, args.estimator)
                             for s in range(args.trials)
                         ]
                     ),
@@ -396,7 +444,7 @@ def main() -> None:
             "mode": mode,
             "planted_effect": effect,
             "measured_effect_at_length": round(truth, 4),
-            "estimator": ESTIMATOR,
+            "estimator": label,
             "trials": args.trials,
             "verdicts": {v: counts.get(v, 0) for v in ("better", "same", "worse", "invalid")},
             "false_verdict_rate" if effect == 0 else "power": round(
@@ -421,8 +469,13 @@ def main() -> None:
         print(json.dumps(cell))
     out = RESULTS / "harness_power.json"
     doc = json.loads(out.read_text()) if out.exists() else {"cells": []}
-    doc["cells"] = [c for c in doc["cells"] if not (c["instrument"] == "simulated" and c.get("mode") == mode)] + cells
-    doc.setdefault("commands", {})[f"simulated/{mode}"] = "python benchmarks/harness_power.py " + " ".join(sys.argv[1:])
+    doc["cells"] = [
+        c
+        for c in doc["cells"]
+        if not (c["instrument"] == "simulated" and c.get("mode") == mode and c.get("estimator") == label)
+    ] + cells
+    key = f"simulated/{mode}" + ("" if args.estimator == "crossing" else f"/{args.estimator}")
+    doc.setdefault("commands", {})[key] = "python benchmarks/harness_power.py " + " ".join(sys.argv[1:])
     doc.setdefault("design", {}).update(
         {
             "alpha": 0.05,
@@ -434,7 +487,7 @@ def main() -> None:
             "alpha spent alpha/4 over the early looks and 3 alpha/4 at the last (Bonferroni), t quantile on the pooled degrees of freedom",
         }
     )
-    doc.setdefault("noise_floor", {})[f"simulated/{mode}"] = {
+    doc.setdefault("noise_floor", {})[key] = {
         "rounds": args.floor_rounds,
         "between_sd": round(math.sqrt(prior[0]), 4),
         "df": prior[1],

@@ -100,6 +100,9 @@ class StepResult(BaseModel):
     # Per request and SLA target, values over the limit and of how many (loadgen.capacity.sla_samples):
     # what the capacity estimate fits and bootstraps.
     sla_samples: dict[str, list[float]] = Field(default_factory=dict)
+    # TTFT growth per second of arrivals over the step, with its 95% interval and request count
+    # (loadgen.queue_rate.ttft_growth): how fast the queue grew, the service-rate estimator's input.
+    ttft_growth: dict[str, float] | None = None
 
 
 class SweepResult(BaseModel):

@@ -19,6 +19,7 @@ import numpy as np
 
 from specs.config import SLASpec
 from loadgen.capacity import sla_samples
+from loadgen.queue_rate import ttft_growth
 from loadgen.results import LatencySummary, RequestRecord, StepResult
 from loadgen.runner import RunOutcome
 
@@ -218,4 +219,5 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
         cut_before_first_token=cut_early,
         sla_ratios=ratios,
         sla_samples=sla_samples(records, sla),
+        ttft_growth=ttft_growth(records),
     )

@@ -32,6 +32,7 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from loadgen.capacity import CapacityEstimate, estimate
+from loadgen.queue_rate import service_rate
 from loadgen.results import StepResult
 
 ALPHA = 0.05
@@ -204,6 +205,97 @@ def judge_rounds(
     )
 
 
+def judge_service_rates(
+    a_rounds: list[list[StepResult]],
+    b_rounds: list[list[StepResult]],
+    *,
+    alpha: float = ALPHA,
+    max_rounds: int = 4,
+    equivalence: float = 0.02,
+    final: bool = False,
+    seed: int = 0,
+    prior_var: float = 0.0,
+    prior_df: int = 0,
+    looks: int | None = None,
+) -> VerdictStats:
+    """:func:`judge_rounds` with the engine's service rate from queue growth (:mod:`loadgen.queue_rate`)
+    in place of the SLA crossing: d = log(mu B / mu A) over every queued step of each side; its standard
+    error is the larger of the slopes' own (their Theil-Sen intervals) and the between-round one, pooled
+    with the A/A prior as in judge_rounds. A side with no queued step served every tested rate: the
+    driver widens the rates upward (``*_censored`` "above"). ``seed`` is unused (nothing is resampled)."""
+    k = min(len(a_rounds), len(b_rounds))
+    ka, kb = len(a_rounds), len(b_rounds)
+    looks = looks or max_rounds
+    sa = service_rate([s for r in a_rounds for s in r])
+    sb = service_rate([s for r in b_rounds for s in r])
+    if sa is None or sb is None:
+        return VerdictStats(
+            verdict="invalid", rounds=k, stopped="invalid", reason="no TTFT growth measured (steps without records)"
+        )
+    common = dict(
+        rounds=k,
+        baseline=sa.describe(),
+        candidate=sb.describe(),
+        baseline_rps=sa.rate,
+        candidate_rps=sb.rate,
+        rates=sorted({s.target_rate for r in a_rounds + b_rounds for s in r}),
+        baseline_censored=None if sa.rate else "above",
+        candidate_censored=None if sb.rate else "above",
+    )
+    last = final or kb >= max_rounds
+    if sa.rate is None or sb.rate is None:
+        if sb.rate is None and sa.rate is not None and sa.rate * math.exp(2 * sa.log_se) < sb.max_rate:
+            low = sb.max_rate / (sa.rate * math.exp(2 * sa.log_se)) - 1
+            why = "the candidate served every tested rate without queueing"
+            return VerdictStats(verdict="better", stopped="decided", low=low, reason=why, **common)
+        if sa.rate is None and sb.rate is not None and sb.rate * math.exp(2 * sb.log_se) < sa.max_rate:
+            high = sb.rate * math.exp(2 * sb.log_se) / sa.max_rate - 1
+            why = "the baseline served every tested rate without queueing"
+            return VerdictStats(verdict="worse", stopped="decided", high=high, reason=why, **common)
+        verdict, stopped = ("same", "max_rounds") if last else ("undecided", "")
+        return VerdictStats(
+            verdict=verdict, stopped=stopped, reason="a side never queued: no rate to compare", **common
+        )
+    d = math.log(sb.rate / sa.rate)
+    se_own = math.hypot(sa.log_se, sb.log_se)
+    diffs = []
+    for a, b in zip(a_rounds[:k], b_rounds[:k]):
+        ra, rb = service_rate(a), service_rate(b)
+        if ra and rb and ra.rate and rb.rate:
+            diffs.append(math.log(rb.rate / ra.rate))
+    var, df = between_variance(diffs, prior_var, prior_df)
+    se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
+    se = max(se_own, se_between or 0.0)
+    use_df = df if se_between is not None and se_between >= se_own else None
+    z = _crit(alpha, looks, use_df, last)
+    lo, hi = d - z * se, d + z * se
+    eq = math.log1p(equivalence)
+    if len(diffs) < 2 and not last:
+        # the slopes' intervals assume independent requests, and queued requests are not: their own error
+        # is optimistic, so a verdict waits for a second round's spread of its own (the prior alone is not it)
+        verdict, stopped = "undecided", ""
+    elif lo > 0:
+        verdict, stopped = "better", "decided"
+    elif hi < 0:
+        verdict, stopped = "worse", "decided"
+    elif -eq < lo and hi < eq:
+        verdict, stopped = "same", "equivalent"
+    else:
+        verdict, stopped = ("same", "max_rounds") if last else ("undecided", "")
+    return VerdictStats(
+        verdict=verdict,
+        effect=math.expm1(d),
+        low=math.expm1(lo),
+        high=math.expm1(hi),
+        mde=math.expm1((_crit(alpha, looks, use_df, True) + POWER_Z) * se),
+        stopped=stopped,
+        se_bootstrap=se_own,
+        se_between=se_between,
+        confidence=1 - alpha,
+        **common,
+    )
+
+
 def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dict) -> VerdictStats:
     """A side whose crossing lies outside the tested rates: decided only when the other side's
     interval clears the tested range; else the driver widens the rates and measures again."""
@@ -282,11 +374,15 @@ def sequential_verdict(
     measured: dict[str, list[list[StepResult]]] | None = None,
     recentre: bool = True,
     recentred: tuple[float, ...] = RECENTRED,
+    judge: Callable[..., VerdictStats] = judge_rounds,
 ) -> tuple[VerdictStats, dict]:
     """Measure A and B in interleaved rounds (A B, B A, ...) until the verdict is decided.
 
     ``recentre``: after each undecided round, the next one's rates sit around the capacities measured
     so far (``recentred``, factors of their geometric mean), not around the first guess.
+
+    ``judge``: the estimator's judgement, :func:`judge_rounds` (the SLA crossing) or
+    :func:`judge_service_rates` (the service rate from queue growth).
 
     ``measured``: rounds already measured (a verdict resumed after a call's time limit, on fresh
     engines). They count as this verdict's first rounds and their looks as early looks: an earlier
@@ -308,7 +404,7 @@ def sequential_verdict(
     rounds = {side: steps[:first] for side, steps in rounds.items()}
     stats = VerdictStats(verdict="invalid", reason="no round measured")
     if first:
-        stats = judge_rounds(
+        stats = judge(
             rounds["A"],
             rounds["B"],
             alpha=alpha,
@@ -327,7 +423,7 @@ def sequential_verdict(
     round_s = 0.0
     for i in range(first, max_rounds):
         if i >= min_rounds and time_left is not None and time_left() < round_s:
-            stats = judge_rounds(
+            stats = judge(
                 rounds["A"],
                 rounds["B"],
                 alpha=alpha,
@@ -353,7 +449,7 @@ def sequential_verdict(
                 return VerdictStats(verdict="invalid", rounds=i, stopped="invalid", reason=reason), rounds
             rounds[side].append(steps)
         round_s = time.monotonic() - round_began
-        stats = judge_rounds(
+        stats = judge(
             rounds["A"],
             rounds["B"],
             alpha=alpha,
