@@ -219,7 +219,15 @@ def vllm_cpu_main(args) -> None:
             workdir = RESULTS.parent / ".runs" / "power"
             records = keep / f"r{i}-{side}" if keep else None
             with run_engine(a_spec if side == "A" else b_spec, workdir=workdir, purpose="sweep") as engine:
-                sweep = run_sweep(engine, pool, spec, rates=rates, repeats_label=f"{side}{i}", records_dir=records)
+                sweep = run_sweep(
+                    engine,
+                    pool,
+                    spec,
+                    rates=rates,
+                    repeats_label=f"{side}{i}",
+                    records_dir=records,
+                    stop_when_broken=args.estimator == "crossing",  # the service rate reads the overloaded steps
+                )
             if keep:  # the round, request by request, to judge again with another estimator
                 (keep / f"r{i}-{side}.json").write_text(sweep.model_dump_json())
             if sweep.validity != "valid":

@@ -99,6 +99,7 @@ def run_sweep(
     min_requests: int | None = None,
     client_retries: int = 1,
     engine_startup_s: float | None = None,
+    stop_when_broken: bool = True,
 ) -> SweepResult:
     """Sweep ``engine`` with requests from ``pool`` (cycled) at a ladder of rates; see the module doc.
 
@@ -110,6 +111,9 @@ def run_sweep(
     uncalibrated). Rates beyond the calibrated client limit are refused (ValueError) when
     ``check_client`` is set and a calibration exists. ``engine_startup_s`` (launch to healthy, when
     the caller measured it; else the engine's ``startup_s`` attribute, if any) is kept in the result.
+    ``stop_when_broken=False`` holds every rate of an explicit ladder even past a clear SLA failure: a
+    verdict's round (loadgen.verdict) chose its rates to sit around the crossing, and an estimator that
+    reads overloaded steps (loadgen.queue_rate) needs them.
     """
     cfg = spec.sweep
     duration = step_duration_s or cfg.step_duration_s
@@ -256,7 +260,7 @@ def run_sweep(
                 next_rate = extend_down(history, floor)
                 extended = extended or next_rate is not None
             continue
-        broken = not step.within_sla and (sla_excess(step, sla) >= 2.0 or fails_in_row >= 2)
+        broken = stop_when_broken and not step.within_sla and (sla_excess(step, sla) >= 2.0 or fails_in_row >= 2)
         if extended or refined or broken or used >= len(ladder):  # the ladder is done: refine, or stop
             if broken and not refined and not extended and used < len(ladder):
                 notes.append(f"stopped after {rate:g} req/s: SLA clearly broken ({'; '.join(step.sla_violations)})")

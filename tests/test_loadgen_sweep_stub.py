@@ -244,3 +244,24 @@ def test_requests_in_flight_at_the_drain_deadline_are_cut_and_counted(stub, tmp_
     frame = pl.read_parquet(step.records_path)
     assert frame["cut"].all()
     assert elapsed < 30  # no step waited for the stalled requests
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_a_verdict_round_holds_every_rate_and_its_queue_growth_gives_the_service_rate(stub):
+    """One request at a time for 0.1 s serves 10 req/s. A ladder stops once the SLA is clearly broken; a
+    verdict's round (stop_when_broken=False) holds every rate, and the TTFT growth of the overloaded steps
+    puts the service rate (loadgen.queue_rate) near 10 req/s."""
+    from loadgen.queue_rate import service_rate
+
+    spec = endpoint(stub.url, {"ttft_ms": 500, "max_error_rate": 0.01}, step_duration_s=4.0, refine_steps=0)
+    rates = [3.0, 13.0, 15.0, 17.0]
+    ladder = run_sweep(_attach(spec), pool(), spec, rates=rates, lag_bounds=LENIENT)
+    assert ladder.validity == "valid" and ladder.steps[0].within_sla
+    assert len(ladder.steps) < len(rates) and ladder.rates() == rates[: len(ladder.steps)]  # stopped once broken
+    held = run_sweep(_attach(spec), pool(), spec, rates=rates, lag_bounds=LENIENT, stop_when_broken=False)
+    assert held.validity == "valid", held.invalid_reason
+    assert held.rates() == rates
+    assert held.steps[0].ttft_growth is not None and held.steps[0].ttft_growth["slope"] < 0.1  # it kept up
+    served = service_rate(held.steps)
+    assert served is not None and served.steps == 3
+    assert 8.0 < served.rate < 11.5, served.describe()
