@@ -250,7 +250,10 @@ def vllm_cpu_main(args) -> None:
             if stop.exists():
                 print(f"stopped: {stop} exists", flush=True)
                 return write_vllm_cells(done, args)
-            done.append(vllm_trial(effect, k, slowed(effect) if effect > 0 else spec, spec, measure_with, args, log))
+            index = max((d["trial"] for d in have), default=-1) + 1  # a fresh number: kept rounds are never overwritten
+            done.append(
+                vllm_trial(effect, index, slowed(effect) if effect > 0 else spec, spec, measure_with, args, log)
+            )
             write_vllm_cells(done, args)
     write_vllm_cells(done, args)
 
