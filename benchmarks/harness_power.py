@@ -47,8 +47,8 @@ from loadgen.verdict import (  # noqa: E402
     judge_rounds,
     judge_service_rates,
     sequential_verdict,
+    service_rate_differences,
 )
-from loadgen.queue_rate import service_rate  # noqa: E402
 
 SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
 POOL = 4000
@@ -170,10 +170,7 @@ def noise_floor(guess: float, step_s: float, rounds: int, http: bool, seed: int 
     rates = [guess * f for f in ((0.8, 0.9, 1.0, 1.1, 1.2) if estimator == "crossing" else ESTIMATORS[estimator][2])]
     a = [sweep_side(BASE, "A", i, rates, seed, step_s, http) for i in range(rounds)]
     b = [sweep_side(BASE, "B", i, rates, seed, step_s, http) for i in range(rounds)]
-    if estimator == "crossing":
-        diffs = round_differences(a, b)
-    else:
-        diffs = [math.log(service_rate(y).rate / service_rate(x).rate) for x, y in zip(a, b)]
+    diffs = round_differences(a, b) if estimator == "crossing" else service_rate_differences(a, b)
     var, df = between_variance(diffs)
     return var or 0.0, df
 

@@ -98,6 +98,16 @@ def round_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[Step
     return out
 
 
+def service_rate_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
+    """log(service rate B / service rate A) of each round on its own (rounds where both sides queued)."""
+    out = []
+    for a, b in zip(a_rounds, b_rounds):
+        ra, rb = service_rate(a), service_rate(b)
+        if ra and rb and ra.rate and rb.rate:
+            out.append(math.log(rb.rate / ra.rate))
+    return out
+
+
 def between_variance(diffs: list[float], prior_var: float = 0.0, prior_df: int = 0) -> tuple[float | None, int]:
     """(variance of one round's difference, degrees of freedom): this verdict's rounds pooled with
     the noise floor's A/A rounds (``prior_var`` over ``prior_df`` degrees of freedom)."""
@@ -171,17 +181,42 @@ def judge_rounds(
         return VerdictStats(verdict=verdict, stopped=stopped, effect=effect, low=low, high=high, reason=why, **common)
     d = math.log(est_b.capacity / est_a.capacity)
     se_boot = float(np.std(est_b.draws - est_a.draws))
-    var, df = between_variance(round_differences(a_rounds[:k], b_rounds[:k]), prior_var, prior_df)
+    diffs = round_differences(a_rounds[:k], b_rounds[:k])
+    return _interval_verdict(
+        d, se_boot, diffs, ka, kb, prior_var, prior_df, alpha, looks, final or kb >= max_rounds, equivalence, common
+    )
+
+
+def _interval_verdict(
+    d: float,
+    se_own: float,
+    diffs: list[float],
+    ka: int,
+    kb: int,
+    prior_var: float,
+    prior_df: int,
+    alpha: float,
+    looks: int,
+    last: bool,
+    equivalence: float,
+    common: dict,
+    min_diffs: int = 0,
+) -> VerdictStats:
+    """The test both estimators share: the effect d = log(B / A) with the larger of its own standard error
+    (``se_own``: a bootstrap, or the slopes' intervals) and the between-round one (the rounds' differences
+    ``diffs`` pooled with the A/A prior), the interval at this look's spent alpha, and the decision. A
+    verdict waits for another round while it has no between-run spread (df 0) or fewer than ``min_diffs``
+    round differences of its own, unless this is its last look."""
+    var, df = between_variance(diffs, prior_var, prior_df)
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
     se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
-    se = max(se_boot, se_between or 0.0)
-    last = final or kb >= max_rounds
-    use_df = df if se_between is not None and se_between >= se_boot else None
+    se = max(se_own, se_between or 0.0)
+    use_df = df if se_between is not None and se_between >= se_own else None
     z = _crit(alpha, looks, use_df, last)
     lo, hi = d - z * se, d + z * se
     eq = math.log1p(equivalence)
-    if df == 0 and not final and kb < max_rounds:
+    if (df == 0 or len(diffs) < min_diffs) and not last:
         verdict, stopped = "undecided", ""  # no measure of the between-run noise yet: another round
     elif lo > 0:
         verdict, stopped = "better", "decided"
@@ -190,7 +225,7 @@ def judge_rounds(
     elif -eq < lo and hi < eq:
         verdict, stopped = "same", "equivalent"
     else:
-        verdict, stopped = ("same", "max_rounds") if final or kb >= max_rounds else ("undecided", "")
+        verdict, stopped = ("same", "max_rounds") if last else ("undecided", "")
     return VerdictStats(
         verdict=verdict,
         effect=math.expm1(d),
@@ -198,7 +233,7 @@ def judge_rounds(
         high=math.expm1(hi),
         mde=math.expm1((_crit(alpha, looks, use_df, True) + POWER_Z) * se),
         stopped=stopped,
-        se_bootstrap=se_boot,
+        se_bootstrap=se_own,
         se_between=se_between,
         confidence=1 - alpha,
         **common,
@@ -257,42 +292,22 @@ def judge_service_rates(
             verdict=verdict, stopped=stopped, reason="a side never queued: no rate to compare", **common
         )
     d = math.log(sb.rate / sa.rate)
-    se_own = math.hypot(sa.log_se, sb.log_se)
-    diffs = []
-    for a, b in zip(a_rounds[:k], b_rounds[:k]):
-        ra, rb = service_rate(a), service_rate(b)
-        if ra and rb and ra.rate and rb.rate:
-            diffs.append(math.log(rb.rate / ra.rate))
-    var, df = between_variance(diffs, prior_var, prior_df)
-    se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
-    se = max(se_own, se_between or 0.0)
-    use_df = df if se_between is not None and se_between >= se_own else None
-    z = _crit(alpha, looks, use_df, last)
-    lo, hi = d - z * se, d + z * se
-    eq = math.log1p(equivalence)
-    if len(diffs) < 2 and not last:
-        # the slopes' intervals assume independent requests, and queued requests are not: their own error
-        # is optimistic, so a verdict waits for a second round's spread of its own (the prior alone is not it)
-        verdict, stopped = "undecided", ""
-    elif lo > 0:
-        verdict, stopped = "better", "decided"
-    elif hi < 0:
-        verdict, stopped = "worse", "decided"
-    elif -eq < lo and hi < eq:
-        verdict, stopped = "same", "equivalent"
-    else:
-        verdict, stopped = ("same", "max_rounds") if last else ("undecided", "")
-    return VerdictStats(
-        verdict=verdict,
-        effect=math.expm1(d),
-        low=math.expm1(lo),
-        high=math.expm1(hi),
-        mde=math.expm1((_crit(alpha, looks, use_df, True) + POWER_Z) * se),
-        stopped=stopped,
-        se_bootstrap=se_own,
-        se_between=se_between,
-        confidence=1 - alpha,
-        **common,
+    # the slopes' intervals assume independent requests, and queued requests are not: their own error is
+    # optimistic, so a verdict waits for a second round's spread of its own (the prior alone is not it)
+    return _interval_verdict(
+        d,
+        math.hypot(sa.log_se, sb.log_se),
+        service_rate_differences(a_rounds[:k], b_rounds[:k]),
+        ka,
+        kb,
+        prior_var,
+        prior_df,
+        alpha,
+        looks,
+        last,
+        equivalence,
+        common,
+        min_diffs=2,
     )
 
 
