@@ -25,6 +25,9 @@ from scipy.stats import theilslopes
 #: arrivals at least 10% above what the engine serves); flatter steps were served and say only mu >= lam.
 MIN_GROWTH = 0.1
 MIN_REQUESTS = 8
+#: Theil-Sen takes every pair of points: a long replay run (summarize covers it too) is fitted on this
+#: many requests evenly spaced in arrival order, so its memory stays bounded (~2M pairs).
+MAX_FIT_POINTS = 2000
 
 
 def ttft_growth(records) -> dict[str, float] | None:
@@ -35,6 +38,9 @@ def ttft_growth(records) -> dict[str, float] | None:
     if len(pts) < MIN_REQUESTS:
         return None
     x, y = np.array(pts).T
+    if len(pts) > MAX_FIT_POINTS:
+        keep = np.linspace(0, len(pts) - 1, MAX_FIT_POINTS).astype(int)
+        x, y = x[keep], y[keep]
     if np.ptp(x) <= 0:
         return None
     slope, _, low, high = theilslopes(y, x, alpha=0.95)

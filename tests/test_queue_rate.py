@@ -52,6 +52,11 @@ def test_ttft_growth_is_the_slope_of_ttft_on_arrival_time_and_ignores_a_stall():
     assert ttft_growth(records[:5]) is None  # too few requests to say
     flat = [r.model_copy(update={"ttft_s": 0.3}) for r in records]
     assert abs(ttft_growth(flat)["slope"]) < 1e-9
+    # a long replay run is fitted on evenly spaced requests: the same slope, every request counted
+    many = np.sort(rng.uniform(0, 600, 30_000))
+    long_run = [RequestRecord(request_id=str(i), scheduled_s=t, ttft_s=0.3 + 0.25 * t) for i, t in enumerate(many)]
+    g = ttft_growth(long_run)
+    assert g["n"] == 30_000 and abs(g["slope"] - 0.25) < 1e-6
 
 
 def test_short_overloaded_steps_give_what_the_engine_serves_at_length_and_a_planted_gain(served):
