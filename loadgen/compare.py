@@ -137,22 +137,25 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
     """The interval verdict (loadgen.verdict) of candidate sweeps against a baseline measured with
     per-request samples: effect, interval, minimum detectable effect; ``decided`` is False while the
     interval still straddles the decision (the harness may add a repeat)."""
-    from loadgen.verdict import LOOKS, judge_rounds
+    from loadgen.judge import judge
+    from loadgen.verdict import LOOKS
 
     cand_steps = [[st for st in s.steps if st.validity == "valid"] for s in candidate_sweeps]
-    stats = judge_rounds(
+    stats = judge(
         noise_floor.steps,
         cand_steps,
+        estimator=noise_floor.estimator,
         max_rounds=len(cand_steps) + (0 if final else 1),
         looks=LOOKS,
-        prior_var=noise_floor.between_var or 0.0,
-        prior_df=noise_floor.between_df,
+        crossing_prior=(noise_floor.between_var or 0.0, noise_floor.between_df),
+        service_prior=(noise_floor.service_between_var or 0.0, noise_floor.service_between_df),
     )
     decided = stats.verdict != "undecided"
     verdict = "same" if not decided else stats.verdict
     # a crossing beyond every tested rate is estimated as inf: the record keeps the sweeps' ladder capacity
     # instead (JSON has no infinity: it would be written as null and the state would not load again)
-    baseline_rps = _finite(stats.baseline_rps)
+    by_service = stats.decided_by == "service rate"  # its rates are served req/s, not SLA capacities
+    baseline_rps = noise_floor.capacity_fit_rps if by_service else _finite(stats.baseline_rps)
     baseline_rps = noise_floor.capacity_mean if baseline_rps is None else baseline_rps
     if verdict == "invalid":
         return Comparison(
@@ -182,6 +185,11 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
         f"{stats.candidate} over {len(cand_steps)} sweep(s); between-run sd of a paired difference "
         f"{math.sqrt(noise_floor.between_var or 0):.1%} ({noise_floor.between_df} df)"
     )
+    if noise_floor.estimator == "service_rate":
+        evidence += (
+            f", of the service rate {math.sqrt(noise_floor.service_between_var or 0):.1%} "
+            f"({noise_floor.service_between_df} df)"
+        )
     if stats.reason:
         evidence += f"; {stats.reason}"
     return Comparison(
@@ -192,12 +200,14 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
         threshold=_finite(stats.mde) if _finite(stats.mde) is not None else noise_floor.threshold,
         evidence=evidence,
         baseline_capacities=list(noise_floor.capacities),
-        candidate_mean=_finite(stats.candidate_rps),
+        candidate_mean=float(np.mean(per_sweep)) if by_service else _finite(stats.candidate_rps),
         effect=_finite(stats.effect),
         effect_low=_finite(stats.low),
         effect_high=_finite(stats.high),
         mde=_finite(stats.mde),
         decided=decided,
+        decided_by=stats.decided_by or "SLA crossing",
+        confidence=stats.confidence,
         ratio_bound=None
         if stats.effect is not None or ratio is None
         else ("lower" if verdict == "better" else "upper"),

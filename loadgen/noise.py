@@ -96,22 +96,41 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
 
 def _interval_inputs(sweeps: list[SweepResult]) -> dict:
     """What the interval verdict needs from the baseline: its steps, the A/A between-run variance of its
-    repeats pooled with the prior, and the minimum detectable effect. {} for sweeps without samples."""
+    repeats pooled with the prior (per estimator), and the minimum detectable effect. {} for sweeps
+    without samples."""
     from loadgen.capacity import estimate
-    from loadgen.verdict import LOOKS, aa_prior, floor_mde
+    from loadgen.queue_rate import service_rate
+    from loadgen.verdict import ALPHA, LOOKS, aa_prior, floor_mde, service_rate_differences
 
     steps = [[st for st in s.steps if st.validity == "valid"] for s in sweeps if s.mode == "rate"]
     if not steps or not all(st.sla_samples for r in steps for st in r):
         return {}
+    estimator = sweeps[0].estimator
     var, df = aa_prior(steps)
     fit = estimate([st for r in steps for st in r])
-    return {
+    out = {
         "steps": steps,
+        "estimator": estimator,
         "between_var": var,
         "between_df": df,
         "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS),
         "capacity_fit_rps": fit.capacity if fit and not fit.censored else None,
     }
+    if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
+        served = service_rate([st for r in steps for st in r])
+        s_var, s_df = aa_prior(steps, differences=service_rate_differences)
+        mdes = [
+            floor_mde(fit, len(steps), var, df, looks=LOOKS, alpha=ALPHA / 2),
+            floor_mde(served, len(steps), s_var, s_df, looks=LOOKS, alpha=ALPHA / 2),
+        ]
+        mdes = [m for m in mdes if m is not None]
+        out |= {
+            "service_between_var": s_var,
+            "service_between_df": s_df,
+            "service_rate_rps": served.rate if served else None,
+            "mde": min(mdes) if mdes else None,
+        }
+    return out
 
 
 def _below(sweep: SweepResult) -> float | None:

@@ -146,6 +146,7 @@ class SweepResult(BaseModel):
     # What the engine's evidence overlay counted by the sweep's end (cumulative since its start; None:
     # unmeasured): step-time breakdown, graph captures and their stalls, padded shapes, memory.
     engine_internals: dict | None = None
+    estimator: str = "crossing"  # how verdicts on this sweep judge it (sweep.estimator, loadgen.judge)
 
     @property
     def valid(self) -> bool:
@@ -178,6 +179,11 @@ class NoiseFloor(BaseModel):
     between_df: int = 0
     mde: float | None = None  # minimum detectable effect of a candidate measured like this baseline
     capacity_fit_rps: float | None = None
+    estimator: str = "crossing"  # the sweeps' sweep.estimator (loadgen.judge)
+    # the service rate's A/A spread (estimator "service_rate"), as between_var/between_df are the crossing's
+    service_between_var: float | None = None
+    service_between_df: int = 0
+    service_rate_rps: float | None = None
 
 
 class Comparison(BaseModel):
@@ -199,6 +205,8 @@ class Comparison(BaseModel):
     effect_high: float | None = None
     mde: float | None = None
     decided: bool = True
+    decided_by: str | None = None  # the estimator whose interval the verdict states (loadgen.judge)
+    confidence: float = 0.95  # the level of effect_low/effect_high (0.975 where two estimators share alpha)
 
 
 class IntervalResult(BaseModel):

@@ -254,7 +254,8 @@ def run_sweep(
         fails_in_row = 0 if step.within_sla else fails_in_row + 1
         if not any(ok for _, ok in history):  # nothing held yet: go down
             lowest = min(r for r, _ in history)
-            if used < len(ladder) and ladder[used] < lowest:  # a ladder that already goes down (a repeat)
+            # a ladder that already goes down (a repeat), or a verdict's round that holds every rate first
+            if used < len(ladder) and (ladder[used] < lowest or not stop_when_broken):
                 next_rate, used = ladder[used], used + 1
             else:
                 next_rate = extend_down(history, floor)
@@ -309,6 +310,7 @@ def run_sweep(
         sla=sla.model_dump(),
         arrival=cfg.arrival,
         step_duration_s=duration,
+        estimator=cfg.estimator,
         gpu_divisor=divisor,
         capacity_bounded=bounded,
         notes=notes + runner.notes,

@@ -61,6 +61,7 @@ class VerdictStats(BaseModel):
     se_between: float | None = None
     rates: list[float] = Field(default_factory=list)
     reason: str | None = None
+    decided_by: str | None = None  # "SLA crossing" or "service rate" (loadgen.judge)
 
     def sentence(self) -> str:
         if self.verdict == "invalid":
@@ -68,8 +69,10 @@ class VerdictStats(BaseModel):
         if self.effect is None:
             return f"{self.verdict}: {self.reason or 'no effect estimate'}"
         mde = f"; smallest effect it could see {self.mde:.1%}" if self.mde is not None else ""
+        by = f" by the {self.decided_by}" if self.decided_by else ""
+        level = f"{self.confidence:.1%}".replace(".0%", "%")
         return (
-            f"{self.verdict}: {self.effect:+.1%} ({self.confidence:.0%} interval {self.low:+.1%} to "
+            f"{self.verdict}: {self.effect:+.1%}{by} ({level} interval {self.low:+.1%} to "
             f"{self.high:+.1%}; {self.rounds} round(s){mde})"
         )
 
@@ -500,11 +503,15 @@ PRIOR_SD, PRIOR_DF = 0.03, 4
 
 
 def aa_prior(
-    sweeps_steps: list[list[StepResult]], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF
+    sweeps_steps: list[list[StepResult]],
+    prior_sd: float = PRIOR_SD,
+    prior_df: int = PRIOR_DF,
+    differences: Callable[..., list[float]] = round_differences,
 ) -> tuple[float, int]:
     """(variance of a paired difference, df) from disjoint A/A pairs of one configuration's repeats
-    (they share schedules), pooled with the prior."""
-    diffs = round_differences(sweeps_steps[0::2], sweeps_steps[1::2])
+    (they share schedules), pooled with the prior. ``differences``: the estimator's per-round differences
+    (:func:`round_differences`, :func:`service_rate_differences`)."""
+    diffs = differences(sweeps_steps[0::2], sweeps_steps[1::2])
     df = prior_df + len(diffs)
     return (prior_df * prior_sd**2 + float(np.sum(np.square(diffs)))) / df if df else 0.0, df
 
@@ -514,7 +521,8 @@ def floor_mde(
 ) -> float | None:
     """Minimum detectable effect (80% power) of a candidate measured like this baseline: ``est`` is the
     baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many."""
-    if est is None or est.censored or k == 0:
+    # est: a CapacityEstimate (censored: no crossing), or a ServiceRate (rate None: nothing queued)
+    if est is None or k == 0 or getattr(est, "censored", None) or getattr(est, "rate", 1.0) is None:
         return None
     se = max(est.log_se * math.sqrt(2), math.sqrt(var / k))
     mde = math.expm1((_crit(alpha, looks, df) + POWER_Z) * se)

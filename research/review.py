@@ -190,7 +190,14 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
         f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
         + (
             f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
-            f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df)"
+            f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df"
+            + (
+                f"; verdicts by the service rate {_fmt(n.service_rate_rps)} req/s served, sd "
+                f"{(n.service_between_var or 0) ** 0.5:.1%}, {n.service_between_df} df, with the SLA crossing"
+                if getattr(n, "estimator", "crossing") == "service_rate"
+                else ""
+            )
+            + ")"
             if n.mde is not None
             else ""
         )
@@ -224,7 +231,10 @@ def _experiment_section(e: ExperimentState) -> list[str]:
         )
         if c.effect is not None:
             lines.append(
-                f"- Effect: **{c.effect:+.1%}** (95% interval {_bound(c.effect_low)} to {_bound(c.effect_high)}); "
+                f"- Effect: **{c.effect:+.1%}**"
+                + (f" by the {c.decided_by}" if c.decided_by else "")
+                + f" ({f'{c.confidence:.1%}'.replace('.0%', '%')} interval {_bound(c.effect_low)} to "
+                f"{_bound(c.effect_high)}); "
                 "smallest effect this noise could see: "
                 + (f"{c.mde:.1%}" if c.mde is not None else "none (the fit's spread is unbounded)")
             )

@@ -254,6 +254,11 @@ class SweepSpec(Strict):
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = 0
     repeats: int = Field(default=3, ge=1)  # baseline sweeps for the noise floor
+    # What a verdict compares (loadgen.judge): "crossing", the SLA crossing fitted on every step; or
+    # "service_rate", the engine's service rate from queue growth AND the crossing, each tested at alpha / 2
+    # (the crossing decides where both do). The service rate reads every request of a step that queued, so
+    # it is several times tighter where the queue sets capacity; the crossing keeps the SLA in view.
+    estimator: Literal["crossing", "service_rate"] = "crossing"
     # Client send-lag bounds (None = derived from the SLA, see loadgen.sweep.sweep_lag_bounds).
     max_send_lag_ms: float | None = Field(default=None, gt=0)
     min_rate_ratio: float = Field(default=0.98, gt=0, le=1)

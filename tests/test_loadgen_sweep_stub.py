@@ -265,3 +265,17 @@ def test_a_verdict_round_holds_every_rate_and_its_queue_growth_gives_the_service
     served = service_rate(held.steps)
     assert served is not None and served.steps == 3
     assert 8.0 < served.rate < 11.5, served.describe()
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_a_verdict_round_whose_lowest_rate_breaks_the_sla_still_holds_every_rate_before_going_down(stub):
+    """A slowed side can be past the SLA at the round's lowest rate: a ladder then goes down to find a rate
+    that holds; a verdict's round first holds the rest of its rates, which are the queued steps the
+    service rate reads (before this, such a side gave one queued step a round)."""
+    spec = endpoint(stub.url, {"ttft_ms": 300, "max_error_rate": 0.01}, step_duration_s=3.0, refine_steps=0)
+    rates = [14.0, 16.0, 18.0]
+    ladder = run_sweep(_attach(spec), pool(), spec, rates=rates, lag_bounds=LENIENT)
+    assert not ladder.steps[0].within_sla and ladder.steps[1].target_rate < rates[0]  # went down at once
+    held = run_sweep(_attach(spec), pool(), spec, rates=rates, lag_bounds=LENIENT, stop_when_broken=False)
+    assert held.validity == "valid", held.invalid_reason
+    assert held.rates()[:3] == rates and all(st.ttft_growth["slope"] > 0.1 for st in held.steps[:3])

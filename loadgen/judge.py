@@ -1,0 +1,101 @@
+"""A verdict by the endpoint's estimator (``sweep.estimator``): the SLA crossing alone, or the engine's
+service rate from queue growth together with the crossing.
+
+"crossing" (the default): :func:`loadgen.verdict.judge_rounds`, the SLA crossing fitted on every step.
+
+"service_rate": both estimators judge the same rounds, each at alpha / 2, and a look decides when either
+does, so the chance of a false better-or-worse stays at most alpha (Bonferroni). The service rate
+(:func:`loadgen.verdict.judge_service_rates`) reads every request of a step that queued and is several
+times tighter where the queue sets capacity (docs/measurement.md); the crossing is the SLA itself, so
+where both are decided the crossing's verdict stands: a change that raises throughput but breaks an ITL
+limit is judged by what the SLA sees. Where no step of a side queued, the service rate has nothing to
+say and the crossing judges alone, at the full alpha.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from loadgen.results import StepResult
+from loadgen.verdict import ALPHA, VerdictStats, judge_rounds, judge_service_rates
+
+Estimator = Literal["crossing", "service_rate"]
+DECIDED = ("better", "worse")
+
+
+def judge(
+    a_rounds: list[list[StepResult]],
+    b_rounds: list[list[StepResult]],
+    *,
+    estimator: Estimator = "crossing",
+    alpha: float = ALPHA,
+    max_rounds: int = 4,
+    final: bool = False,
+    looks: int | None = None,
+    crossing_prior: tuple[float, int] = (0.0, 0),
+    service_prior: tuple[float, int] = (0.0, 0),
+) -> VerdictStats:
+    """The verdict on rounds of A (baseline) and B (candidate) by ``estimator``; priors are (variance of a
+    paired log difference, df) from A/A pairs (the noise floor's), one per estimator."""
+    common = dict(max_rounds=max_rounds, final=final, looks=looks)
+    if estimator == "crossing":
+        stats = judge_rounds(
+            a_rounds, b_rounds, alpha=alpha, prior_var=crossing_prior[0], prior_df=crossing_prior[1], **common
+        )
+        return stats
+    service = judge_service_rates(
+        a_rounds, b_rounds, alpha=alpha / 2, prior_var=service_prior[0], prior_df=service_prior[1], **common
+    )
+    if service.verdict == "invalid" or (service.effect is None and service.verdict not in DECIDED):
+        alone = judge_rounds(
+            a_rounds, b_rounds, alpha=alpha, prior_var=crossing_prior[0], prior_df=crossing_prior[1], **common
+        )
+        why = f"no service rate ({service.reason}): judged by the SLA crossing alone"
+        return alone.model_copy(update={"decided_by": "SLA crossing", "reason": _join(alone.reason, why)})
+    crossing = judge_rounds(
+        a_rounds, b_rounds, alpha=alpha / 2, prior_var=crossing_prior[0], prior_df=crossing_prior[1], **common
+    )
+    if crossing.verdict == "invalid":
+        return crossing
+    # where both are decided the crossing (the SLA itself) stands; else the tighter service rate speaks
+    chosen, other, chosen_by, other_by = service, crossing, "service rate", "SLA crossing"
+    if crossing.verdict in DECIDED:
+        chosen, other, chosen_by, other_by = crossing, service, "SLA crossing", "service rate"
+    mdes = [m for m in (service.mde, crossing.mde) if m is not None]
+    verdict, stopped = chosen.verdict, chosen.stopped
+    extra = None
+    if chosen is service and verdict in DECIDED and not _agrees(service, crossing):
+        # more throughput is not more capacity within the SLA unless the crossing allows it (a bigger batch
+        # serves more and breaks ITL): the service rate speaks for the SLA only where their intervals meet
+        chosen, other, chosen_by, other_by = crossing, service, "SLA crossing", "service rate"
+        verdict, stopped = ("same", "disagree") if final or crossing.verdict != "undecided" else ("undecided", "")
+        extra = "the service rate moved and the SLA crossing's interval excludes that change"
+    if verdict not in DECIDED and "undecided" in (service.verdict, crossing.verdict):
+        verdict, stopped = "undecided", ""  # neither decided yet, and one of them may with another round
+    note = f"{other_by}: {other.sentence()}"
+    return chosen.model_copy(
+        update={
+            "verdict": verdict,
+            "stopped": stopped,
+            "mde": min(mdes) if mdes else None,  # either test can decide: the better-powered one bounds it
+            "decided_by": chosen_by,
+            "baseline": f"{chosen.baseline}; {other_by} {other.baseline}",
+            "candidate": f"{chosen.candidate}; {other_by} {other.candidate}",
+            "reason": _join(chosen.reason, extra, note),
+        }
+    )
+
+
+def _agrees(service: VerdictStats, crossing: VerdictStats) -> bool:
+    """The crossing's interval meets the service rate's (a verdict on the service rate censored at the
+    tested rates has only one bound: it agrees unless the crossing lies wholly on the other side)."""
+    if crossing.low is None or crossing.high is None:
+        return True
+    low = service.low if service.low is not None else -float("inf")
+    high = service.high if service.high is not None else float("inf")
+    return crossing.low <= high and low <= crossing.high
+
+
+def _join(*parts: str | None) -> str | None:
+    kept = [p for p in parts if p]
+    return "; ".join(kept) if kept else None

@@ -1,0 +1,91 @@
+"""Verdicts by the endpoint's estimator (loadgen.judge), on the simulated engine of known service rate.
+
+"service_rate" tests the service rate and the SLA crossing each at alpha / 2 on the same rounds: over
+seeds it keeps the A/A error rate, finds a planted +10% at least as often as the crossing alone, and a
+candidate that serves more while its SLA capacity does not move (a bigger batch that breaks ITL) is not
+called better: the crossing has the last word on the SLA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from loadgen import simengine
+from loadgen.judge import judge
+from loadgen.verdict import LOOKS, PRIOR_DF, PRIOR_SD
+
+from test_queue_rate import BASE, OUTPUTS, PROMPTS, SLA, _sweep
+
+PRIOR = (PRIOR_SD**2, PRIOR_DF)
+LADDER = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6)  # a campaign's ladder: below the crossing and into the queue
+
+
+@pytest.fixture(scope="module")
+def rates() -> list[float]:
+    served = simengine.virtual_step(BASE, 90.0, 60.0, PROMPTS, OUTPUTS, SLA, seed=1, run_seed=1).throughput_rps
+    return [served * f for f in LADDER]
+
+
+def _verdict(candidate, seed, rates, estimator):
+    a = [_sweep(BASE, rates, i, seed, "A") for i in range(2)]
+    b = [_sweep(candidate, rates, i, seed, "B") for i in range(2)]
+    return judge(
+        a, b, estimator=estimator, final=True, max_rounds=2, looks=LOOKS, crossing_prior=PRIOR, service_prior=PRIOR
+    )
+
+
+def test_both_estimators_keep_the_aa_error_rate_and_see_a_planted_gain_at_least_as_often(rates):
+    seeds = range(1, 9)
+    aa = [_verdict(BASE, s, rates, "service_rate") for s in seeds]
+    assert sum(v.verdict in ("better", "worse") for v in aa) <= 1, [v.sentence() for v in aa]
+    assert all(v.confidence == pytest.approx(0.975) and v.mde is not None for v in aa)
+    both = [_verdict(BASE.planted(0.1), s, rates, "service_rate") for s in seeds]
+    alone = [_verdict(BASE.planted(0.1), s, rates, "crossing") for s in seeds]
+    n_both, n_alone = (sum(v.verdict == "better" for v in vs) for vs in (both, alone))
+    assert n_both >= n_alone and n_both >= 6, ([v.sentence() for v in both], [v.sentence() for v in alone])
+    assert all(v.decided_by in ("service rate", "SLA crossing") for v in both)
+    assert all(v.decided_by is None for v in alone)  # the crossing alone: its sentences as before
+
+
+def test_more_throughput_that_the_sla_crossing_does_not_follow_is_not_better(rates):
+    """max_batch 96 instead of 48: more requests served at overload, but decode steps of 96 sequences
+    break the ITL limit, so the capacity within the SLA does not rise."""
+    big = replace(BASE, max_batch=96)
+    verdicts = [_verdict(big, s, rates, "service_rate") for s in range(1, 5)]
+    assert all(v.verdict != "better" for v in verdicts), [v.sentence() for v in verdicts]
+    assert any("excludes that change" in (v.reason or "") for v in verdicts)  # the service rate did move
+
+
+def _sweeps(model, rates, seed, side, estimator):
+    from loadgen.results import SweepResult
+
+    return [
+        SweepResult(
+            endpoint="sim",
+            engine_args=[],
+            launch_config_hash="sim",
+            started_at=0.0,
+            steps=_sweep(model, rates, i, seed, side),
+            estimator=estimator,
+        )
+        for i in range(2)
+    ]
+
+
+def test_a_campaign_compare_judges_by_the_sweeps_estimator_and_says_which(rates):
+    """The endpoint's sweep.estimator travels with its sweeps: the noise floor keeps the service rate's
+    A/A spread beside the crossing's, and the comparison states which estimator decided, at what level."""
+    from loadgen.compare import compare
+    from loadgen.noise import noise_floor
+
+    floor = noise_floor(_sweeps(BASE, rates, 3, "A", "service_rate"))
+    assert floor.estimator == "service_rate" and floor.service_rate_rps and floor.service_between_df == PRIOR_DF + 1
+    plain = noise_floor(_sweeps(BASE, rates, 3, "A", "crossing"))
+    assert plain.service_rate_rps is None and plain.mde is not None
+    c = compare(floor, _sweeps(BASE.planted(0.3), rates, 3, "B", "service_rate"))
+    assert c.verdict == "better" and c.decided_by in ("service rate", "SLA crossing"), c.evidence
+    assert c.confidence == pytest.approx(0.975) and "service rate" in c.evidence and c.effect_low > 0
+    c = compare(plain, _sweeps(BASE.planted(0.3), rates, 3, "B", "crossing"))
+    assert c.verdict == "better" and c.decided_by == "SLA crossing" and c.confidence == pytest.approx(0.95)
