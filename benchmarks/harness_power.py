@@ -194,7 +194,9 @@ def vllm_cpu_main(args) -> None:
     spec = spec.with_engine_args(
         apply_diff(spec.engine.args, {"--no-enable-prefix-caching": REMOVE, "--enable-prefix-caching": None})
     )
-    spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"refine_steps": 0})})
+    # the rounds' rates are the verdict's own (sequential_verdict): no refinement, no steps added for an estimator
+    sweep = spec.sweep.model_copy(update={"refine_steps": 0, "estimator": "crossing"})
+    spec = spec.model_copy(update={"sweep": sweep})
     if args.step_s:  # longer steps: more requests near the crossing, and queues that reach their steady state
         spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"step_duration_s": args.step_s})})
     args.step_s = spec.sweep.step_duration_s

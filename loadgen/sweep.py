@@ -21,6 +21,10 @@ first failing rate and that failure (see :func:`interpolated_capacity`); the kne
 before latency takes off (see :func:`knee_rate`). A crashed engine or a client that fell behind
 makes its step and the sweep invalid; steps already measured are kept.
 
+An endpoint judged by its service rate (``sweep.estimator: service_rate``, :mod:`loadgen.judge`) needs
+steps whose queue grew: a sweep that ends with fewer than two goes on above its highest rate (the
+ladder's next rungs, else x1.4), at most three steps more.
+
 With ``sweep.engine_warmup_s``, the first sweep on an engine is preceded by an uncounted open-loop
 run (:func:`warm_engine`), so engines that build CUDA graphs or compiled kernels per shape as they
 first meet it are measured in their steady state, not while they build.
@@ -77,6 +81,24 @@ from loadgen.results import StepResult, SweepResult
 from loadgen.runner import LagBounds
 from loadgen.stats import sla_excess
 from loadgen.watch import Engine
+
+
+#: sweep.estimator "service_rate" reads steps whose queue grew (loadgen.queue_rate): a sweep that ended with
+#: fewer than QUEUED of them goes on above its highest rate, at most MAX_QUEUE_STEPS more steps
+QUEUED, MAX_QUEUE_STEPS = 2, 3
+
+
+def _rate_that_queues(steps: list[StepResult], ladder: list[float]) -> float | None:
+    """The next rate above every tested one (the ladder's next rung, else x1.4), while fewer than QUEUED
+    valid steps queued; None once enough did."""
+    from loadgen.queue_rate import MIN_GROWTH
+
+    valid = [st for st in steps if st.validity == "valid"]
+    queued = sum(1 for st in valid if st.ttft_growth and st.ttft_growth["slope"] > MIN_GROWTH)
+    if queued >= QUEUED or not valid:
+        return None
+    top = max(st.target_rate for st in valid)
+    return next((r for r in sorted(ladder) if r > top * (1 + 1e-9)), round(top * 1.4, 3))
 
 
 def run_sweep(
@@ -195,7 +217,15 @@ def run_sweep(
     fails_in_row = refined = 0
     used = 1  # ladder rungs taken so far (the first one is next_rate)
     extended = False  # went below the ladder: the lowest rung failed
-    while next_rate is not None and len(steps) < steps_cap:
+    queue_steps = 0  # steps added past the ladder's end for the service rate (sweep.estimator)
+    while True:
+        if next_rate is None and validity == "valid" and ladder is not None and cfg.estimator == "service_rate":
+            next_rate = _rate_that_queues(steps, ladder) if queue_steps < MAX_QUEUE_STEPS else None
+            if next_rate is not None:
+                queue_steps += 1
+                notes.append(f"{next_rate:g} req/s held past the SLA: the service rate needs steps that queue")
+        if next_rate is None or len(steps) >= steps_cap:
+            break
         rate = next_rate
         if check_client and cal is not None and rate > cal.max_rate * senders:
             notes.append(

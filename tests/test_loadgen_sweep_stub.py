@@ -279,3 +279,22 @@ def test_a_verdict_round_whose_lowest_rate_breaks_the_sla_still_holds_every_rate
     held = run_sweep(_attach(spec), pool(), spec, rates=rates, lag_bounds=LENIENT, stop_when_broken=False)
     assert held.validity == "valid", held.invalid_reason
     assert held.rates()[:3] == rates and all(st.ttft_growth["slope"] > 0.1 for st in held.steps[:3])
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_an_endpoint_judged_by_its_service_rate_sweeps_on_until_its_queue_grows(stub):
+    """An endpoint whose ladder ends below what the engine serves (or whose SLA breaks before its queue
+    grows, as ITL does on a 2-core host) has no step for the service rate to read: with
+    sweep.estimator "service_rate" the sweep goes on above its highest rate until two steps queued."""
+    from loadgen.queue_rate import service_rate
+
+    sla = {"ttft_ms": 500, "max_error_rate": 0.01}
+    plain = endpoint(stub.url, sla, step_duration_s=3.0, refine_steps=0, rates=[3.0, 8.0])
+    assert run_sweep(_attach(plain), pool(), plain, lag_bounds=LENIENT).rates() == [3.0, 8.0]
+    spec = endpoint(stub.url, sla, step_duration_s=3.0, refine_steps=0, rates=[3.0, 8.0], estimator="service_rate")
+    swept = run_sweep(_attach(spec), pool(), spec, lag_bounds=LENIENT)
+    assert swept.validity == "valid" and swept.estimator == "service_rate", swept.invalid_reason
+    assert swept.rates()[:2] == [3.0, 8.0] and len(swept.rates()) in (3, 4, 5) and min(swept.rates()[2:]) > 8.0
+    assert any("service rate needs steps that queue" in n for n in swept.notes)
+    served = service_rate(swept.steps)
+    assert served is not None and served.steps >= 1 and 7.5 < served.rate < 12.0, served.describe()
