@@ -22,8 +22,8 @@ before latency takes off (see :func:`knee_rate`). A crashed engine or a client t
 makes its step and the sweep invalid; steps already measured are kept.
 
 An endpoint judged by its service rate (``sweep.estimator: service_rate``, :mod:`loadgen.judge`) needs
-steps whose queue grew: a sweep that ends with fewer than two goes on above its highest rate (the
-ladder's next rungs, else x1.4), at most three steps more.
+steps whose queue grew: a sweep on the endpoint's own ladder that ends with fewer than two goes on above
+its highest rate (the ladder's next rungs, else x1.4), at most three steps more.
 
 With ``sweep.engine_warmup_s``, the first sweep on an engine is preceded by an uncounted open-loop
 run (:func:`warm_engine`), so engines that build CUDA graphs or compiled kernels per shape as they
@@ -219,7 +219,9 @@ def run_sweep(
     extended = False  # went below the ladder: the lowest rung failed
     queue_steps = 0  # steps added past the ladder's end for the service rate (sweep.estimator)
     while True:
-        if next_rate is None and validity == "valid" and ladder is not None and cfg.estimator == "service_rate":
+        # the endpoint's own ladder only: rates a caller passed (a verdict's round, a test) are held as given
+        own_ladder = rates is None and ladder is not None
+        if next_rate is None and validity == "valid" and own_ladder and cfg.estimator == "service_rate":
             next_rate = _rate_that_queues(steps, ladder) if queue_steps < MAX_QUEUE_STEPS else None
             if next_rate is not None:
                 queue_steps += 1
