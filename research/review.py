@@ -486,8 +486,10 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         "",
         "A candidate counts when the 95% interval of its capacity change against its working baseline lies "
         "above zero (a paired, sequential test with a stated error rate: docs/measurement.md); the threshold is "
-        "the smallest effect that interval can resolve. Results without per-request samples use the older rule: "
-        "every repeat beyond the baseline by more than the threshold.",
+        "the smallest effect that interval can resolve. An endpoint judged by its service rate "
+        "(sweep.estimator: service_rate) tests the service rate from queue growth and the SLA crossing each at "
+        "97.5%, and each verdict names the one that decided. Results without per-request samples use the older "
+        "rule: every repeat beyond the baseline by more than the threshold.",
         "",
     ]
     md += _production_lines(state.production_check)
