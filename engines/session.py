@@ -257,8 +257,10 @@ def _death(engine, purpose: str, exc: BaseException | None = None) -> EngineRunI
         if code is None and process is None:
             code = crash.returncode
     if code is not None:
+        # a crash the block raised itself says why (the profiler's memory guard stopped the engine)
+        why = f": {_first_line(exc)}" if isinstance(exc, EngineCrashed) and str(exc).strip() else ""
         return EngineRunInvalid(
-            f"engine died mid-{purpose} (exit {code})", _tail(engine), purpose=purpose, returncode=code
+            f"engine died mid-{purpose} (exit {code}){why}", _tail(engine), purpose=purpose, returncode=code
         )
     if crash is not None:  # alive, but not answering: hung
         return EngineRunInvalid(
