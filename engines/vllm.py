@@ -247,7 +247,9 @@ class VllmAdapter(EngineAdapter):
         return {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_SERVER_DEV_MODE": "1"}
 
     def profile_args(self, profile_dir: Path) -> list[str]:
-        config = {"profiler": "torch", "torch_profiler_dir": str(Path(profile_dir).resolve())}
+        # the front end's trace is never read (research.profile reads a worker rank's): not recording it keeps
+        # the export within the host's memory (the profiler's memory guard, engines.Engine.stop_profile)
+        config = {"profiler": "torch", "torch_profiler_dir": str(Path(profile_dir).resolve()), "ignore_frontend": True}
         return ["--profiler-config", json.dumps(config, sort_keys=True)]
 
     def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:

@@ -144,7 +144,7 @@ def judge(
     sweeps: list[SweepResult],
     noise: NoiseFloor | None,
     spec: EndpointSpec,
-    compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
+    compare_fn: Callable[..., Comparison] | None = None,
     *,
     final: bool = True,
 ) -> tuple[Verdict, bool, str | None, Comparison | None]:
@@ -185,7 +185,7 @@ def judge(
 
         comparison = compare(noise, sweeps, final=final)
     else:
-        comparison = compare_fn(noise, sweeps)
+        comparison = compare_fn(noise, sweeps, final=final)
     if comparison.effect_low is not None or (comparison.mde is not None and comparison.verdict == "better"):
         return _verdict_of(comparison)
     base_max = max(comparison.baseline_capacities or [comparison.baseline_capacity])
@@ -217,7 +217,7 @@ def run_candidate(
     workdir: Path | None = None,
     active_file: Path | None = None,
     sweep_fn: SweepFn | None = None,
-    compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None = None,
+    compare_fn: Callable[..., Comparison] | None = None,
     progress: Progress = print,
     extra_repeats: int = 2,
     soak: bool | None = None,
@@ -314,7 +314,7 @@ def _measure(
     capture: bool,
     thresholds: CorrectnessThresholds | None,
     sweep_fn: SweepFn,
-    compare_fn: Callable[[NoiseFloor, list[SweepResult]], Comparison] | None,
+    compare_fn: Callable[..., Comparison] | None,
     progress: Progress,
     extra_repeats: int,
     soak: bool,

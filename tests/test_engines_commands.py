@@ -45,7 +45,11 @@ def test_vllm_command_is_an_argument_list(tmp_path: Path) -> None:
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["VLLM_SERVER_DEV_MODE"] == "1"
     profile = adapter.profile_args(tmp_path / "p")
     assert profile[0] == "--profiler-config"
-    assert json.loads(profile[1]) == {"profiler": "torch", "torch_profiler_dir": str((tmp_path / "p").resolve())}
+    assert json.loads(profile[1]) == {
+        "profiler": "torch",
+        "torch_profiler_dir": str((tmp_path / "p").resolve()),
+        "ignore_frontend": True,
+    }
 
 
 def test_sglang_command_follows_documented_cli(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -15,7 +15,15 @@ from research.harness import Progress
 from research.state import BaselineRecord, CampaignState, ProposalRecord
 
 NoiseFn = Callable[[list[SweepResult]], NoiseFloor]
-CompareFn = Callable[[NoiseFloor, list[SweepResult]], Comparison]
+
+
+class CompareFn(Protocol):
+    """A verdict of candidate sweeps against a noise floor; ``final=False`` at a look the sequential rule
+    may follow with another repeat (undecided then reads ``decided=False``)."""
+
+    def __call__(self, noise: NoiseFloor, sweeps: list[SweepResult], *, final: bool = True) -> Comparison: ...
+
+
 #: (endpoint, working baseline, pool, state) -> diagnosis as a plain dict (the Diagnosis model dump)
 DiagnoseFn = Callable[[EndpointSpec, BaselineRecord, pl.DataFrame, CampaignState], dict[str, Any]]
 #: (endpoint, diagnosis dict, state, how many, diff signatures already tried on this baseline) -> proposals
@@ -28,10 +36,10 @@ def default_noise(sweeps: list[SweepResult]) -> NoiseFloor:
     return noise_floor(sweeps)
 
 
-def default_compare(noise: NoiseFloor, sweeps: list[SweepResult]) -> Comparison:
+def default_compare(noise: NoiseFloor, sweeps: list[SweepResult], *, final: bool = True) -> Comparison:
     from loadgen.compare import compare
 
-    return compare(noise, sweeps)
+    return compare(noise, sweeps, final=final)
 
 
 def default_diagnose(campaign: CampaignSpec, workdir: Path, progress: Progress) -> DiagnoseFn:
