@@ -38,23 +38,22 @@ def judge(
     """The verdict on rounds of A (baseline) and B (candidate) by ``estimator``; priors are (variance of a
     paired log difference, df) from A/A pairs (the noise floor's), one per estimator."""
     common = dict(max_rounds=max_rounds, final=final, looks=looks)
-    if estimator == "crossing":
-        stats = judge_rounds(
-            a_rounds, b_rounds, alpha=alpha, prior_var=crossing_prior[0], prior_df=crossing_prior[1], **common
+
+    def by_crossing(level: float) -> VerdictStats:
+        return judge_rounds(
+            a_rounds, b_rounds, alpha=level, prior_var=crossing_prior[0], prior_df=crossing_prior[1], **common
         )
-        return stats
+
+    if estimator == "crossing":
+        return by_crossing(alpha)
     service = judge_service_rates(
         a_rounds, b_rounds, alpha=alpha / 2, prior_var=service_prior[0], prior_df=service_prior[1], **common
     )
     if service.verdict == "invalid" or (service.effect is None and service.verdict not in DECIDED):
-        alone = judge_rounds(
-            a_rounds, b_rounds, alpha=alpha, prior_var=crossing_prior[0], prior_df=crossing_prior[1], **common
-        )
+        alone = by_crossing(alpha)
         why = f"no service rate ({service.reason}): judged by the SLA crossing alone"
         return alone.model_copy(update={"decided_by": "SLA crossing", "reason": _join(alone.reason, why)})
-    crossing = judge_rounds(
-        a_rounds, b_rounds, alpha=alpha / 2, prior_var=crossing_prior[0], prior_df=crossing_prior[1], **common
-    )
+    crossing = by_crossing(alpha / 2)
     if crossing.verdict == "invalid":
         return crossing
     # where both are decided the crossing (the SLA itself) stands; else the tighter service rate speaks
