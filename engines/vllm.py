@@ -247,9 +247,15 @@ class VllmAdapter(EngineAdapter):
         return {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_SERVER_DEV_MODE": "1"}
 
     def profile_args(self, profile_dir: Path) -> list[str]:
-        # the front end's trace is never read (research.profile reads a worker rank's): not recording it keeps
-        # the export within the host's memory (the profiler's memory guard, engines.Engine.stop_profile)
-        config = {"profiler": "torch", "torch_profiler_dir": str(Path(profile_dir).resolve()), "ignore_frontend": True}
+        # the front end's trace is never read (research.profile reads a worker rank's); and Python stacks
+        # made a 6 s window's export grow past half the free memory of a 24 GiB host (the memory guard,
+        # engines.Engine.stop_profile): generic ops are then named by their op and annotation scopes
+        config = {
+            "profiler": "torch",
+            "torch_profiler_dir": str(Path(profile_dir).resolve()),
+            "ignore_frontend": True,
+            "torch_profiler_with_stack": False,
+        }
         return ["--profiler-config", json.dumps(config, sort_keys=True)]
 
     def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:

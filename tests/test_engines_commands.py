@@ -49,6 +49,7 @@ def test_vllm_command_is_an_argument_list(tmp_path: Path) -> None:
         "profiler": "torch",
         "torch_profiler_dir": str((tmp_path / "p").resolve()),
         "ignore_frontend": True,
+        "torch_profiler_with_stack": False,
     }
 
 
