@@ -242,9 +242,12 @@ class SweepSpec(Strict):
 
     rates: list[float] | None = None  # explicit ladder (req/s); None = automatic search
     step_duration_s: float = Field(default=15.0, gt=0)
-    # A step is held long enough for this many requests (up to 4x step_duration_s): the
-    # percentiles of a handful of requests are noise.
+    # A step is held long enough for this many requests (up to max_step_s): the percentiles of a
+    # handful of requests are noise.
     min_requests: int = Field(default=12, ge=1)
+    # The longest a step is stretched for min_requests (None: 4x step_duration_s). Low rates below
+    # capacity are where steps grow long; the steps past it, which the service rate reads, are not.
+    max_step_s: float | None = Field(default=None, gt=0)
     warmup_requests: int = Field(default=4, ge=0)
     max_steps: int = Field(default=8, ge=1)
     # Explicit ladders only: after the first SLA failure, this many geometric bisection steps

@@ -298,3 +298,16 @@ def test_an_endpoint_judged_by_its_service_rate_sweeps_on_until_its_queue_grows(
     assert any("service rate needs steps that queue" in n for n in swept.notes)
     served = service_rate(swept.steps)
     assert served is not None and served.steps >= 1 and 7.5 < served.rate < 12.0, served.describe()
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_a_low_rate_step_stretches_for_min_requests_up_to_max_step_s(stub):
+    """min_requests / rate sets a low rate's step length (8 requests at 2 req/s: 4 s, the default cap of
+    4x step_duration_s); sweep.max_step_s caps it lower, and the step then holds fewer requests."""
+    sla = {"ttft_ms": 500, "max_error_rate": 0.01}
+    default = endpoint(stub.url, sla, refine_steps=0, rates=[2.0])
+    capped = endpoint(stub.url, sla, refine_steps=0, rates=[2.0], max_step_s=2.0)
+    (long,) = run_sweep(_attach(default), pool(), default, lag_bounds=LENIENT).steps
+    (short,) = run_sweep(_attach(capped), pool(), capped, lag_bounds=LENIENT).steps
+    assert long.duration_s == pytest.approx(4.0) and short.duration_s == pytest.approx(2.0)
+    assert short.requests < long.requests
