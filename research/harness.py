@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -36,6 +36,14 @@ from research.correctness import (
 Progress = Callable[[str], None]  # where long work says what it is doing (one line at a time)
 #: (engine, pool, spec) -> one capacity sweep. Default: loadgen's run_sweep.
 SweepFn = Callable[[Any, pl.DataFrame, EndpointSpec], SweepResult]
+
+
+class CompareFn(Protocol):
+    """A verdict of candidate sweeps against a noise floor (loadgen.compare.compare by default);
+    ``final=False`` at a look the sequential rule may follow with another repeat (``decided=False``)."""
+
+    def __call__(self, noise: NoiseFloor, sweeps: list[SweepResult], *, final: bool = True) -> Comparison: ...
+
 
 __all__ = ["CandidateResult", "default_sweep_fn", "judge", "run_candidate", "soak_rate", "stop_orphan"]
 
@@ -144,7 +152,7 @@ def judge(
     sweeps: list[SweepResult],
     noise: NoiseFloor | None,
     spec: EndpointSpec,
-    compare_fn: Callable[..., Comparison] | None = None,
+    compare_fn: CompareFn | None = None,
     *,
     final: bool = True,
 ) -> tuple[Verdict, bool, str | None, Comparison | None]:
@@ -180,12 +188,9 @@ def judge(
                 )
     if noise is None:
         return "same", False, None, None
-    if compare_fn is None:
-        from loadgen.compare import compare
+    from loadgen.compare import compare
 
-        comparison = compare(noise, sweeps, final=final)
-    else:
-        comparison = compare_fn(noise, sweeps, final=final)
+    comparison = (compare_fn or compare)(noise, sweeps, final=final)
     if comparison.effect_low is not None or (comparison.mde is not None and comparison.verdict == "better"):
         return _verdict_of(comparison)
     base_max = max(comparison.baseline_capacities or [comparison.baseline_capacity])
@@ -217,7 +222,7 @@ def run_candidate(
     workdir: Path | None = None,
     active_file: Path | None = None,
     sweep_fn: SweepFn | None = None,
-    compare_fn: Callable[..., Comparison] | None = None,
+    compare_fn: CompareFn | None = None,
     progress: Progress = print,
     extra_repeats: int = 2,
     soak: bool | None = None,
@@ -314,7 +319,7 @@ def _measure(
     capture: bool,
     thresholds: CorrectnessThresholds | None,
     sweep_fn: SweepFn,
-    compare_fn: Callable[..., Comparison] | None,
+    compare_fn: CompareFn | None,
     progress: Progress,
     extra_repeats: int,
     soak: bool,

@@ -94,7 +94,7 @@ def test_a_campaign_compare_judges_by_the_sweeps_estimator_and_says_which(rates)
 def test_a_service_rate_gain_outside_the_crossings_interval_waits_for_the_crossing(monkeypatch):
     """The main job's --max-num-seqs 4 on a 2-core host (2026-12-04): the engine served +22% more at overload
     (97.5% interval +12.6% to +32.1%) while its SLA crossing fell -39% (-67.7% to +13.6% at the second of
-    four looks). The intervals overlap, but the crossing's data do not allow +22%: not `better` at that look,
+    three looks). The intervals overlap, but the crossing's data do not allow +22%: not `better` at that look,
     and at the last look the crossing's `worse` stands."""
     import loadgen.judge as judge_module
     from loadgen.verdict import VerdictStats
@@ -147,7 +147,7 @@ def test_a_campaigns_candidate_gets_its_extra_sweep_only_while_its_verdict_is_un
     )
     result = CandidateResult(engine_args=[], verdict="invalid")
     engine = _Instrument()
-    verdict, _, _, comparison = _measure(
+    _, _, _, comparison = _measure(
         engine, smollm_spec, [], None, floor, 1, result, lambda *a: result, lossy=False, reference=None, capture=False,
         thresholds=None, sweep_fn=lambda *a: next(sweeps), compare_fn=default_compare, progress=print,
         extra_repeats=1, soak=False, baseline_sustained=None,

@@ -5,25 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import polars as pl
 
 from specs.config import CampaignSpec, EndpointSpec
 from loadgen.results import Comparison, NoiseFloor, SweepResult
-from research.harness import Progress
+from research.harness import CompareFn as CompareFn, Progress  # CompareFn: re-exported for the campaign
 from research.state import BaselineRecord, CampaignState, ProposalRecord
 
 NoiseFn = Callable[[list[SweepResult]], NoiseFloor]
-
-
-class CompareFn(Protocol):
-    """A verdict of candidate sweeps against a noise floor; ``final=False`` at a look the sequential rule
-    may follow with another repeat (undecided then reads ``decided=False``)."""
-
-    def __call__(self, noise: NoiseFloor, sweeps: list[SweepResult], *, final: bool = True) -> Comparison: ...
-
-
 #: (endpoint, working baseline, pool, state) -> diagnosis as a plain dict (the Diagnosis model dump)
 DiagnoseFn = Callable[[EndpointSpec, BaselineRecord, pl.DataFrame, CampaignState], dict[str, Any]]
 #: (endpoint, diagnosis dict, state, how many, diff signatures already tried on this baseline) -> proposals
