@@ -519,8 +519,9 @@ def _campaign_list(args) -> int:
     store = _memory_store(args)
     where, params = ("where endpoint = ? or campaign = ?", [args.name, args.name]) if args.name else ("", [])
     rows = store.query(
-        f"select campaign_id, endpoint, status, stop_reason, started_at, total_gain_ratio, "
-        f"dagster_run_ids from campaigns {where} order by started_at desc",
+        f"select campaign_id, endpoint, status, stop_reason, started_at, "
+        f"coalesce(judged_gain, total_gain_ratio) as gain, dagster_run_ids from campaigns {where} "
+        f"order by started_at desc",
         params,
     ).to_dicts()
     if not rows:
@@ -528,7 +529,7 @@ def _campaign_list(args) -> int:
         return 0
     print(f"{'campaign id':<44} {'endpoint':<20} {'status':<9} {'gain':>6} {'runs':>4}  started / why it stopped")
     for r in rows:
-        gain = f"x{r['total_gain_ratio']:.2f}" if r["total_gain_ratio"] else "-"
+        gain = f"x{r['gain']:.2f}" if r["gain"] else "-"  # judged where it can be, else by rung
         when = r["started_at"].strftime("%Y-%m-%d %H:%M") if r["started_at"] else "?"
         print(
             f"{r['campaign_id']:<44} {r['endpoint']:<20} {r['status']:<9} {gain:>6} {len(r['dagster_run_ids'] or []):>4}"
@@ -549,7 +550,8 @@ def format_outcome(outcome) -> str:
         f" ({outcome.end_reason})",
         f"  reference capacity  {outcome.reference_capacity} req/s with {' '.join(outcome.reference_args)}",
         f"  best capacity       {outcome.best_capacity} req/s with {' '.join(outcome.best_args)}",
-        f"  total gain          {gain}",
+        "  total gain          "
+        + (f"{outcome.judged_gain.describe()}; capacity ratio {gain}" if outcome.judged_gain else gain),
         f"  experiments         {outcome.experiments_run} run ({outcome.experiments_measured} to a verdict), "
         f"{outcome.experiments_skipped} skipped",
     ]

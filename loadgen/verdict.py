@@ -524,7 +524,9 @@ def floor_mde(
     # est: a CapacityEstimate (censored: no crossing), or a ServiceRate (rate None: nothing queued)
     if est is None or k == 0 or getattr(est, "censored", None) or getattr(est, "rate", 1.0) is None:
         return None
-    se = max(est.log_se * math.sqrt(2), math.sqrt(var / k))
-    mde = math.expm1((_crit(alpha, looks, df) + POWER_Z) * se)
+    own, between = est.log_se * math.sqrt(2), math.sqrt(var / k)
+    # the verdict's own rule (_decide): Student's t on the between-run df only where that spread decides
+    # the standard error, the normal quantile where the estimate's own error does
+    mde = math.expm1((_crit(alpha, looks, df if between >= own else None) + POWER_Z) * max(own, between))
     # a fit with no spread to speak of (two rates, one each side of the SLA: log_se inf) sees no effect size
     return mde if math.isfinite(mde) else None

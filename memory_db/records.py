@@ -175,7 +175,12 @@ class CampaignRecord(Record):
     best_config_hash: str | None = None
     best_engine_args: list[str] = Field(default_factory=list)
     best_capacity: float | None = None
-    total_gain_ratio: float | None = None  # best / original baseline
+    total_gain_ratio: float | None = None  # best / original baseline rung capacity
+    # the adopted changes' judged effects chained, with their interval (research.campaign.judged_gain)
+    judged_gain: float | None = None
+    judged_gain_low: float | None = None
+    judged_gain_high: float | None = None
+    judged_gain_confidence: float | None = None
     dagster_run_ids: list[str] = Field(default_factory=list)
     notes: str = ""
 

@@ -413,9 +413,10 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         path = out / "review.md"
         path.write_text("\n".join(md))
         return path
-    from research.campaign import total_gain
+    from research.campaign import judged_gain, total_gain
 
     gain, gain_bound = total_gain(ref, best)
+    judged = judged_gain(state)
     below = [b for b in ref.noise.capacity_below if b is not None]
     adopted = [
         state.experiments[b.source_experiment]
@@ -443,7 +444,12 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         )
         + " |",
         f"| best capacity | {_fmt(best.capacity)} req/s |",
-        f"| total gain | **x{'>=' if gain_bound else ''}{_fmt(gain)}**"
+        (
+            f"| total gain (judged) | **{judged.describe()}** |"
+            if judged
+            else "| total gain (judged) | no change adopted |"
+        ),
+        f"| capacity ratio (best / reference, by rung) | x{'>=' if gain_bound else ''}{_fmt(gain)}"
         + (" (a lower bound: the reference held no rate down to its floor)" if gain_bound else "")
         + " |",
         f"| label | **{_label(adopted, any_lossy)}** |",

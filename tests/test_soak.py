@@ -304,3 +304,24 @@ def test_a_baseline_that_died_in_its_soak_sustains_nothing_and_a_stable_same_can
     assert (verdict, confirmed, comparison.verdict) == ("better", True, "better")
     assert "where the working baseline died" in comparison.evidence and "effect -2%" in comparison.evidence
     assert (comparison.effect, comparison.effect_low) == (same.effect, same.effect_low)
+
+
+def test_a_soak_starts_no_higher_than_the_rate_the_engine_serves_when_verdicts_use_it():
+    """Short steps above the service rate pass the SLA while their queue is short: a soak begun at their
+    crossing backs off its way down (the main job: 2.35 -> 1.88 -> 1.51 req/s, out of back-offs)."""
+    from research.harness import soak_rate
+    from test_campaign import sweep
+
+    def measured(estimator: str):
+        s = sweep(2.0, rates=(1.0, 2.0, 3.0, 4.0)).model_copy(update={"estimator": estimator, "capacity_fit_rps": 2.35})
+        for st in s.steps:  # served 1.5 req/s: TTFT grows at k = lam / 1.5 - 1 past it, flat below
+            k = max(0.0, st.target_rate / 1.5 - 1)
+            st.ttft_growth = {"slope": k, "low": k - 0.05, "high": k + 0.05, "n": 40.0}
+        return s
+
+    assert soak_rate([measured("service_rate")] * 2) == pytest.approx(1.5)
+    assert soak_rate([measured("crossing")] * 2) == pytest.approx(2.35)  # the crossing's endpoints as before
+    fast = measured("service_rate")
+    for st in fast.steps:  # served faster than the crossing: the crossing stands
+        st.ttft_growth = {"slope": 0.0, "low": -0.01, "high": 0.01, "n": 40.0}
+    assert soak_rate([fast]) == pytest.approx(2.35)

@@ -436,3 +436,17 @@ def test_a_narrower_grid_for_the_later_rounds_is_the_one_measured(capacity, prio
     later = asked[("A", 1)]
     assert later == asked[("B", 1)] and len(later) == 4
     assert max(later) / min(later) == pytest.approx(1.15 / 0.85, rel=0.01)
+
+
+@pytest.mark.parametrize("log_se,var", [(0.02, 0.032**2), (0.005, 0.116**2), (0.02, 0.02**2)])
+def test_the_floors_mde_is_the_verdicts_for_a_candidate_measured_like_the_baseline(log_se, var):
+    """The review's floor MDE promises what a verdict will see: the same standard error and the same
+    quantile rule as the verdict itself (the main job's floor said 12.7% while its verdicts, measured
+    exactly so, said 9.3%: the floor used Student's t where the estimate's own error decided)."""
+    from loadgen.capacity import CapacityEstimate
+    from loadgen.verdict import ALPHA, LOOKS, _interval_verdict, floor_mde
+
+    est = CapacityEstimate(0.8, 0.75, 0.85, log_se, "ttft", (0.7, 1.4), 80)
+    floor = floor_mde(est, 2, var, 5, looks=LOOKS, alpha=ALPHA / 2)
+    verdict = _interval_verdict(0.0, log_se * math.sqrt(2), [], 2, 2, var, 5, ALPHA / 2, LOOKS, True, 0.02, {})
+    assert floor == pytest.approx(verdict.mde, rel=1e-9)

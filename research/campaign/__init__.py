@@ -29,7 +29,7 @@ One module a job; every name is importable from ``research.campaign`` itself, an
     scheduler   Scheduler: a round's proposals in parallel up to the GPU cap, the queue, stopping
     adoption    Adoption: combinations and ablations, the winner, the new working baseline
     recording   MemoryRecorder: everything written to the research memory (memory_db)
-    outcome     CampaignOutcome, total_gain, the best configuration and the review report
+    outcome     CampaignOutcome, total_gain, judged_gain, the best configuration and the review report
     steps       the replaceable steps (noise, compare, diagnose, propose) and their defaults
 """
 
@@ -51,6 +51,8 @@ from research.campaign.budget import (
 from research.campaign.context import CampaignContext, config_hash, load_pool, ratio, workload_signature
 from research.campaign.outcome import (
     CampaignOutcome,
+    JudgedGain,
+    judged_gain,
     summarize,
     total_gain,
     write_best_config,
@@ -103,6 +105,8 @@ __all__ = [
     "default_noise",
     "default_propose",
     "estimate_seconds",
+    "judged_gain",
+    "JudgedGain",
     "load_pool",
     "proposal_record",
     "ratio",

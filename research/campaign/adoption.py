@@ -10,7 +10,7 @@ from specs.engine_args import apply_diff, diff_args
 from research.campaign.bench import Bench
 from research.campaign.budget import Budget
 from research.campaign.context import CampaignContext, ratio
-from research.campaign.outcome import total_gain
+from research.campaign.outcome import judged_gain, total_gain
 from research.campaign.recording import MemoryRecorder
 from research.campaign.steps import NoiseFn
 from research.loop import Contender, pick_winner
@@ -34,9 +34,13 @@ class Adoption:
     def __init__(self, ctx: CampaignContext, budget: Budget, bench: Bench, recorder: MemoryRecorder, noise_fn: NoiseFn):
         self.ctx, self.budget, self.bench, self.recorder, self.noise_fn = ctx, budget, bench, recorder, noise_fn
 
-    def settle(self, rnd: RoundRecord, working: BaselineRecord) -> str | None:
+    def settle(self, rnd: RoundRecord, working: BaselineRecord, *, measure: bool = True) -> str | None:
         """After the round's proposals ran: combine two or more confirmed lossless wins, raise the lossy
-        wins as questions, adopt the winner (or say why none). Returns an end reason or None."""
+        wins as questions, adopt the winner (or say why none). Returns an end reason or None.
+
+        A win confirmed before the deadline (or budget) ran out is still adopted: ``measure=False`` (the
+        round was cut short) and a combination refused by the budget skip what would need another
+        engine, and the winner is judged among what was measured."""
         experiments = self.ctx.state.experiments
         winners = [
             experiments[e]
@@ -45,10 +49,9 @@ class Adoption:
         ]
         winners.sort(key=lambda e: -(e.capacity_mean or 0))
         candidates = list(winners)
-        if len(winners) >= 2:
-            combo, reason = self._combination(rnd, winners[:3], working)
-            if reason:
-                return reason
+        end_reason: str | None = None
+        if len(winners) >= 2 and measure:
+            combo, end_reason = self._combination(rnd, winners[:3], working)
             if combo is not None and combo.confirmed:
                 candidates.append(combo)
         for e in (experiments[e] for e in rnd.experiment_ids):
@@ -59,9 +62,7 @@ class Adoption:
                 )
         winner = pick_winner(contender(e) for e in candidates)
         if winner is not None:
-            reason = self.adopt(rnd, experiments[winner.id])
-            if reason:
-                return reason
+            end_reason = self.adopt(rnd, experiments[winner.id], measure=measure and end_reason is None) or end_reason
         else:
             verdicts = [experiments[e].verdict for e in rnd.experiment_ids]
             rnd.outcome = (
@@ -69,7 +70,7 @@ class Adoption:
                 + (", ".join(verdicts) or "none")
                 + ")"
             )
-        return None
+        return end_reason
 
     def _combination(
         self, rnd: RoundRecord, winners: list[ExperimentState], working: BaselineRecord
@@ -166,16 +167,24 @@ class Adoption:
         self.bench.finish(rnd, record, None)
         return record
 
-    def adopt(self, rnd: RoundRecord, best: ExperimentState) -> str | None:
-        """``best`` becomes the working baseline; its noise floor comes from its own sweeps (plus more if needed)."""
+    def adopt(self, rnd: RoundRecord, best: ExperimentState, *, measure: bool = True) -> str | None:
+        """``best`` becomes the working baseline; its noise floor comes from its own sweeps (plus more
+        if needed). When no more can be measured (``measure=False``, or the budget refuses them) it is
+        adopted on its own sweeps, the campaign ends with the budget's reason, and the floor says so."""
         state = self.ctx.state
         sweeps = list(best.sweeps)
         wall = best.wall_s
+        problem: str | None = None
         if len(sweeps) < self.ctx.baseline_repeats:
             more = self.ctx.baseline_repeats - len(sweeps)
-            problem = self.budget.check(self.budget.estimate(more))
-            if problem:
-                return problem
+            problem = self.budget.check(self.budget.estimate(more)) if measure else "the round was cut short"
+        if problem:
+            best.notes.append(
+                f"adopted on its own {len(sweeps)} sweep(s): no further baseline sweep fits ({problem}); "
+                f"the campaign ends here, so no verdict is judged against this floor"
+            )
+        elif len(sweeps) < self.ctx.baseline_repeats:
+            more = self.ctx.baseline_repeats - len(sweeps)
             self.ctx.progress(f"re-measuring the new baseline: {more} more sweep(s)")
             extra = self.bench.measure(best.engine_args, more, noise=None, check=False)
             self.budget.charge(extra)
@@ -200,11 +209,11 @@ class Adoption:
         state.baselines.append(record)
         rnd.adopted = best.experiment_id
         gain, bound = total_gain(state.reference, record)
+        judged = judged_gain(state)
         self.ctx.progress(
             f"adopted {best.title}: capacity {record.capacity:.3g} req/s "
-            f"(x{'>=' if bound else ''}{gain:.2f} vs the campaign's reference)"
-            if gain
-            else f"adopted {best.title}"
+            + (f"(vs the campaign's reference: {judged.describe()})" if judged else "")
+            + (f" (capacity ratio x{'>=' if bound else ''}{gain:.2f})" if gain else "")
         )
         self.recorder.confirmation(best)
-        return None
+        return problem if measure else None

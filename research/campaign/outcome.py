@@ -10,7 +10,50 @@ from pydantic import BaseModel, Field
 
 from specs.engine_args import diff_args
 from research.campaign.context import CampaignContext
-from research.state import BaselineRecord
+from research.state import BaselineRecord, CampaignState
+
+
+class JudgedGain(BaseModel):
+    """The gain over the reference by the estimators that judged each adopted change: the product of
+    their effects, with the product of their interval ends. Every step's interval holds at once with
+    probability at least ``confidence`` (1 minus the sum of their error rates, Bonferroni), and then
+    the product lies between ``low`` and ``high``. The rung capacities' ratio (``total_gain``) can
+    disagree with it: it is read off the ladder, the verdicts are not."""
+
+    gain: float
+    low: float
+    high: float
+    confidence: float
+    steps: int  # adopted changes chained
+    estimators: list[str]  # what judged them (loadgen.judge), in adoption order
+
+    def describe(self) -> str:
+        by = ", ".join(dict.fromkeys(self.estimators))
+        return (
+            f"x{self.gain:.2f} ({self.confidence:.1%} interval x{self.low:.2f} to x{self.high:.2f}; "
+            f"{self.steps} adopted change{'s' if self.steps != 1 else ''}, judged by {by})"
+        )
+
+
+def judged_gain(state: CampaignState) -> JudgedGain | None:
+    """The adopted changes' judged effects chained (None when nothing was adopted or a verdict has no
+    effect with an interval, for example one recorded before verdicts had them)."""
+    adopted = [state.experiments.get(b.source_experiment) for b in state.baselines if b.source_experiment]
+    if not adopted:
+        return None
+    gain = low = high = 1.0
+    alpha = 0.0
+    estimators: list[str] = []
+    for e in adopted:
+        c = e.comparison if e is not None else None
+        if c is None or None in (c.effect, c.effect_low, c.effect_high):
+            return None
+        gain, low, high = gain * (1 + c.effect), low * max(0.0, 1 + c.effect_low), high * (1 + c.effect_high)
+        alpha += 1 - c.confidence
+        estimators.append(c.decided_by or "SLA crossing")
+    return JudgedGain(
+        gain=gain, low=low, high=high, confidence=max(0.0, 1 - alpha), steps=len(adopted), estimators=estimators
+    )
 
 
 class CampaignOutcome(BaseModel):
@@ -42,6 +85,7 @@ class CampaignOutcome(BaseModel):
     best_capacity: float | None = None
     total_gain: float | None = None  # best / reference capacity
     total_gain_is_lower_bound: bool = False  # the reference held no rate down to its floor
+    judged_gain: JudgedGain | None = None  # the adopted changes' judged effects, chained (the headline)
     adopted_experiments: list[str] = Field(default_factory=list)
     experiments_run: int = 0
     experiments_measured: int = 0  # run to a verdict of better / same / worse (not invalid)
@@ -88,6 +132,7 @@ def write_best_config(ctx: CampaignContext) -> Path | None:
                 "reference_capacity_rps": ref.capacity,
                 "total_gain": gain,
                 "total_gain_is_lower_bound": gain_is_bound,
+                "judged_gain": judged.model_dump() if (judged := judged_gain(s)) else None,
                 "lossless": True,
                 "deployed": False,
             },
@@ -132,6 +177,7 @@ def summarize(ctx: CampaignContext, report_path: Path | None = None, best_path: 
         best_capacity=best.capacity if best else None,
         total_gain=gain,
         total_gain_is_lower_bound=gain_is_bound,
+        judged_gain=judged_gain(s),
         adopted_experiments=[b.source_experiment for b in s.baselines if b.source_experiment],
         experiments_run=sum(
             e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail) for e in experiments

@@ -13,7 +13,7 @@ from typing import Any
 
 from loadgen.results import SweepResult
 from research.campaign.context import CampaignContext, config_hash, ratio
-from research.campaign.outcome import total_gain
+from research.campaign.outcome import judged_gain, total_gain
 from research.state import ExperimentState, ProposalRecord
 
 
@@ -66,6 +66,7 @@ class MemoryRecorder:
 
         state, endpoint = self.ctx.state, self.ctx.endpoint
         ref, best = state.reference, state.working
+        judged = judged_gain(state)
         return CampaignRecord(
             campaign_id=state.campaign_id,
             campaign=self.ctx.campaign.name,
@@ -79,6 +80,10 @@ class MemoryRecorder:
             best_engine_args=best.engine_args if best else [],
             best_capacity=best.capacity if best else None,
             total_gain_ratio=total_gain(ref, best)[0],
+            judged_gain=judged.gain if judged else None,
+            judged_gain_low=judged.low if judged else None,
+            judged_gain_high=judged.high if judged else None,
+            judged_gain_confidence=judged.confidence if judged else None,
             dagster_run_ids=list(state.dagster_run_ids),
             notes="; ".join(state.open_questions[:5]),
         )

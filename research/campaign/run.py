@@ -160,9 +160,13 @@ class CampaignLoop:
         return None
 
     def run_round(self, rnd: RoundRecord) -> str | None:
-        """Run the round's proposals, then combinations; adopt the best win. Returns an end reason or None."""
+        """Run the round's proposals, then combinations; adopt the best win. Returns an end reason or None.
+
+        A round cut short by the deadline or budget still adopts the wins it confirmed (measuring
+        nothing more), so the campaign ends on its best confirmed configuration."""
         working = self.state.working
-        reason = self.scheduler.run_proposals(rnd, working) or self.adoption.settle(rnd, working)
+        cut = self.scheduler.run_proposals(rnd, working)
+        reason = self.adoption.settle(rnd, working, measure=cut is None) or cut
         if reason:
             return reason
         rnd.finished = True
