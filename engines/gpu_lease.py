@@ -57,7 +57,9 @@ class GpuLease:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(self.devices)}
+        # The ids are NVML's (PCI bus order); CUDA's own default order is fastest first, which on a host of
+        # unlike GPUs names another device by the same index: pin CUDA to NVML's order.
+        return {"CUDA_VISIBLE_DEVICES": ",".join(self.devices), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     @property
     def fds(self) -> tuple[int, ...]:

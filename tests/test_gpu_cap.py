@@ -50,7 +50,7 @@ def test_leases_keep_gpus_apart_across_processes_and_free_them_when_the_holder_d
     try:
         assert held == "0"
         with acquire(1, lock_dir=tmp_path, devices=["0", "1"], wait_s=0) as mine:
-            assert mine.devices == ("1",) and mine.env == {"CUDA_VISIBLE_DEVICES": "1"}
+            assert mine.devices == ("1",) and mine.env == {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
             with pytest.raises(GpuUnavailable, match="no 1 free GPU"):
                 acquire(1, lock_dir=tmp_path, devices=["0", "1"], wait_s=0.3, poll_s=0.1)
         # released at the end of the block: another lease in this process gets it back
