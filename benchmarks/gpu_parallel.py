@@ -18,7 +18,7 @@ the noise means the two GPUs' engines interfere (a shared PCIe root, host cores,
 harness must serialise measurements or pin host cores; ``same`` with its MDE says how small an
 interference it could have seen.
 
-``report`` (here): ``.gpubench/parallel/*.json`` -> ``benchmarks/results/gpu_parallel.json`` and ``.md``.
+``report`` (here): the calls' records in ``benchmarks/results/gpu_parallel/`` -> ``benchmarks/results/gpu_parallel.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -479,7 +479,7 @@ def report(args) -> None:
         "commands": {
             "round": "python benchmarks/gpu_parallel.py run --part round --out $OUT (nvidia-h200-x2, one call)",
             "interference": "python benchmarks/gpu_parallel.py run --part interference --out $OUT (one call)",
-            "report": ".venv/bin/python benchmarks/gpu_parallel.py report",
+            "report": ".venv/bin/python benchmarks/gpu_parallel.py report (the calls' records are in benchmarks/results/gpu_parallel/)",
         }
     }
     doc["rounds"] = {}
@@ -500,12 +500,16 @@ def report(args) -> None:
         summary["speedup"] = round(ser / par, 2) if par and ser else None
     inter = folder / "parallel_interference.json"
     if inter.exists():
+        from benchmarks.gpu_power import _judge_cut  # the rounds a call cut short, judged as the final look
+
         r = json.loads(inter.read_text())
-        v = r.get("verdict") or {}
+        v = r.get("verdict") or _judge_cut(r)
         doc["interference"] = {
             "design": r.get("design"),
             "verdict": v.get("verdict"),
-            "sentence": r.get("verdict_sentence"),
+            "sentence": r.get("verdict_sentence") or v.get("sentence"),
+            "cut": v.get("cut"),
+            "sweeps": [(sw["side"], sw["round"] + 1, sw["validity"]) for sw in r.get("sweeps", [])],
             "effect": v.get("effect"),
             "low": v.get("low"),
             "high": v.get("high"),
@@ -559,7 +563,8 @@ def markdown(doc: dict) -> str:
             "",
             i["design"] + ".",
             "",
-            f"- verdict: **{i['sentence']}**",
+            f"- verdict: **{i['sentence']}**" + (f" ({i['cut']})" if i.get("cut") else ""),
+            f"- sweeps measured (side, round, validity): {i['sweeps']}",
             f"- the neighbour's load: {i['neighbour_steps']} steps, {i['neighbour_within_sla']} within its SLA",
             f"- GPU minutes: {i['gpu_minutes']}",
             "",
@@ -581,7 +586,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--engine-python", default=sys.executable)
     r.add_argument("--model-size", default="442m")
     q = sub.add_parser("report")
-    q.add_argument("--dir", default=str(WORK / "parallel"))
+    q.add_argument("--dir", default=str(RESULTS / "gpu_parallel"))
     args = ap.parse_args(argv)
     run(args) if args.cmd == "run" else report(args)
 

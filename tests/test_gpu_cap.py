@@ -50,7 +50,10 @@ def test_leases_keep_gpus_apart_across_processes_and_free_them_when_the_holder_d
     try:
         assert held == "0"
         with acquire(1, lock_dir=tmp_path, devices=["0", "1"], wait_s=0) as mine:
-            assert mine.devices == ("1",) and mine.env == {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+            assert mine.devices == ("1",) and mine.env == {
+                "CUDA_VISIBLE_DEVICES": "1",
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            }
             with pytest.raises(GpuUnavailable, match="no 1 free GPU"):
                 acquire(1, lock_dir=tmp_path, devices=["0", "1"], wait_s=0.3, poll_s=0.1)
         # released at the end of the block: another lease in this process gets it back
@@ -146,7 +149,13 @@ class Recorder:
         time.sleep(sleep_s)
         with self.lock:
             self.calls.append(
-                {"seqs": seqs, "gpus": env.get("CUDA_VISIBLE_DEVICES"), "start": start, "end": time.monotonic()}
+                {
+                    "seqs": seqs,
+                    "gpus": env.get("CUDA_VISIBLE_DEVICES"),
+                    "order": env.get("CUDA_DEVICE_ORDER"),
+                    "start": start,
+                    "end": time.monotonic(),
+                }
             )
         return sweep(capacity, args=tuple(engine.spec.engine.args))
 
@@ -239,6 +248,8 @@ def test_a_campaign_runs_candidates_in_parallel_up_to_the_cap_each_on_its_own_gp
     candidates = [c for c in p_calls if c["seqs"] in CANDIDATES]
     assert len(candidates) == 2 * len(CANDIDATES)
     assert {c["gpus"] for c in p_calls} == {"0", "1"}
+    # a lease's index is NVML's (PCI bus order): CUDA's default order (fastest first) could name another GPU
+    assert {c["order"] for c in p_calls} == {"PCI_BUS_ID"}
     engines = {}
     for c in candidates:
         run = engines.setdefault(c["seqs"], {"gpus": set(), "start": c["start"], "end": c["end"]})
