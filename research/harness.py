@@ -257,7 +257,9 @@ def run_candidate(
     baseline's own soak held; its measured capacity when it had none), else its verdict is ``same``.
     ``baseline_sustained`` 0: the baseline died in its own soak; a `same` candidate is soaked too, and one
     that holds is `better` (it sustains what the baseline cannot). ``deadline`` (``time.monotonic()``):
-    the end of the caller's time window; the soak begins no back-off that would run past it.
+    the end of the caller's time window (a campaign's deadline, a call's window); no extra repeat begins
+    that the last sweep says would run past it (the sweeps measured are judged as the final look), and the
+    soak begins no back-off that would.
     ``active_file``: where the running engine's pid is recorded while it runs, so that a resumed
     campaign can stop an engine its killed predecessor left behind (see :func:`stop_orphan`).
     ``purpose``: the call site, for the engine's logs and errors (default "baseline" when capturing, else
@@ -407,6 +409,11 @@ def _measure(
         if i < repeats:
             continue
         if i >= repeats + extra_repeats or baseline_noise is None or not baseline_noise.steps:
+            break
+        if deadline is not None and time.monotonic() + sweep_wall > deadline:
+            # no room for another repeat: what was measured is judged as the final look (its error rate
+            # is that look's, as the sequential verdict's own time rule does)
+            progress("  no time for another repeat before the deadline: judged on the sweeps measured")
             break
         # sequential rule: another repeat only while the interval still straddles the decision
         look = judge(result.sweeps, baseline_noise, spec, compare_fn, final=False)

@@ -154,3 +154,36 @@ def test_a_campaigns_candidate_gets_its_extra_sweep_only_while_its_verdict_is_un
     )  # fmt: skip
     assert len(result.sweeps) == sweeps_run, comparison.evidence
     assert comparison.decided or len(result.sweeps) == 2
+
+
+def test_no_extra_sweep_begins_past_the_deadline_and_what_was_measured_is_judged_final(rates, smollm_spec):
+    """The close call above gets its extra sweep; with the caller's deadline already too near for one
+    more sweep it stops at one and is judged as the final look (the main job once overran its 43 min
+    deadline by a second sweep of its last candidate)."""
+    import time
+
+    from loadgen.ladder import interpolated_capacity
+    from loadgen.noise import noise_floor
+    from research.campaign.steps import default_compare
+    from research.harness import CandidateResult, _measure
+
+    floor = noise_floor(_sweeps(BASE, rates, 5, "A", "service_rate"))
+    sweeps = iter(
+        s.model_copy(update={"capacity_rps": interpolated_capacity(s.steps, SLA)[0]})
+        for s in _sweeps(BASE.planted(0.03), rates, 5, "B", "service_rate")
+    )
+    result = CandidateResult(engine_args=[], verdict="invalid")
+    lines: list[str] = []
+
+    def sweep_fn(*a):  # a sweep of 0.3 s, with 0.45 s left when it began: another would run past
+        time.sleep(0.3)
+        return next(sweeps)
+
+    deadline = time.monotonic() + 0.45
+    _, _, _, comparison = _measure(
+        _Instrument(), smollm_spec, [], None, floor, 1, result, lambda *a: result, lossy=False, reference=None,
+        capture=False, thresholds=None, sweep_fn=sweep_fn, compare_fn=default_compare,
+        progress=lines.append, extra_repeats=1, soak=False, baseline_sustained=None, deadline=deadline,
+    )  # fmt: skip
+    assert len(result.sweeps) == 1 and comparison.decided, comparison.evidence  # final: same/better/worse
+    assert any("no time for another repeat" in line for line in lines), lines

@@ -119,8 +119,13 @@ class Budget:
         return problem
 
     def window_end(self) -> float | None:
-        """When this call's window ends (``time.monotonic()``); None without a window."""
-        return None if self.stop_after_s is None else self.call_started + self.stop_after_s
+        """When the measuring must end (``time.monotonic()``): the earlier of this call's window and the
+        campaign's deadline. The harness begins no extra repeat and the soak no back-off past it."""
+        now = time.monotonic()
+        ends = [now + self.limits.deadline_s - self.ctx.store.elapsed_s(self.ctx.state)]
+        if self.stop_after_s is not None:
+            ends.append(self.call_started + self.stop_after_s)
+        return min(ends)
 
     def cost_hours(self, wall_s: float) -> float:
         """GPU-hours of ``wall_s`` seconds of measurement."""
