@@ -89,7 +89,13 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             "reference_capacity_rps": outcome.reference_capacity,
             "best_capacity_rps": outcome.best_capacity,
             "total_gain": outcome.total_gain,
-            "judged_gain": outcome.judged_gain.describe() if outcome.judged_gain else "none adopted",
+            "judged_gain": (
+                outcome.judged_gain.describe()
+                if outcome.judged_gain
+                else "not stated: an adopted verdict has no interval"
+                if outcome.adopted_experiments
+                else "none adopted"
+            ),
             "best_engine_args": " ".join(outcome.best_args),
             "experiments": table(
                 [

@@ -289,6 +289,7 @@ def run_round(args, out: Path, record: dict) -> None:
 
 # ------------------------------------------------------------------------------------ interference
 def run_interference(args, out: Path, record: dict) -> None:
+    from benchmarks.gpu_power import round_steps
     from engines import start_engine
     from loadgen.steady import warm_until_steady
     from loadgen.sweep import run_sweep
@@ -369,12 +370,7 @@ def run_interference(args, out: Path, record: dict) -> None:
                     f"{side} round {i + 1} ({'neighbour loaded' if side == 'B' else 'neighbour idle'}): "
                     + ", ".join(f"{s.target_rate:g}:{'ok' if s.within_sla else 'x'}" for s in sweep.steps)
                 )
-                if sweep.validity != "valid":
-                    return [
-                        s.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
-                        for s in sweep.steps
-                    ]
-                return sweep.steps
+                return round_steps(sweep)
 
             stats, _ = sequential_verdict(
                 measure,

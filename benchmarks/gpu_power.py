@@ -152,12 +152,7 @@ def run(args) -> None:
                 + ", ".join(f"{s.target_rate:g}:{'ok' if s.within_sla else 'x'}" for s in sweep.steps)
                 + f" in {time.monotonic() - t0:.0f} s"
             )
-            if sweep.validity != "valid":
-                return [
-                    s.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
-                    for s in sweep.steps
-                ]
-            return sweep.steps
+            return round_steps(sweep)
 
         verdict_began = time.monotonic()
         stats, _ = sequential_verdict(
@@ -181,6 +176,16 @@ def run(args) -> None:
         record["wall_s"] = round(time.monotonic() - began, 1)
         (out / f"power_{args.pair}{args.tag}.json").write_text(json.dumps(record, indent=1, default=str))
         log(f"wrote power_{args.pair}{args.tag}.json")
+
+
+def round_steps(sweep):
+    """A sweep's steps as one round of the sequential verdict: every step invalid when the sweep was (the
+    verdict is then invalid with its reason)."""
+    if sweep.validity != "valid":
+        return [
+            s.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason}) for s in sweep.steps
+        ]
+    return sweep.steps
 
 
 def _resumed(path: str | None) -> tuple[dict, list]:

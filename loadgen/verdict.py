@@ -190,6 +190,15 @@ def judge_rounds(
     )
 
 
+def _standard_error(se_own: float, se_between: float | None, df: int) -> tuple[float, int | None]:
+    """(standard error of the effect, its degrees of freedom): the larger of the estimate's own error and
+    the between-run one; Student's t on ``df`` only where the between-run spread decides it, else the
+    normal quantile (None). One rule for verdicts and for the floor's MDE that promises what they see."""
+    if se_between is not None and se_between >= se_own:
+        return se_between, df
+    return se_own, None
+
+
 def _interval_verdict(
     d: float,
     se_own: float,
@@ -214,8 +223,7 @@ def _interval_verdict(
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
     se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
-    se = max(se_own, se_between or 0.0)
-    use_df = df if se_between is not None and se_between >= se_own else None
+    se, use_df = _standard_error(se_own, se_between, df)
     z = _crit(alpha, looks, use_df, last)
     lo, hi = d - z * se, d + z * se
     eq = math.log1p(equivalence)
@@ -524,9 +532,7 @@ def floor_mde(
     # est: a CapacityEstimate (censored: no crossing), or a ServiceRate (rate None: nothing queued)
     if est is None or k == 0 or getattr(est, "censored", None) or getattr(est, "rate", 1.0) is None:
         return None
-    own, between = est.log_se * math.sqrt(2), math.sqrt(var / k)
-    # the verdict's own rule (_decide): Student's t on the between-run df only where that spread decides
-    # the standard error, the normal quantile where the estimate's own error does
-    mde = math.expm1((_crit(alpha, looks, df if between >= own else None) + POWER_Z) * max(own, between))
+    se, use_df = _standard_error(est.log_se * math.sqrt(2), math.sqrt(var / k), df)
+    mde = math.expm1((_crit(alpha, looks, use_df) + POWER_Z) * se)
     # a fit with no spread to speak of (two rates, one each side of the SLA: log_se inf) sees no effect size
     return mde if math.isfinite(mde) else None

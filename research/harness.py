@@ -95,7 +95,7 @@ def soak_rate(sweeps: list[SweepResult]) -> float | None:
     if not rates:
         return None
     crossing = sum(rates) / len(rates)
-    if not sweeps or sweeps[0].estimator != "service_rate":
+    if sweeps[0].estimator != "service_rate":
         return crossing
     served = service_rate([st for s in sweeps if s.validity == "valid" for st in s.steps])
     return min(crossing, served.rate) if served is not None and served.rate else crossing

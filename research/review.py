@@ -447,7 +447,8 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         (
             f"| total gain (judged) | **{judged.describe()}** |"
             if judged
-            else "| total gain (judged) | no change adopted |"
+            else "| total gain (judged) | "
+            + ("not stated: an adopted change's verdict has no interval |" if adopted else "no change adopted |")
         ),
         f"| capacity ratio (best / reference, by rung) | x{'>=' if gain_bound else ''}{_fmt(gain)}"
         + (" (a lower bound: the reference held no rate down to its floor)" if gain_bound else "")

@@ -174,17 +174,16 @@ class Adoption:
         state = self.ctx.state
         sweeps = list(best.sweeps)
         wall = best.wall_s
+        more = max(0, self.ctx.baseline_repeats - len(sweeps))
         problem: str | None = None
-        if len(sweeps) < self.ctx.baseline_repeats:
-            more = self.ctx.baseline_repeats - len(sweeps)
+        if more:
             problem = self.budget.check(self.budget.estimate(more)) if measure else "the round was cut short"
         if problem:
             best.notes.append(
                 f"adopted on its own {len(sweeps)} sweep(s): no further baseline sweep fits ({problem}); "
                 f"the campaign ends here, so no verdict is judged against this floor"
             )
-        elif len(sweeps) < self.ctx.baseline_repeats:
-            more = self.ctx.baseline_repeats - len(sweeps)
+        elif more:
             self.ctx.progress(f"re-measuring the new baseline: {more} more sweep(s)")
             extra = self.bench.measure(best.engine_args, more, noise=None, check=False)
             self.budget.charge(extra)

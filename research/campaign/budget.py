@@ -118,7 +118,7 @@ class Budget:
                 )
         return problem
 
-    def window_end(self) -> float | None:
+    def window_end(self) -> float:
         """When the measuring must end (``time.monotonic()``): the earlier of this call's window and the
         campaign's deadline. The harness begins no extra repeat and the soak no back-off past it."""
         now = time.monotonic()
