@@ -6,7 +6,6 @@ from assets.common import key, md_image, refuse_unrunnable, table
 from specs import paths
 from specs.config import EndpointSpec
 from assets.pools import pool_for
-from loadgen.noise import noise_floor as measure_noise_floor
 from loadgen.report import step_table
 from loadgen.results import NoiseFloor, SweepResult
 
@@ -53,7 +52,10 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
         "what a candidate must beat to count.",
     )
     def noise_floor(context: dg.AssetExecutionContext, baseline_runs: list[SweepResult]) -> NoiseFloor:
-        floor = measure_noise_floor(baseline_runs)
+        from autoresearch.workflows import endpoint_floor, working_spec
+
+        spec = working_spec(endpoint)  # the configuration baseline_runs measured
+        floor = endpoint_floor(spec, baseline_runs, run_id=context.run_id, progress=context.log.warning)
         context.add_output_metadata(noise_floor_metadata(floor))
         return floor
 
@@ -178,6 +180,7 @@ def noise_floor_metadata(floor: NoiseFloor) -> dict:
         "fitted_capacity_rps": floor.capacity_fit_rps,
         "between_run_sd": (floor.between_var or 0.0) ** 0.5 if floor.between_var is not None else None,
         "between_run_df": floor.between_df,
+        "noise_prior": floor.prior_source or "",
         "per_rate": table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
     }
 

@@ -386,6 +386,22 @@ def conditions_for(spec: EndpointSpec, pool: pl.DataFrame):
     return conditions(spec, workload_signature(pool), engine_identity(spec).engine_version)
 
 
+def endpoint_floor(spec: EndpointSpec, sweeps, *, run_id: str, progress=print, memory=None):
+    """The noise floor of interactive baseline sweeps, from the endpoint's prior in the research memory;
+    its own A/A evidence is recorded there for the endpoint's later floors."""
+    from loadgen.noise import noise_floor
+    from memory_db.store import MemoryStore
+    from research.campaign.context import config_hash
+    from research.campaign.steps import endpoint_prior, evidence_records
+
+    memory = memory or MemoryStore(paths.memory_db_path())
+    floor = noise_floor(sweeps, prior=endpoint_prior(spec, memory, progress=progress))
+    config = config_hash(spec, spec.engine.args)
+    for row in evidence_records(spec, f"{spec.name}-interactive", run_id, config, floor.aa_evidence):
+        memory.record_aa_evidence(row)
+    return floor
+
+
 def record_runs(
     spec: EndpointSpec,
     sweeps,

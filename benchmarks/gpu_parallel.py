@@ -293,7 +293,8 @@ def run_interference(args, out: Path, record: dict) -> None:
     from engines import start_engine
     from loadgen.steady import warm_until_steady
     from loadgen.sweep import run_sweep
-    from loadgen.verdict import PRIOR_DF, PRIOR_SD, sequential_verdict
+    from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
+    from loadgen.verdict import sequential_verdict
 
     began = time.monotonic()
     _campaign, spec = _specs(args)

@@ -70,7 +70,8 @@ def run(args) -> None:
     from engines import start_engine
     from loadgen.steady import warm_until_steady
     from loadgen.sweep import run_sweep
-    from loadgen.verdict import PRIOR_DF, PRIOR_SD, sequential_verdict
+    from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
+    from loadgen.verdict import sequential_verdict
 
     import signal
 
@@ -288,7 +289,8 @@ def _judge_cut(record: dict) -> dict:
     """A call cut by its time limit before the verdict: the rounds both sides completed, judged here as
     the final look (what the time rule would have done had it stopped there)."""
     from loadgen.results import StepResult
-    from loadgen.verdict import PRIOR_DF, PRIOR_SD, judge_rounds
+    from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
+    from loadgen.verdict import judge_rounds
 
     by_side: dict[str, dict[int, list]] = {"A": {}, "B": {}}
     for sweep in record.get("sweeps", []):

@@ -37,9 +37,8 @@ from loadgen import arrivals, simengine  # noqa: E402
 from loadgen.capacity import SOFT_BANDWIDTH, estimate  # noqa: E402
 from loadgen.runner import LagBounds, run_open_loop  # noqa: E402
 from loadgen.stats import summarize  # noqa: E402
+from loadgen.noise_prior import PRIOR_DF, PRIOR_SD  # noqa: E402
 from loadgen.verdict import (  # noqa: E402
-    PRIOR_DF,
-    PRIOR_SD,
     RECENTRED,
     VerdictStats,
     between_variance,
@@ -265,7 +264,7 @@ def vllm_trial(effect: float, k: int, base, spec, measure_with, args, log: Path)
     keep = args.keep / f"e{effect:g}-t{k}" if args.keep else None
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
-    try:  # the product's own prior for a new endpoint (loadgen.verdict.PRIOR_SD/PRIOR_DF), updated by the rounds
+    try:  # the product's own prior for a new endpoint (loadgen.noise_prior.PRIOR_SD/PRIOR_DF), updated by the rounds
         stats, _ = sequential_verdict(
             measure_with(base, spec, keep),
             args.capacity_guess,

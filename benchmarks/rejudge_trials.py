@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from loadgen.capacity import estimate, sla_samples  # noqa: E402
 from loadgen.queue_rate import service_rate, ttft_growth  # noqa: E402
-from loadgen.verdict import PRIOR_DF, PRIOR_SD, judge_service_rates  # noqa: E402
+from loadgen.noise_prior import PRIOR_DF, PRIOR_SD  # noqa: E402
+from loadgen.verdict import judge_service_rates  # noqa: E402
 from loadgen.results import RequestRecord, SweepResult  # noqa: E402
 from specs.config import SLASpec  # noqa: E402
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loadgen.noise_prior import NoisePrior, pool, repeat_evidence
 from loadgen.results import NoiseFloor, SweepResult
 
 MIN_REL = 0.05
@@ -29,8 +30,11 @@ def rate_key(rate: float) -> str:
     return f"{rate:g}"
 
 
-def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFloor:
+def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL, prior: NoisePrior | None = None) -> NoiseFloor:
     """Spread of capacity and of per-rate latency percentiles over K baseline sweeps.
+
+    ``prior``: the between-run noise the interval verdict starts from (the endpoint's earlier floors,
+    :mod:`loadgen.noise_prior`); the default one when None.
 
     Invalid sweeps make the noise floor invalid (their reasons are kept); a floor from fewer
     than two sweeps has no measured spread and uses ``min_rel`` only.
@@ -75,7 +79,7 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
         row["within_sla_fraction"] = float(np.mean([st.within_sla for st in steps]))
         per_rate[rate_key(rate)] = row
     threshold = max(2 * cv, spread, min_rel)
-    interval = _interval_inputs(sweeps) if not invalid else {}
+    interval = _interval_inputs(sweeps, prior or NoisePrior()) if not invalid else {}
     if interval.get("mde") is not None and np.isfinite(interval["mde"]):
         threshold = interval["mde"]  # the smallest effect the interval verdict can see (loadgen.verdict)
     return NoiseFloor(
@@ -94,19 +98,20 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL) -> NoiseFlo
     )
 
 
-def _interval_inputs(sweeps: list[SweepResult]) -> dict:
+def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
     """What the interval verdict needs from the baseline: its steps, the A/A between-run variance of its
-    repeats pooled with the prior (per estimator), and the minimum detectable effect. {} for sweeps
-    without samples."""
+    repeats pooled with the endpoint's prior (per estimator), and the minimum detectable effect. {} for
+    sweeps without samples."""
     from loadgen.capacity import estimate
     from loadgen.queue_rate import service_rate
-    from loadgen.verdict import ALPHA, LOOKS, aa_prior, floor_mde, service_rate_differences
+    from loadgen.verdict import ALPHA, LOOKS, floor_mde
 
     steps = [[st for st in s.steps if st.validity == "valid"] for s in sweeps if s.mode == "rate"]
     if not steps or not all(st.sla_samples for r in steps for st in r):
         return {}
     estimator = sweeps[0].estimator
-    var, df = aa_prior(steps)
+    own = [repeat_evidence(steps, "crossing")]
+    var, df = pool(own[0], prior.crossing)
     fit = estimate([st for r in steps for st in r])
     out = {
         "steps": steps,
@@ -115,10 +120,12 @@ def _interval_inputs(sweeps: list[SweepResult]) -> dict:
         "between_df": df,
         "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS),
         "capacity_fit_rps": fit.capacity if fit and not fit.censored else None,
+        "prior_source": prior.source,
     }
     if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
         served = service_rate([st for r in steps for st in r])
-        s_var, s_df = aa_prior(steps, differences=service_rate_differences)
+        own.append(repeat_evidence(steps, "service_rate"))
+        s_var, s_df = pool(own[1], prior.service_rate)
         mdes = [
             floor_mde(fit, len(steps), var, df, looks=LOOKS, alpha=ALPHA / 2),
             floor_mde(served, len(steps), s_var, s_df, looks=LOOKS, alpha=ALPHA / 2),
@@ -130,7 +137,7 @@ def _interval_inputs(sweeps: list[SweepResult]) -> dict:
             "service_rate_rps": served.rate if served else None,
             "mde": min(mdes) if mdes else None,
         }
-    return out
+    return out | {"aa_evidence": own}
 
 
 def _below(sweep: SweepResult) -> float | None:

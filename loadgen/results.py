@@ -6,6 +6,7 @@ in the research memory, and read back unchanged.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -157,6 +158,23 @@ class SweepResult(BaseModel):
         return [s.target_rate for s in self.steps]
 
 
+Estimator = Literal["crossing", "service_rate"]
+
+
+class AAEvidence(BaseModel):
+    """One floor's A/A evidence for one estimator: ``sum_sq`` is ``df`` times the variance of a paired
+    log difference between two of its runs."""
+
+    estimator: Estimator
+    sum_sq: float = 0.0
+    df: int = 0
+    sweeps: int = 0  # repeats with an estimate
+
+    @property
+    def sd(self) -> float | None:
+        return math.sqrt(self.sum_sq / self.df) if self.df else None
+
+
 class NoiseFloor(BaseModel):
     """Spread of the untouched baseline over K identical sweeps."""
 
@@ -184,6 +202,10 @@ class NoiseFloor(BaseModel):
     service_between_var: float | None = None
     service_between_df: int = 0
     service_rate_rps: float | None = None
+    # the floor's own A/A evidence per estimator (loadgen.noise_prior), which later floors of the endpoint pool
+    # in, and where its prior came from
+    aa_evidence: list[AAEvidence] = Field(default_factory=list)
+    prior_source: str | None = None
 
 
 class Comparison(BaseModel):

@@ -9,7 +9,7 @@ Design (docs/measurement.md has the reasoning and the measured error rates):
   a side, with a bootstrap over requests.
 * **The effect** is d = log(capacity B / capacity A). Its standard error is the larger of the
   bootstrap's and the between-run one: the variance of a paired per-round difference, from this
-  verdict's rounds pooled with A/A pairs (the noise floor's repeats and a prior, :func:`aa_prior`),
+  verdict's rounds pooled with A/A evidence (the noise floor's repeats and the endpoint's prior, :mod:`loadgen.noise_prior`),
   which holds the between-run noise a bootstrap over requests cannot see; t on the pooled df.
 * **Sequential.** After each round the interval d +- t SE is checked: wholly above 0 is
   ``better``, wholly below ``worse``, wholly inside +-``equivalence`` is ``same`` (decided); else
@@ -503,25 +503,6 @@ def _widen(rates: list[float], stats: VerdictStats) -> list[float]:
         elif censored == "below":
             out.insert(0, float(f"{min(out) / 1.3:.4g}"))
     return sorted(set(out))
-
-
-#: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
-#: 4 A/A pairs of evidence; every A/A pair measured (the noise floor's repeats) updates it.
-PRIOR_SD, PRIOR_DF = 0.03, 4
-
-
-def aa_prior(
-    sweeps_steps: list[list[StepResult]],
-    prior_sd: float = PRIOR_SD,
-    prior_df: int = PRIOR_DF,
-    differences: Callable[..., list[float]] = round_differences,
-) -> tuple[float, int]:
-    """(variance of a paired difference, df) from disjoint A/A pairs of one configuration's repeats
-    (they share schedules), pooled with the prior. ``differences``: the estimator's per-round differences
-    (:func:`round_differences`, :func:`service_rate_differences`)."""
-    diffs = differences(sweeps_steps[0::2], sweeps_steps[1::2])
-    df = prior_df + len(diffs)
-    return (prior_df * prior_sd**2 + float(np.sum(np.square(diffs)))) / df if df else 0.0, df
 
 
 def floor_mde(

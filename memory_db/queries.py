@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from memory_db.formatting import render as format_frame  # noqa: F401 - the CLI formats query output with it
 from memory_db.records import (
     DECIDED_VERDICTS,
+    AAEvidenceRecord,
     Conditions,
     ExperimentRecord,
     FindingRecord,
@@ -247,6 +248,20 @@ def experiments(
 def skips(con: duckdb.DuckDBPyConnection, campaign_id: str) -> list[SkipRecord]:
     rows = _rows(con, "SELECT * FROM skips WHERE campaign_id = ? ORDER BY created_at, skip_id", [campaign_id])
     return [SkipRecord.from_row(row) for row in rows]
+
+
+def aa_evidence(
+    con: duckdb.DuckDBPyConnection, endpoint: str, protocol: str, exclude_campaign: str | None = None
+) -> list[AAEvidenceRecord]:
+    """The endpoint's recorded A/A evidence under ``protocol`` (oldest first), but that of
+    ``exclude_campaign`` (a campaign pools its own floors from its state)."""
+    rows = _rows(
+        con,
+        "SELECT * FROM aa_evidence WHERE endpoint = ? AND protocol = ? AND campaign_id IS DISTINCT FROM ? "
+        "ORDER BY created_at, evidence_id",
+        [endpoint, protocol, exclude_campaign],
+    )
+    return [AAEvidenceRecord.from_row(row) for row in rows]
 
 
 def pareto_points(con: duckdb.DuckDBPyConnection, endpoint: str) -> list[dict[str, Any]]:

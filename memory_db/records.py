@@ -484,6 +484,34 @@ class DrafterRecord(Record):
         return self
 
 
+class AAEvidenceRecord(Record):
+    """The A/A evidence of one configuration's repeats for one estimator (loadgen.noise_prior): a noise
+    floor's sweeps, or an experiment's, share their schedules and say how much two runs differ. Later
+    floors of the endpoint measured with the same ``protocol`` pool it into the prior their verdicts start
+    from. A floor adopted from an experiment has the experiment's ``source`` and replaces its row."""
+
+    TABLE: ClassVar[str] = "aa_evidence"
+    ID_FIELD: ClassVar[str] = "evidence_id"
+
+    evidence_id: str = ""
+    endpoint: str
+    campaign_id: str | None = None
+    source: str  # what was repeated: "reference" (the campaign's first floor) or an experiment's id
+    config_hash: str
+    protocol: str  # research.campaign.noise.protocol_key: hardware and sweep settings
+    estimator: Literal["crossing", "service_rate"]
+    sweeps: int
+    df: int
+    sum_sq: float  # df x the variance of a paired log difference of two runs
+    created_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="after")
+    def _derive(self) -> "AAEvidenceRecord":
+        if not self.evidence_id:
+            self.evidence_id = stable_id("aa", self.endpoint, self.campaign_id, self.source, self.estimator)
+        return self
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.TABLE: cls
     for cls in (
@@ -497,5 +525,6 @@ RECORD_TYPES: dict[str, type[Record]] = {
         RecipeResult,
         RunRecord,
         DrafterRecord,
+        AAEvidenceRecord,
     )
 }

@@ -37,6 +37,7 @@ from memory_db.locking import LockTimeout, MemoryBusyError, connect, file_lock, 
 from memory_db.migrate import apply_migrations, current_version, latest_version
 from memory_db.records import (
     RECORD_TYPES,
+    AAEvidenceRecord,
     CampaignRecord,
     Conditions,
     ConfirmationRecord,
@@ -170,6 +171,9 @@ class MemoryStore:
         return self.record(rec)
 
     def record_run(self, rec: RunRecord) -> str:
+        return self.record(rec)
+
+    def record_aa_evidence(self, rec: AAEvidenceRecord) -> str:
         return self.record(rec)
 
     def record_drafter(self, rec: DrafterRecord) -> str:
@@ -414,6 +418,10 @@ class MemoryStore:
     def skips(self, campaign_id: str) -> list[SkipRecord]:
         with self.connect() as con:
             return queries.skips(con, campaign_id)
+
+    def aa_evidence(self, endpoint: str, protocol: str, exclude_campaign: str | None = None) -> list[AAEvidenceRecord]:
+        with self.connect() as con:
+            return queries.aa_evidence(con, endpoint, protocol, exclude_campaign)
 
 
 def _write_rows(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, dict[str, Any]]]) -> None:

@@ -197,6 +197,7 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
                 if getattr(n, "estimator", "crossing") == "service_rate"
                 else ""
             )
+            + (f"; prior: {n.prior_source}" if getattr(n, "prior_source", None) else "")
             + ")"
             if n.mde is not None
             else ""

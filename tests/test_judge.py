@@ -14,7 +14,8 @@ import pytest
 
 from loadgen import simengine
 from loadgen.judge import judge
-from loadgen.verdict import LOOKS, PRIOR_DF, PRIOR_SD
+from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
+from loadgen.verdict import LOOKS
 
 from test_queue_rate import BASE, OUTPUTS, PROMPTS, SLA, _sweep
 

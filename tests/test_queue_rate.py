@@ -15,7 +15,8 @@ from specs.config import SLASpec
 from loadgen import simengine
 from loadgen.queue_rate import service_rate, ttft_growth
 from loadgen.results import RequestRecord
-from loadgen.verdict import PRIOR_DF, PRIOR_SD, judge_service_rates, sequential_verdict
+from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
+from loadgen.verdict import judge_service_rates, sequential_verdict
 
 SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
 RNG = np.random.default_rng(11)

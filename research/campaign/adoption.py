@@ -206,6 +206,7 @@ class Adoption:
         )
         state.working = record
         state.baselines.append(record)
+        self.recorder.floor(record)
         rnd.adopted = best.experiment_id
         gain, bound = total_gain(state.reference, record)
         judged = judged_gain(state)

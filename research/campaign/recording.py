@@ -14,7 +14,7 @@ from typing import Any
 from loadgen.results import SweepResult
 from research.campaign.context import CampaignContext, config_hash, ratio
 from research.campaign.outcome import judged_gain, total_gain
-from research.state import ExperimentState, ProposalRecord
+from research.state import BaselineRecord, ExperimentState, ProposalRecord
 
 
 class MemoryRecorder:
@@ -152,6 +152,20 @@ class MemoryRecorder:
             ),
         )
 
+    def evidence(self, source: str, engine_args: list[str], evidence) -> None:
+        """A/A evidence (a floor's, or an experiment's repeats) the endpoint's later floors pool in."""
+        if self.memory is None:
+            return
+        from research.campaign.steps import evidence_records
+
+        ctx = self.ctx
+        config = config_hash(ctx.endpoint, engine_args)
+        for row in evidence_records(ctx.endpoint, ctx.state.campaign_id, source, config, evidence):
+            self.guarded("noise evidence", lambda row=row: self.memory.record_aa_evidence(row))
+
+    def floor(self, baseline: BaselineRecord) -> None:
+        self.evidence(baseline.source_experiment or "reference", baseline.engine_args, baseline.noise.aa_evidence)
+
     def experiment(self, record: ExperimentState, proposal: ProposalRecord | None) -> None:
         if self.memory is None:
             return
@@ -205,3 +219,6 @@ class MemoryRecorder:
             )
         for i, sweep in enumerate(record.sweeps):
             self.run(sweep, f"{self.memory_id(record)}-s{i}", "candidate", self.memory_id(record))
+        from loadgen.noise_prior import sweeps_evidence
+
+        self.evidence(record.experiment_id, record.engine_args, sweeps_evidence(record.sweeps))

@@ -32,7 +32,7 @@ from research.campaign.steps import (
     ProposeFn,
     default_compare,
     default_diagnose,
-    default_noise,
+    endpoint_noise,
     default_propose,
 )
 from research.correctness import CorrectnessThresholds
@@ -76,7 +76,6 @@ class CampaignLoop:
         store = StateStore(state_dir, campaign.name)
         limits = Limits.of(campaign, endpoint)
         concurrent = concurrent_engines(campaign, endpoint, progress)
-        self.noise_fn = o.get("noise_fn") or default_noise
         workdir = state_dir / f"{campaign.name}.runs"  # CampaignContext.workdir
         diagnose_fn = o.get("diagnose_fn") or default_diagnose(campaign, workdir, progress)
         proposer = o.get("proposer", "auto")
@@ -108,6 +107,7 @@ class CampaignLoop:
         self.budget = Budget(ctx, limits, o.get("stop_after_s"), call_started)
         self.measures_engines = o.get("sweep_fn") is None  # an injected sweep_fn runs no engine of ours
         self.recorder = MemoryRecorder(ctx, o.get("memory"))
+        self.noise_fn = o.get("noise_fn") or endpoint_noise(state, endpoint, o.get("memory"), progress)
         self.bench = Bench(
             ctx,
             self.budget,
@@ -156,6 +156,7 @@ class CampaignLoop:
         self.recorder.campaign("running")
         for i, sweep in enumerate(result.sweeps):
             self.recorder.run(sweep, f"{state.campaign_id}-baseline-{i}", "baseline", None)
+        self.recorder.floor(record)
         ctx.save()
         return None
 
@@ -311,6 +312,8 @@ def record_campaign(
     for record in s.experiments.values():
         if record.verdict != "skipped":
             c.recorder.experiment(record, proposals.get(record.proposal_ids[0]) if record.kind == "candidate" else None)
+    for b in s.baselines:
+        c.recorder.floor(b)
     for b in s.baselines[1:]:
         best = s.experiments.get(b.source_experiment or "")
         if best is not None:

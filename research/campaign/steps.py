@@ -10,7 +10,8 @@ from typing import Any
 import polars as pl
 
 from specs.config import CampaignSpec, EndpointSpec
-from loadgen.results import Comparison, NoiseFloor, SweepResult
+from loadgen.noise_prior import NoisePrior
+from loadgen.results import AAEvidence, Comparison, NoiseFloor, SweepResult
 from research.harness import CompareFn as CompareFn, Progress  # CompareFn: re-exported for the campaign
 from research.state import BaselineRecord, CampaignState, ProposalRecord
 
@@ -22,9 +23,99 @@ ProposeFn = Callable[[EndpointSpec, dict[str, Any], CampaignState, int, list[str
 
 
 def default_noise(sweeps: list[SweepResult]) -> NoiseFloor:
+    """The floor with the default prior (no endpoint history)."""
     from loadgen.noise import noise_floor
 
     return noise_floor(sweeps)
+
+
+def protocol_key(endpoint: EndpointSpec) -> str:
+    """What makes two floors' between-run noise comparable: the hardware and every sweep setting (a
+    longer step or another estimator starts a new history)."""
+    import hashlib
+    import json
+
+    hw = endpoint.hardware
+    key = {"hardware": [hw.gpu_type, hw.gpu_count], "sweep": endpoint.sweep.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def endpoint_prior(
+    endpoint: EndpointSpec,
+    memory,
+    *,
+    exclude_campaign: str | None = None,
+    own: dict[str, list[AAEvidence]] | None = None,
+    progress: Progress = print,
+) -> NoisePrior:
+    """The between-run noise a new floor of ``endpoint`` starts from: the default pooled with ``own``
+    evidence (a campaign's, by source: :func:`campaign_evidence`) and the endpoint's other campaigns'
+    under the same protocol in the research memory (when there is one; a failing memory is left out with
+    a warning)."""
+    sources = dict(own or {})
+    if memory is not None:
+        try:
+            rows = memory.aa_evidence(endpoint.name, protocol_key(endpoint), exclude_campaign=exclude_campaign)
+        except Exception as exc:  # noqa: BLE001 - the memory must never end a campaign
+            progress(f"  warning: research memory (endpoint noise) failed: {exc!r}; its history is left out")
+            rows = []
+        for r in rows:
+            sources.setdefault(f"{r.campaign_id}/{r.source}", []).append(
+                AAEvidence(estimator=r.estimator, sum_sq=r.sum_sq, df=r.df, sweeps=r.sweeps)
+            )
+    evidence = [ev for evs in sources.values() for ev in evs if ev.df]
+    used = sum(1 for evs in sources.values() if any(ev.df for ev in evs))
+    return NoisePrior.from_history(evidence, used, "repeated configurations of the endpoint")
+
+
+def campaign_evidence(state: CampaignState, exclude: list[SweepResult] = ()) -> dict[str, list[AAEvidence]]:
+    """This campaign's A/A evidence by source: every experiment's repeats and every floor's (a floor
+    adopted from an experiment holds its sweeps and more, so it replaces the experiment's). An experiment
+    with a sweep in ``exclude`` (the floor being built from it) is left out: its evidence is that floor's."""
+    from loadgen.noise_prior import sweeps_evidence
+
+    def shared(rec) -> bool:
+        return any(s is x or (s.started_at and s.started_at == x.started_at) for s in rec.sweeps for x in exclude)
+
+    out = {rec.experiment_id: sweeps_evidence(rec.sweeps) for rec in state.experiments.values() if not shared(rec)}
+    for b in state.baselines:
+        out[b.source_experiment or "reference"] = b.noise.aa_evidence
+    return {k: v for k, v in out.items() if v}
+
+
+def endpoint_noise(state: CampaignState, endpoint: EndpointSpec, memory, progress: Progress) -> NoiseFn:
+    """The campaign's floors, each starting from the endpoint's prior (:func:`endpoint_prior`)."""
+    from loadgen.noise import noise_floor
+
+    def noise(sweeps: list[SweepResult]) -> NoiseFloor:
+        own = campaign_evidence(state, exclude=sweeps)
+        prior = endpoint_prior(endpoint, memory, exclude_campaign=state.campaign_id, own=own, progress=progress)
+        return noise_floor(sweeps, prior=prior)
+
+    return noise
+
+
+def evidence_records(
+    endpoint: EndpointSpec, campaign_id: str | None, source: str, config: str, evidence: list[AAEvidence]
+) -> list:
+    """The research-memory rows (memory_db ``aa_evidence``) of one source's A/A evidence."""
+    from memory_db.records import AAEvidenceRecord
+
+    return [
+        AAEvidenceRecord(
+            endpoint=endpoint.name,
+            campaign_id=campaign_id,
+            source=source,
+            config_hash=config,
+            protocol=protocol_key(endpoint),
+            estimator=ev.estimator,
+            sweeps=ev.sweeps,
+            df=ev.df,
+            sum_sq=ev.sum_sq,
+        )
+        for ev in evidence
+        if ev.df
+    ]
 
 
 def default_compare(noise: NoiseFloor, sweeps: list[SweepResult], *, final: bool = True) -> Comparison:

@@ -1,0 +1,116 @@
+"""The between-run noise a verdict starts from: A/A evidence, and the endpoint's prior it pools into.
+
+A verdict's interval needs the variance of a paired difference between two runs of one configuration
+(loadgen.verdict). A floor's own repeats give little of it: K = 2 sweeps are one A/A pair, one degree of
+freedom, and Student's t on 5 df (with the default prior's 4) asks for a third more effect than the
+normal quantile. Every floor an endpoint has measured is more evidence of the same thing, so:
+
+* :func:`repeat_evidence` reads one floor's A/A evidence from all its K repeats (they share their
+  schedules): K - 1 degrees of freedom, not the K / 2 of disjoint pairs;
+* :class:`NoisePrior` is what a new floor starts from: the default (:data:`PRIOR_SD` over
+  :data:`PRIOR_DF`) pooled with the evidence of the endpoint's earlier floors, measured with the same
+  protocol on the same hardware (the research memory keeps it: memory_db ``aa_evidence``);
+* :func:`pool` adds a floor's own evidence to that prior.
+
+Pooling assumes the relative (log) noise of the endpoint's configurations is alike; a floor whose own
+evidence says its noise is larger pools that in too, so the interval widens with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+import numpy as np
+from pydantic import BaseModel, Field
+
+from loadgen.capacity import estimate
+from loadgen.queue_rate import service_rate
+from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
+
+#: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
+#: 4 A/A pairs of evidence (measured: 2.7-3.0% on vLLM CPU and the H200, docs/measurement.md).
+PRIOR_SD, PRIOR_DF = 0.03, 4
+
+
+def _log_crossing(steps: list[StepResult]) -> float | None:
+    est = estimate(steps, boot=0)
+    return math.log(est.capacity) if est and not est.censored and est.capacity > 0 else None
+
+
+def _log_service_rate(steps: list[StepResult]) -> float | None:
+    served = service_rate(steps)
+    return math.log(served.rate) if served and served.rate else None
+
+
+PER_SWEEP: dict[str, Callable[[list[StepResult]], float | None]] = {
+    "crossing": _log_crossing,
+    "service_rate": _log_service_rate,
+}
+
+
+def repeat_evidence(sweeps_steps: list[list[StepResult]], estimator: Estimator) -> AAEvidence:
+    """A/A evidence from K repeats of one configuration: the sample variance of their log estimates
+    (K - 1 df) times 2, the variance of a difference of two runs. K = 2 gives the pair's squared
+    difference, as disjoint pairs do; K = 4 gives 3 df where pairs give 2."""
+    logs = [x for x in (PER_SWEEP[estimator](steps) for steps in sweeps_steps) if x is not None]
+    return log_evidence(logs, estimator)
+
+
+def log_evidence(logs: list[float], estimator: Estimator) -> AAEvidence:
+    """A/A evidence from the log estimates of K runs of one configuration (see :func:`repeat_evidence`)."""
+    if len(logs) < 2:
+        return AAEvidence(estimator=estimator, sweeps=len(logs))
+    dev = np.asarray(logs) - np.mean(logs)
+    return AAEvidence(estimator=estimator, sum_sq=2 * float(np.sum(dev**2)), df=len(logs) - 1, sweeps=len(logs))
+
+
+def sweeps_evidence(sweeps: list[SweepResult]) -> list[AAEvidence]:
+    """The A/A evidence of one configuration's valid rate sweeps, per estimator ([] without per-request
+    samples, or with fewer than two such sweeps)."""
+    steps = [[st for st in s.steps if st.validity == "valid"] for s in sweeps if s.mode == "rate" and s.valid]
+    if len(steps) < 2 or not all(st.sla_samples for r in steps for st in r):
+        return []
+    return [ev for ev in (repeat_evidence(steps, e) for e in ("crossing", "service_rate")) if ev.df]
+
+
+class NoisePrior(BaseModel):
+    """What a floor's between-run variance starts from, per estimator, and where it came from."""
+
+    crossing: AAEvidence = Field(default_factory=lambda: _default("crossing"))
+    service_rate: AAEvidence = Field(default_factory=lambda: _default("service_rate"))
+    floors: int = 0  # earlier floors of this endpoint pooled in
+    source: str = f"default sd {PRIOR_SD:.0%} over {PRIOR_DF} df"
+
+    @classmethod
+    def from_history(cls, history: list[AAEvidence], floors: int, where: str = "earlier floors") -> "NoisePrior":
+        """The default pooled with the endpoint's recorded evidence (``floors`` of them, ``where``)."""
+        pooled = {e: _default(e) for e in ("crossing", "service_rate")}
+        for ev in history:
+            base = pooled[ev.estimator]
+            pooled[ev.estimator] = AAEvidence(
+                estimator=ev.estimator,
+                sum_sq=base.sum_sq + ev.sum_sq,
+                df=base.df + ev.df,
+                sweeps=base.sweeps + ev.sweeps,
+            )
+        source = cls.model_fields["source"].default
+        if floors:
+            extra = ", ".join(
+                f"{name} {pooled[e].df - PRIOR_DF} df"
+                for e, name in (("crossing", "crossing"), ("service_rate", "service rate"))
+            )
+            source += f" + {floors} {where} ({extra})"
+        return cls(floors=floors, source=source, **pooled)
+
+    def of(self, estimator: Estimator) -> AAEvidence:
+        return self.crossing if estimator == "crossing" else self.service_rate
+
+
+def _default(estimator: Estimator) -> AAEvidence:
+    return AAEvidence(estimator=estimator, sum_sq=PRIOR_DF * PRIOR_SD**2, df=PRIOR_DF)
+
+
+def pool(own: AAEvidence, prior: AAEvidence) -> tuple[float, int]:
+    """(variance of a paired difference, df): a floor's own evidence pooled with its prior."""
+    df = prior.df + own.df
+    return ((prior.sum_sq + own.sum_sq) / df if df else 0.0), df

@@ -1,0 +1,154 @@
+"""The endpoint's between-run noise (loadgen.noise_prior, research.campaign.steps.endpoint_prior): every
+repeated configuration is A/A evidence, read from all its repeats, pooled into the prior of the endpoint's
+later floors through the research memory (a real DuckDB file), and only under the same protocol."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from loadgen.noise import noise_floor
+from loadgen.noise_prior import PRIOR_DF, PRIOR_SD, NoisePrior, log_evidence, repeat_evidence, sweeps_evidence
+from loadgen.results import AAEvidence, SweepResult
+from memory_db import MemoryStore
+from research.campaign.steps import campaign_evidence, endpoint_prior, evidence_records, protocol_key
+from research.state import BaselineRecord, CampaignState, ExperimentState
+
+from test_judge import _sweeps
+from test_queue_rate import BASE, OUTPUTS, PROMPTS, SLA
+from loadgen import simengine
+
+
+@pytest.fixture(scope="module")
+def rates() -> list[float]:
+    served = simengine.virtual_step(BASE, 90.0, 60.0, PROMPTS, OUTPUTS, SLA, seed=1, run_seed=1).throughput_rps
+    return [served * f for f in (0.6, 0.8, 1.0, 1.2, 1.4, 1.6)]
+
+
+def test_two_repeats_give_their_squared_difference_and_more_repeats_an_unbiased_variance_with_k_minus_1_df():
+    ev = log_evidence([math.log(1.0), math.log(1.1)], "crossing")
+    assert ev.df == 1 and ev.sum_sq == pytest.approx(math.log(1.1) ** 2)  # what one disjoint pair says
+    rng = np.random.default_rng(7)
+    run_sd = 0.04  # each run's log estimate: the variance of a paired difference is 2 x 0.04^2
+    for k in (2, 3, 5):
+        evs = [log_evidence(list(rng.normal(0.0, run_sd, k)), "service_rate") for _ in range(4000)]
+        assert {e.df for e in evs} == {k - 1}
+        mean_var = np.mean([e.sum_sq / e.df for e in evs])
+        assert mean_var == pytest.approx(2 * run_sd**2, rel=0.06), k
+    # four repeats are three degrees of freedom (disjoint pairs would give two)
+    assert log_evidence([0.0, 0.02, -0.01, 0.03], "crossing").df == 3
+
+
+def test_simulated_repeats_give_evidence_for_both_estimators_and_the_floor_keeps_its_own(rates):
+    sweeps = _sweeps(BASE, rates, 5, "A", "service_rate")
+    evidence = sweeps_evidence(sweeps)
+    assert {e.estimator for e in evidence} == {"crossing", "service_rate"} and all(e.df == 1 for e in evidence)
+    floor = noise_floor(sweeps)
+    own = {e.estimator: e for e in floor.aa_evidence}
+    assert own["service_rate"].sum_sq == pytest.approx(
+        next(e for e in evidence if e.estimator == "service_rate").sum_sq
+    )
+    assert floor.service_between_df == PRIOR_DF + 1 and floor.prior_source.startswith("default sd 3%")
+    steps = [s.steps for s in sweeps]
+    assert repeat_evidence(steps[:1], "crossing").df == 0  # one run says nothing about between-run noise
+
+
+def test_pooled_history_tightens_the_floor_when_it_agrees_and_widens_it_when_it_is_noisier(rates):
+    """The floor's MDE falls as the endpoint's earlier floors add degrees of freedom at the noise they
+    measured, and rises when they measured more noise than the default: pooling is not a discount."""
+    sweeps = _sweeps(BASE, rates, 11, "A", "service_rate")
+    default = noise_floor(sweeps)
+
+    def history(sd: float, floors: int) -> NoisePrior:
+        evs = [AAEvidence(estimator=e, sum_sq=3 * sd**2, df=3, sweeps=4) for e in ("crossing", "service_rate")]
+        return NoisePrior.from_history(evs * floors, floors)
+
+    calm = noise_floor(sweeps, prior=history(PRIOR_SD, 6))
+    noisy = noise_floor(sweeps, prior=history(3 * PRIOR_SD, 6))
+    assert calm.service_between_df == default.service_between_df + 18
+    assert calm.mde < default.mde < noisy.mde, (calm.mde, default.mde, noisy.mde)
+    assert "6 earlier floors" in calm.prior_source
+
+
+def _memory_rows(endpoint, campaign_id, source, sd, df=3):
+    evs = [AAEvidence(estimator=e, sum_sq=df * sd**2, df=df, sweeps=df + 1) for e in ("crossing", "service_rate")]
+    return evidence_records(endpoint, campaign_id, source, "cfg", evs)
+
+
+def test_the_memory_pools_the_endpoints_other_campaigns_under_the_same_protocol_only(tmp_path):
+    from test_campaign_deadline import _endpoint
+
+    endpoint = _endpoint(tmp_path)
+    memory = MemoryStore(tmp_path / "memory.duckdb")
+    for row in _memory_rows(endpoint, "c1", "reference", 0.05) + _memory_rows(endpoint, "c1", "e1", 0.05):
+        memory.record_aa_evidence(row)
+    for row in _memory_rows(endpoint, "c2", "reference", 0.05):
+        memory.record_aa_evidence(row)
+    longer = endpoint.model_copy(
+        update={"sweep": endpoint.sweep.model_copy(update={"step_duration_s": endpoint.sweep.step_duration_s * 2})}
+    )
+    assert protocol_key(longer) != protocol_key(endpoint)
+    for row in _memory_rows(longer, "c3", "reference", 0.5):  # another protocol: not pooled
+        memory.record_aa_evidence(row)
+
+    prior = endpoint_prior(endpoint, memory, exclude_campaign="c2")  # c2 pools its own from its state
+    assert prior.floors == 2 and prior.service_rate.df == PRIOR_DF + 6
+    expected = math.sqrt((PRIOR_DF * PRIOR_SD**2 + 6 * 0.05**2) / (PRIOR_DF + 6))
+    assert prior.service_rate.sd == pytest.approx(expected)
+    assert endpoint_prior(endpoint, memory).floors == 3
+    # a re-recorded source replaces its row (an adopted floor holds its experiment's sweeps and more)
+    for row in _memory_rows(endpoint, "c1", "e1", 0.05, df=5):
+        memory.record_aa_evidence(row)
+    assert endpoint_prior(endpoint, memory, exclude_campaign="c2").service_rate.df == PRIOR_DF + 8
+    view = memory.query("SELECT * FROM v_endpoint_noise WHERE estimator = 'service_rate' ORDER BY df")
+    assert view["sources"].to_list() == [1, 3] and view["df"].to_list() == [3, 11]
+    assert view["between_run_sd"][1] == pytest.approx(0.05)
+
+
+def test_a_failing_memory_leaves_the_history_out_and_says_so(tmp_path):
+    from test_campaign_deadline import _endpoint
+
+    class Broken:
+        def aa_evidence(self, *a, **k):
+            raise OSError("disk gone")
+
+    said = []
+    prior = endpoint_prior(_endpoint(tmp_path), Broken(), progress=said.append)
+    assert prior.floors == 0 and prior.service_rate.df == PRIOR_DF
+    assert any("endpoint noise" in line and "disk gone" in line for line in said)
+
+
+def test_a_campaign_counts_each_repeated_configuration_once(rates):
+    """An experiment's repeats are evidence; a floor adopted from it replaces it, and the floor being
+    built from an experiment's sweeps does not count them twice."""
+
+    def sweeps(seed: int) -> list[SweepResult]:
+        return _sweeps(BASE, rates, seed, "A", "service_rate")
+
+    def experiment(eid: str, s: list[SweepResult]) -> ExperimentState:
+        return ExperimentState(
+            experiment_id=eid,
+            round=1,
+            proposal_ids=[],
+            title=eid,
+            baseline_args=[],
+            engine_args=[eid],
+            diff={},
+            verdict="same",
+            sweeps=s,
+        )
+
+    ref_sweeps, e1, e2 = sweeps(21), sweeps(22), sweeps(23)
+    for i, s in enumerate(e1 + e2):
+        s.started_at = 100.0 + i
+    state = CampaignState(campaign="c", campaign_id="c-1", endpoint="sim")
+    ref = BaselineRecord(engine_args=[], sweeps=ref_sweeps, noise=noise_floor(ref_sweeps))
+    state.baselines.append(ref)
+    state.experiments = {"e1": experiment("e1", e1), "e2": experiment("e2", e2)}
+    assert set(campaign_evidence(state)) == {"reference", "e1", "e2"}
+    assert set(campaign_evidence(state, exclude=list(e1))) == {"reference", "e2"}
+    adopted = BaselineRecord(engine_args=["e1"], sweeps=e1, noise=noise_floor(e1), source_experiment="e1")
+    state.baselines.append(adopted)
+    assert campaign_evidence(state)["e1"] == adopted.noise.aa_evidence
