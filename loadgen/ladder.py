@@ -148,3 +148,20 @@ def refine_rate(history: list[tuple[float, bool]], min_ratio: float = 1.05) -> f
         return None
     rate = nice_rate(math.sqrt(lo * hi))
     return rate if lo < rate < hi and rate not in {r for r, _ in history} else None
+
+
+#: A candidate's sweep begins at the highest rung at or below this share of its baseline's capacity:
+#: rungs far below it hold the SLA on both sides and move neither estimator (the crossing is fitted where
+#: the fraction over the limit changes; the service rate reads steps that queue), yet cost a long step
+#: each (a low rate stretches its step to ``min_requests``). A candidate that fails its first rung
+#: still goes down (:func:`extend_down`).
+START_SHARE = 0.6
+
+
+def rungs_from(ladder: list[float], capacity: float | None, share: float = START_SHARE) -> list[float]:
+    """``ladder`` from its highest rung at or below ``share`` x ``capacity`` (all of it when no rung is,
+    or without a capacity)."""
+    if not capacity or capacity <= 0:
+        return list(ladder)
+    below = [r for r in ladder if r <= share * capacity]
+    return [r for r in ladder if r >= max(below)] if below else list(ladder)

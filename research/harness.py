@@ -81,6 +81,20 @@ def default_sweep_fn(**kwargs) -> SweepFn:
     return sweep
 
 
+def ladder_near(spec: EndpointSpec, baseline: NoiseFloor | None) -> EndpointSpec:
+    """``spec`` whose ladder (a fixed ``sweep.rates``) begins near the baseline's capacity
+    (loadgen.ladder.rungs_from): on the CPU default a working baseline at 2.5 req/s skips the 0.7 and
+    1.0 req/s rungs, 24 and 20 s steps that both sides hold, about a quarter of each sweep."""
+    from loadgen.ladder import rungs_from
+
+    if baseline is None or not spec.sweep.rates:
+        return spec
+    rates = rungs_from(list(spec.sweep.rates), baseline.capacity_fit_rps or baseline.capacity_mean)
+    if rates == list(spec.sweep.rates):
+        return spec
+    return spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"rates": rates})})
+
+
 def soak_rate(sweeps: list[SweepResult]) -> float | None:
     """The rate a soak holds first: the mean fitted capacity of the sweeps (their rung capacity where none
     was fitted), or less where the sweeps judge by the service rate and it is lower; None when no rate held.
@@ -382,10 +396,11 @@ def _measure(
         engine.check_alive()
         return done(f"correctness check could not run: {exc}")
     i, decided_early = 0, None
+    sweep_spec = ladder_near(spec, baseline_noise)
     while True:  # `repeats` sweeps, then more only while the sequential rule asks for them
         engine.check_alive()
         sweep_started = time.monotonic()
-        sweep = sweep_fn(engine, pool, spec)
+        sweep = sweep_fn(engine, pool, sweep_spec)
         sweep_wall = time.monotonic() - sweep_started
         result.sweep_wall_s.append(sweep_wall)
         result.sweeps.append(sweep)
