@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
 import numpy as np
 from pydantic import BaseModel, Field
 
@@ -78,7 +79,7 @@ class NoisePrior(BaseModel):
 
     crossing: AAEvidence = Field(default_factory=lambda: _default("crossing"))
     service_rate: AAEvidence = Field(default_factory=lambda: _default("service_rate"))
-    floors: int = 0  # earlier floors of this endpoint pooled in
+    floors: int = 0  # repeated configurations of this endpoint pooled in
     source: str = f"default sd {PRIOR_SD:.0%} over {PRIOR_DF} df"
 
     @classmethod
@@ -101,9 +102,6 @@ class NoisePrior(BaseModel):
             )
             source += f" + {floors} {where} ({extra})"
         return cls(floors=floors, source=source, **pooled)
-
-    def of(self, estimator: Estimator) -> AAEvidence:
-        return self.crossing if estimator == "crossing" else self.service_rate
 
 
 def _default(estimator: Estimator) -> AAEvidence:
