@@ -29,7 +29,8 @@ from loadgen.queue_rate import service_rate
 from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 
 #: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
-#: 4 A/A pairs of evidence (measured: 2.7-3.0% on vLLM CPU and the H200, docs/measurement.md).
+#: 4 A/A pairs of evidence (the vLLM CPU trials' 24 s steps measured 2.7-3.0%; the main job's protocol
+#: measured 6.4% over five configurations: docs/measurement.md).
 PRIOR_SD, PRIOR_DF = 0.03, 4
 
 

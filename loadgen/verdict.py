@@ -32,6 +32,7 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from loadgen.capacity import CapacityEstimate, estimate
+from loadgen.noise_prior import PER_SWEEP
 from loadgen.queue_rate import service_rate
 from loadgen.results import StepResult
 
@@ -91,24 +92,19 @@ def _crit(alpha: float, looks: int, df: int | None, final: bool = True) -> float
     return float(norm.ppf(q)) if df is None else float(student_t.ppf(q, df))
 
 
+def _differences(per_sweep, a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
+    pairs = ((per_sweep(a), per_sweep(b)) for a, b in zip(a_rounds, b_rounds))
+    return [lb - la for la, lb in pairs if la is not None and lb is not None]
+
+
 def round_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
     """log(capacity B / capacity A) of each round on its own (rounds whose crossings are resolved)."""
-    out = []
-    for a, b in zip(a_rounds, b_rounds):
-        ea, eb = estimate(a, boot=0), estimate(b, boot=0)
-        if ea and eb and not ea.censored and not eb.censored and ea.capacity > 0 and eb.capacity > 0:
-            out.append(math.log(eb.capacity / ea.capacity))
-    return out
+    return _differences(PER_SWEEP["crossing"], a_rounds, b_rounds)
 
 
 def service_rate_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
     """log(service rate B / service rate A) of each round on its own (rounds where both sides queued)."""
-    out = []
-    for a, b in zip(a_rounds, b_rounds):
-        ra, rb = service_rate(a), service_rate(b)
-        if ra and rb and ra.rate and rb.rate:
-            out.append(math.log(rb.rate / ra.rate))
-    return out
+    return _differences(PER_SWEEP["service_rate"], a_rounds, b_rounds)
 
 
 def between_variance(diffs: list[float], prior_var: float = 0.0, prior_df: int = 0) -> tuple[float | None, int]:
