@@ -211,10 +211,16 @@ def test_roofline_separates_overhead_from_a_bandwidth_bound_decode():
     assert proposal.intervention.engine_arg_diff == {"--cb-use-cuda-graph": None}
 
 
-def test_roofline_names_launch_overhead_on_a_measured_low_load_case(tiny_engine, definitions):
+def test_roofline_judges_a_measured_low_load_case_by_its_ratio(tiny_engine, definitions):
     """Real numbers: vLLM's CPU build serving the 3.4 M-parameter model at a low rate; the bound is the
-    model's weight files over this host's measured memory bandwidth."""
+    model's weight files over this host's measured memory bandwidth.
+
+    How far above the bound the step lands depends on the host (4.3x on one CI machine, more here), so the
+    test asserts the rule's contract on what was measured, not one host's ratio: the ratio is recorded, the
+    bottleneck is named exactly when the ratio reaches the threshold, and the same measured step against a
+    bound a thousand times tighter (the same weights at an H200's data-sheet bandwidth) is named overhead."""
     from autoresearch.workflows import load_pool
+    from research.diagnosis import ROOFLINE_OVERHEAD_RATIO
 
     spec = definitions.endpoint("tiny_random")
     pool = load_pool(spec)  # its replay pool: replies run to their recorded lengths (ignore_eos)
@@ -222,14 +228,24 @@ def test_roofline_names_launch_overhead_on_a_measured_low_load_case(tiny_engine,
     roofline = roofline_for(resolve_model_dir(spec), "cpu")
     assert roofline is not None and roofline.source == "measured on this host"
     assert 0 < roofline.decode_step_ms < 5  # a few MB of weights at GB/s
-    diagnosis = diagnose(
-        pool, [sweep], list(spec.engine.args), endpoint=spec.name, engine_kind="vllm", roofline=roofline
-    )
+
+    def judged(bound: Roofline):
+        return diagnose(pool, [sweep], list(spec.engine.args), endpoint=spec.name, engine_kind="vllm", roofline=bound)
+
+    diagnosis = judged(roofline)
     itl = diagnosis.engine_stats["low_tpot_p50_ms"]
-    assert itl >= 5 * roofline.decode_step_ms, (itl, roofline.describe())
+    ratio = diagnosis.engine_stats["roofline_ratio"]
+    assert ratio == pytest.approx(itl / roofline.decode_step_ms)
+    assert ratio >= 2, (itl, roofline.describe())  # a 13 MB model at batch 1 is nowhere near bandwidth-bound
     overhead = diagnosis.bottleneck("cpu_overhead")
-    assert overhead is not None, diagnosis.bottlenecks
-    assert any("x the roofline" in e for e in overhead.evidence)
+    assert (overhead is not None) == (ratio >= ROOFLINE_OVERHEAD_RATIO), (ratio, diagnosis.bottlenecks)
+    if overhead is not None:
+        assert any("x the roofline" in e for e in overhead.evidence)
+
+    tight = Roofline(weight_bytes=roofline.weight_bytes, bandwidth_gbps=4800, device="H200", source="data sheet")
+    far = judged(tight).bottleneck("cpu_overhead")
+    assert far is not None, "the measured step is >1000x a GPU's bound for these weights"
+    assert any("launch or CPU overhead" in e for e in far.evidence)
 
 
 def test_proposals_below_the_mde_fill_free_slots_and_wait_only_when_the_round_is_full():
