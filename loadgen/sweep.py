@@ -128,7 +128,8 @@ def run_sweep(
     ``rates`` overrides the endpoint's ladder (``spec.sweep.rates``; None there = automatic).
     A step lasts ``step_duration_s`` or long enough for ``min_requests`` (default ``sweep.min_requests``) requests, whichever is
     longer, up to ``sweep.max_step_s`` (4x ``step_duration_s`` by default; percentiles of a handful of
-    requests mean nothing).
+    requests mean nothing). A step above a rate whose SLA already broke lasts at least ``sweep.queued_step_s``
+    where that is set (the steps the service rate reads).
     A step the client could not keep on schedule (a busy host, not the engine) is repeated up to
     ``client_retries`` times before it invalidates the sweep; the repeat is noted. ``senders`` defaults to what the client calibration says the highest rate needs (1 when
     uncalibrated). Rates beyond the calibrated client limit are refused (ValueError) when
@@ -241,6 +242,8 @@ def run_sweep(
         warmup_wall = warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{rate:g} req/s")
         emit("step", rate, f"step {len(steps) + 1}: {rate:g} req/s for {duration:g}s")
         step_s = max(duration, min(min_requests / rate, cfg.max_step_s or 4 * duration))
+        if cfg.queued_step_s and any(rate > tried and not ok for tried, ok in history):
+            step_s = max(step_s, cfg.queued_step_s)  # past a broken rate: a step the service rate reads
         schedule = arrivals.schedule(
             cfg.arrival, rate, step_s, burstiness=cfg.burstiness, seed=step_seed(cfg.seed, rate)
         )

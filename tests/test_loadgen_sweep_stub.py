@@ -301,6 +301,34 @@ def test_an_endpoint_judged_by_its_service_rate_sweeps_on_until_its_queue_grows(
 
 
 @pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_steps_past_a_broken_rate_last_queued_step_s_and_the_others_do_not(stub):
+    """sweep.queued_step_s lengthens only the steps the service rate reads: those above a rate whose SLA
+    already broke in the sweep. The ladder's steps up to the first failure keep their length."""
+    sla = {"ttft_ms": 500, "max_error_rate": 0.01}
+    spec = endpoint(
+        stub.url,
+        sla,
+        step_duration_s=2.0,
+        refine_steps=0,
+        rates=[3.0, 8.0],
+        estimator="service_rate",
+        queued_step_s=5.0,
+    )
+    swept = run_sweep(_attach(spec), pool(), spec, lag_bounds=LENIENT)
+    assert swept.validity == "valid", swept.invalid_reason
+    past, before, broken = [], [], []
+    for st in swept.steps:
+        (past if any(st.target_rate > r for r in broken) else before).append(st)
+        if not st.within_sla:
+            broken.append(st.target_rate)
+    assert past and before, [(s.target_rate, s.within_sla) for s in swept.steps]
+    assert all(s.duration_s == pytest.approx(5.0) for s in past)
+    assert all(s.duration_s < 5.0 for s in before)
+    with pytest.raises(ValueError, match="queued_step_s .* needs sweep.estimator: service_rate"):
+        endpoint(stub.url, sla, rates=[3.0], queued_step_s=5.0)
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
 def test_a_low_rate_step_stretches_for_min_requests_up_to_max_step_s(stub):
     """min_requests / rate sets a low rate's step length (8 requests at 2 req/s: 4 s, the default cap of
     4x step_duration_s); sweep.max_step_s caps it lower, and the step then holds fewer requests."""
