@@ -208,6 +208,7 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
         decided=decided,
         decided_by=stats.decided_by or "SLA crossing",
         confidence=stats.confidence,
+        disagreement=stats.disagreement,
         ratio_bound=None
         if stats.effect is not None or ratio is None
         else ("lower" if verdict == "better" else "upper"),

@@ -62,10 +62,11 @@ def judge(
         chosen, other, chosen_by, other_by = crossing, service, "SLA crossing", "service rate"
     mdes = [m for m in (service.mde, crossing.mde) if m is not None]
     verdict, stopped = chosen.verdict, chosen.stopped
-    extra = None
+    extra = disagreement = None
     if chosen is service and verdict in DECIDED and not _agrees(service, crossing):
         # more throughput is not more capacity within the SLA unless the crossing allows it (a bigger batch
         # serves more and breaks ITL): the service rate speaks for the SLA only where their intervals meet
+        disagreement = _disagreement(service, crossing)
         chosen, other, chosen_by, other_by = crossing, service, "SLA crossing", "service rate"
         verdict, stopped = ("same", "disagree") if final or crossing.verdict != "undecided" else ("undecided", "")
         extra = "the service rate moved and the SLA crossing's interval excludes that change"
@@ -81,7 +82,24 @@ def judge(
             "baseline": f"{chosen.baseline}; {other_by} {other.baseline}",
             "candidate": f"{chosen.candidate}; {other_by} {other.candidate}",
             "reason": _join(chosen.reason, extra, note),
+            "disagreement": disagreement if stopped == "disagree" else None,
         }
+    )
+
+
+def _disagreement(service: VerdictStats, crossing: VerdictStats) -> str:
+    """The two estimators' split, said for a person: the engine serves more (or less), the SLA does not."""
+
+    def said(stats: VerdictStats) -> str:
+        if stats.effect is None:
+            bounds = [f"{b:+.0%}" for b in (stats.low, stats.high) if b is not None]
+            return f"an effect between {' and '.join(bounds)}" if len(bounds) == 2 else stats.verdict
+        return f"{stats.effect:+.0%} (interval {stats.low:+.0%} to {stats.high:+.0%})"
+
+    return (
+        f"the engine's service rate says {said(service)} but the SLA crossing says {said(crossing)}: "
+        f"it serves {'more' if service.verdict == 'better' else 'less'} from its queue while what the SLA "
+        f"allows did not move that way, so a latency target, not the queue, sets its capacity"
     )
 
 

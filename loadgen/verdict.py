@@ -63,6 +63,8 @@ class VerdictStats(BaseModel):
     rates: list[float] = Field(default_factory=list)
     reason: str | None = None
     decided_by: str | None = None  # "SLA crossing" or "service rate" (loadgen.judge)
+    # loadgen.judge: the service rate decided a change the SLA crossing's interval excludes (a sentence)
+    disagreement: str | None = None
 
     def sentence(self) -> str:
         if self.verdict == "invalid":

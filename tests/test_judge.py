@@ -9,6 +9,7 @@ called better: the crossing has the last word on the SLA.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,7 +57,36 @@ def test_more_throughput_that_the_sla_crossing_does_not_follow_is_not_better(rat
     big = replace(BASE, max_batch=96)
     verdicts = [_verdict(big, s, rates, "service_rate") for s in range(1, 5)]
     assert all(v.verdict != "better" for v in verdicts), [v.sentence() for v in verdicts]
-    assert any("excludes that change" in (v.reason or "") for v in verdicts)  # the service rate did move
+    split = [v for v in verdicts if "excludes that change" in (v.reason or "")]
+    assert split  # the service rate did move
+    # where the verdict is final, a person is told in one sentence what each estimator saw (the campaign
+    # makes it an open question); where the estimators agree there is nothing to tell
+    final = [v for v in split if v.stopped == "disagree"]
+    assert final and all(v.disagreement and "service rate says +" in v.disagreement for v in final)
+    assert all("latency target, not the queue" in v.disagreement for v in final)
+    assert all(v.disagreement is None for v in verdicts if v.stopped != "disagree")
+    aa = _verdict(BASE, 1, rates, "service_rate")
+    assert aa.disagreement is None, aa.sentence()
+    # the campaign asks a person about the split, and about nothing where the estimators agreed
+    from research.campaign.bench import split_question
+
+    def record(stats):
+        from loadgen.results import Comparison
+
+        comparison = Comparison(
+            verdict=stats.verdict,
+            capacity_ratio=None,
+            baseline_capacity=1.0,
+            candidate_capacities=[],
+            threshold=0.1,
+            evidence=stats.sentence(),
+            disagreement=stats.disagreement,
+        )
+        return SimpleNamespace(title="max_batch 96", verdict=stats.verdict, comparison=comparison)
+
+    question = split_question(record(final[0]))
+    assert question.startswith("max_batch 96 was judged same") and final[0].disagreement in question
+    assert split_question(record(aa)) is None
 
 
 def _sweeps(model, rates, seed, side, estimator):

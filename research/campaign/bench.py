@@ -109,9 +109,24 @@ class Bench:
                 f"{record.title} was invalid ({record.invalid_reason.splitlines()[0][:200]}): "
                 f"fix or rule out the cause before trying it again."
             )
+        split = split_question(record)
+        if split:
+            self.ctx.question(split)
         if memory and record.verdict != "skipped":
             self.recorder.experiment(record, proposal)
         self.ctx.save()
+
+
+def split_question(record: ExperimentState) -> str | None:
+    """An open question where the two estimators split (loadgen.judge): the engine served more (or less)
+    but the SLA crossing did not follow, which a person, not the harness, resolves."""
+    split = record.comparison.disagreement if record.comparison is not None else None
+    if not split:
+        return None
+    return (
+        f"{record.title} was judged {record.verdict} by the SLA crossing, yet {split}. Decide whether the SLA "
+        f"should move, or try a change aimed at that latency."
+    )
 
 
 def _sustained_rate(working) -> float | None:
