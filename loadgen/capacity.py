@@ -65,7 +65,7 @@ class CapacityEstimate:
         if self.censored == "above":
             return f"above {max(self.rates):.3g} req/s (no tested rate near the SLA)"
         if self.censored == "below":
-            return f"below {min(self.rates):.3g} req/s (every tested rate past the SLA)"
+            return f"below {min(self.rates):.3g} req/s (the fitted SLA crossing lies under every tested rate)"
         return f"{self.capacity:.3g} req/s (95% interval {self.low:.3g} to {self.high:.3g}, {self.limiting})"
 
 

@@ -72,6 +72,8 @@ def judge(
         extra = "the service rate moved and the SLA crossing's interval excludes that change"
     if verdict not in DECIDED and "undecided" in (service.verdict, crossing.verdict):
         verdict, stopped = "undecided", ""  # neither decided yet, and one of them may with another round
+    if chosen is crossing and verdict in DECIDED and _opposite(service, verdict):
+        disagreement = _disagreement(service, crossing)  # the crossing decided one way, the queue the other
     note = f"{other_by}: {other.sentence()}"
     return chosen.model_copy(
         update={
@@ -82,9 +84,23 @@ def judge(
             "baseline": f"{chosen.baseline}; {other_by} {other.baseline}",
             "candidate": f"{chosen.candidate}; {other_by} {other.candidate}",
             "reason": _join(chosen.reason, extra, note),
-            "disagreement": disagreement if stopped == "disagree" else None,
+            "disagreement": disagreement if stopped in ("disagree", "decided") else None,
         }
     )
+
+
+def _opposite(service: VerdictStats, verdict: str) -> bool:
+    """The service rate's interval lies wholly on the other side of zero from the crossing's verdict."""
+    if verdict == "worse":
+        return service.low is not None and service.low > 0
+    return service.high is not None and service.high < 0
+
+
+def _direction(stats: VerdictStats) -> float:
+    """The sign of an effect, or of the bound of an interval that excludes zero (a censored estimate)."""
+    if stats.effect is not None:
+        return stats.effect
+    return stats.low if stats.low is not None and stats.low > 0 else (stats.high or 0.0)
 
 
 def _disagreement(service: VerdictStats, crossing: VerdictStats) -> str:
@@ -98,8 +114,8 @@ def _disagreement(service: VerdictStats, crossing: VerdictStats) -> str:
 
     return (
         f"the engine's service rate says {said(service)} but the SLA crossing says {said(crossing)}: "
-        f"it serves {'more' if service.verdict == 'better' else 'less'} from its queue while what the SLA "
-        f"allows did not move that way, so a latency target, not the queue, sets its capacity"
+        f"it serves {'more' if _direction(service) > 0 else 'less'} from its queue, but not "
+        f"within the SLA: a latency target, not the queue, sets its capacity"
     )
 
 

@@ -336,7 +336,7 @@ def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dic
             verdict="worse",
             stopped="decided",
             high=min(b.rates) / a.low - 1,
-            reason="the candidate broke the SLA at every tested rate",
+            reason="the candidate's fitted SLA crossing lies under every tested rate",
             **common,
         )
     if a.censored == "below" and b.censored is None and b.low > min(a.rates):
@@ -344,7 +344,7 @@ def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dic
             verdict="better",
             stopped="decided",
             low=b.low * 1.25 / min(a.rates) - 1,
-            reason="the baseline broke the SLA at every tested rate",
+            reason="the baseline's fitted SLA crossing lies under every tested rate",
             **common,
         )
     if final:

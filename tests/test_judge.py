@@ -64,7 +64,7 @@ def test_more_throughput_that_the_sla_crossing_does_not_follow_is_not_better(rat
     final = [v for v in split if v.stopped == "disagree"]
     assert final and all(v.disagreement and "service rate says +" in v.disagreement for v in final)
     assert all("latency target, not the queue" in v.disagreement for v in final)
-    assert all(v.disagreement is None for v in verdicts if v.stopped != "disagree")
+    assert all(v.disagreement is None for v in verdicts if v.stopped not in ("disagree", "decided"))
     aa = _verdict(BASE, 1, rates, "service_rate")
     assert aa.disagreement is None, aa.sentence()
     # the campaign asks a person about the split, and about nothing where the estimators agreed
@@ -87,6 +87,19 @@ def test_more_throughput_that_the_sla_crossing_does_not_follow_is_not_better(rat
     question = split_question(record(final[0]))
     assert question.startswith("max_batch 96 was judged same") and final[0].disagreement in question
     assert split_question(record(aa)) is None
+
+
+def test_a_crossing_decided_against_the_service_rate_is_said_as_a_split(rates):
+    """A bigger batch behind a slower decode step (max_batch 96, 12 ms + 0.45 ms per sequence): the queue
+    drains faster (the service rate says +25%) while ITL breaks at a lower rate (the crossing says -8%).
+    Whether the crossing's verdict is `same` (the disagreement rule) or a decided `worse`, the split is said."""
+    wide = replace(BASE, max_batch=96, decode_base_ms=12.0, decode_ms_per_seq=0.45)
+    verdicts = [_verdict(wide, s, rates, "service_rate") for s in (1, 2)]
+    assert all(v.verdict in ("same", "worse") and v.decided_by == "SLA crossing" for v in verdicts)
+    assert all(v.disagreement and "service rate says +" in v.disagreement for v in verdicts), [
+        v.sentence() for v in verdicts
+    ]
+    assert all("SLA crossing says -" in v.disagreement for v in verdicts)
 
 
 def _sweeps(model, rates, seed, side, estimator):
