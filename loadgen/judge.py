@@ -62,18 +62,17 @@ def judge(
         chosen, other, chosen_by, other_by = crossing, service, "SLA crossing", "service rate"
     mdes = [m for m in (service.mde, crossing.mde) if m is not None]
     verdict, stopped = chosen.verdict, chosen.stopped
-    extra = disagreement = None
+    extra = None
     if chosen is service and verdict in DECIDED and not _agrees(service, crossing):
         # more throughput is not more capacity within the SLA unless the crossing allows it (a bigger batch
         # serves more and breaks ITL): the service rate speaks for the SLA only where their intervals meet
-        disagreement = _disagreement(service, crossing)
         chosen, other, chosen_by, other_by = crossing, service, "SLA crossing", "service rate"
         verdict, stopped = ("same", "disagree") if final or crossing.verdict != "undecided" else ("undecided", "")
         extra = "the service rate moved and the SLA crossing's interval excludes that change"
     if verdict not in DECIDED and "undecided" in (service.verdict, crossing.verdict):
         verdict, stopped = "undecided", ""  # neither decided yet, and one of them may with another round
-    if chosen is crossing and verdict in DECIDED and _opposite(service, verdict):
-        disagreement = _disagreement(service, crossing)  # the crossing decided one way, the queue the other
+    # a split for a person: the crossing overruled the service rate, or decided against its whole interval
+    split = stopped == "disagree" or (chosen is crossing and verdict in DECIDED and _opposite(service, verdict))
     note = f"{other_by}: {other.sentence()}"
     return chosen.model_copy(
         update={
@@ -84,7 +83,7 @@ def judge(
             "baseline": f"{chosen.baseline}; {other_by} {other.baseline}",
             "candidate": f"{chosen.candidate}; {other_by} {other.candidate}",
             "reason": _join(chosen.reason, extra, note),
-            "disagreement": disagreement if stopped in ("disagree", "decided") else None,
+            "disagreement": _disagreement(service, crossing) if split else None,
         }
     )
 

@@ -229,7 +229,7 @@ class Comparison(BaseModel):
     decided: bool = True
     decided_by: str | None = None  # the estimator whose interval the verdict states (loadgen.judge)
     confidence: float = 0.95  # the level of effect_low/effect_high (0.975 where two estimators share alpha)
-    # the service rate decided a change the SLA crossing's interval excludes (loadgen.judge), said for a person
+    # the two estimators split (loadgen.judge: VerdictStats.disagreement), said in one sentence for a person
     disagreement: str | None = None
 
 

@@ -63,7 +63,8 @@ class VerdictStats(BaseModel):
     rates: list[float] = Field(default_factory=list)
     reason: str | None = None
     decided_by: str | None = None  # "SLA crossing" or "service rate" (loadgen.judge)
-    # loadgen.judge: the service rate decided a change the SLA crossing's interval excludes (a sentence)
+    # loadgen.judge: the two estimators split (the crossing overruled the service rate, or decided against
+    # its whole interval), said in one sentence for a person
     disagreement: str | None = None
 
     def sentence(self) -> str:
