@@ -538,6 +538,10 @@ def _campaign_list(args) -> int:
     return 0
 
 
+def _rate(capacity: float | None) -> str:
+    return "unmeasured" if capacity is None else f"{capacity:.3g} req/s"
+
+
 def format_outcome(outcome) -> str:
     gain = (
         f"{'>=' if outcome.total_gain_is_lower_bound else ''}{outcome.total_gain:.2f}x"
@@ -548,8 +552,8 @@ def format_outcome(outcome) -> str:
         f"campaign {outcome.campaign} on {outcome.endpoint}: "
         f"{'FAILED' if outcome.failure else 'finished' if outcome.finished else 'paused'}"
         f" ({outcome.end_reason})",
-        f"  reference capacity  {outcome.reference_capacity} req/s with {' '.join(outcome.reference_args)}",
-        f"  best capacity       {outcome.best_capacity} req/s with {' '.join(outcome.best_args)}",
+        f"  reference capacity  {_rate(outcome.reference_capacity)} with {' '.join(outcome.reference_args)}",
+        f"  best capacity       {_rate(outcome.best_capacity)} with {' '.join(outcome.best_args)}",
         "  total gain          "
         + (f"{outcome.judged_gain.describe()}; capacity ratio {gain}" if outcome.judged_gain else gain),
         f"  experiments         {outcome.experiments_run} run ({outcome.experiments_measured} to a verdict), "

@@ -82,8 +82,14 @@ def diagnose_step(
                 if profile_seconds > 0:
                     progress(f"{spec.name}: profiling {profile_seconds:g}s at {steady_rate:g} req/s")
                     engine.start_profile()
-                    run_sweep(
-                        engine, pool, spec, rates=[steady_rate], step_duration_s=profile_seconds, check_client=False
+                    run_sweep(  # one request suffices: a profile is read per engine step, not as a percentile
+                        engine,
+                        pool,
+                        spec,
+                        rates=[steady_rate],
+                        step_duration_s=profile_seconds,
+                        check_client=False,
+                        min_requests=1,
                     )
                     profile = _parse_newest_profile(engine.stop_profile().parent, notes)
                 if chosen:

@@ -173,3 +173,22 @@ def test_drafter_advise_says_why_no_drafter_pays_on_a_cpu_bound_decode(tmp_path,
     assert main(["drafter", "advise", "support_smollm", "--diagnosis", str(path)]) == 0
     assert "no drafter proposed for support_smollm: break-even acceptance length" in capsys.readouterr().out
     assert main(["drafter", "advise", "support_smollm"]) == 2
+
+
+def test_campaign_summary_states_capacities_to_three_figures_and_an_unmeasured_one_as_such():
+    from autoresearch.cli import format_outcome
+    from research.campaign.outcome import CampaignOutcome
+
+    outcome = CampaignOutcome(
+        campaign="c",
+        campaign_id="c-1",
+        endpoint="e",
+        finished=True,
+        end_reason="deadline",
+        reference_args=["--max-num-seqs", "2"],
+        reference_capacity=2.0460000000000003,
+        state_path="state.json",
+    )
+    text = format_outcome(outcome)
+    assert "reference capacity  2.05 req/s with --max-num-seqs 2" in text
+    assert "best capacity       unmeasured" in text and "2.046000" not in text
