@@ -19,7 +19,9 @@ then "below the floor", never a silent 0.
 Capacity is the SLA crossing interpolated between the highest tested rate within the SLA below the
 first failing rate and that failure (see :func:`interpolated_capacity`); the knee is the last rate
 before latency takes off (see :func:`knee_rate`). A crashed engine or a client that fell behind
-makes its step and the sweep invalid; steps already measured are kept.
+makes its step and the sweep invalid; steps already measured are kept. A client that fell behind (after
+its repeats) at a rate above one whose SLA already broke ends a capacity sweep instead: the capacity is
+bracketed by the steps before it, and the dropped step is noted (a verdict's round stays invalid).
 
 An endpoint judged by its service rate (``sweep.estimator: service_rate``, :mod:`loadgen.judge`) needs
 steps whose queue grew: a sweep on the endpoint's own ladder that ends with fewer than two goes on above
@@ -280,6 +282,16 @@ def run_sweep(
             )
         steps.append(step)
         emit("step_done", rate, _step_line(step), step)
+        if stop_when_broken and client_bound(step) and any(rate > tried and not ok for tried, ok in history):
+            # the SLA already broke below this rate, so the capacity is bracketed by the steps before it:
+            # a host stall here (repeated) ends the sweep instead of voiding what it measured (a verdict's
+            # round, which holds every rate for the service rate, stays invalid: that step is its evidence)
+            notes.append(
+                f"stopped at {rate:g} req/s, the step dropped: {step.invalid_reason} (after {client_retries} "
+                "repeat(s)); the SLA had already broken at a lower rate"
+            )
+            steps.pop()
+            break
         if step.validity != "valid":
             validity, reason = "invalid", f"step at {rate:g} req/s: {step.invalid_reason}"
             break

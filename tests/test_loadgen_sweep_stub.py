@@ -339,3 +339,87 @@ def test_a_low_rate_step_stretches_for_min_requests_up_to_max_step_s(stub):
     (short,) = run_sweep(_attach(capped), pool(), capped, lag_bounds=LENIENT).steps
     assert long.duration_s == pytest.approx(4.0) and short.duration_s == pytest.approx(2.0)
     assert short.requests < long.requests
+
+
+def _stall_sender_during(event_matches, stall_s: float = 1.5):
+    """A progress callback that, on each step event ``event_matches`` accepts, stops the step's sender
+    process (``python -m loadgen.runner``, a child of this one) for ``stall_s`` seconds once it is
+    sending: a real host stall of the client. Returns (callback, stalled rates)."""
+    import os
+    import signal
+    import threading
+    from pathlib import Path
+
+    stalled: list[float] = []
+
+    def senders() -> list[int]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                if proc.name.isdigit() and int(stat[1]) == os.getpid():
+                    if b"loadgen.runner" in (proc / "cmdline").read_bytes():
+                        found.append(int(proc.name))
+            except (OSError, IndexError, ValueError):
+                continue
+        return found
+
+    def connected(pid: int) -> bool:
+        try:
+            return any(os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            return False
+
+    def stall(rate: float) -> None:
+        # once the sender holds its connections its schedule starts at once: a stop before that (a slow
+        # start on a busy host) would only delay the schedule, not put the client behind it
+        deadline = time.monotonic() + 10.0
+        while not ((pids := senders()) and all(connected(p) for p in pids)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(stall_s)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        stalled.append(rate)
+
+    def progress(event) -> None:
+        if event.phase == "step" and event_matches(event):
+            threading.Thread(target=stall, args=(event.rate,), daemon=True).start()
+
+    return progress, stalled
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_a_client_stall_above_a_broken_rate_ends_the_sweep_and_one_below_it_invalidates(stub):
+    """The client stopped (SIGSTOP) through a step and its repeat: above a rate whose SLA already broke,
+    the capacity is bracketed by the steps before it, so the sweep ends valid and notes the dropped step;
+    before any rate broke, nothing bounds the capacity and the sweep is invalid (the client's fault)."""
+    sla = {"ttft_ms": 500, "max_error_rate": 0.01}
+    bounds = LagBounds(p99_ms=500.0, min_rate_ratio=0.5)
+    spec = endpoint(stub.url, sla, step_duration_s=2.0, refine_steps=0, rates=[3.0, 16.0], estimator="service_rate")
+    broke: list[float] = []
+
+    def past_a_break(event) -> bool:
+        return bool(broke) and event.rate > min(broke)
+
+    stall, stalled = _stall_sender_during(past_a_break)
+
+    def progress(event) -> None:
+        if event.phase == "step_done" and event.step is not None and not event.step.within_sla:
+            broke.append(event.rate)
+        stall(event)
+
+    swept = run_sweep(_attach(spec), pool(), spec, lag_bounds=bounds, progress=progress)
+    assert broke and stalled, (broke, swept.notes)  # 16 req/s broke the SLA; the step above it was stalled
+    assert swept.validity == "valid", swept.invalid_reason
+    assert swept.rates() == [3.0, 16.0] and swept.capacity_bounded
+    (dropped,) = [n for n in swept.notes if n.startswith(f"stopped at {stalled[0]:g} req/s, the step dropped")]
+    assert "client fell behind" in dropped and "already broken at a lower rate" in dropped
+    assert any(n.startswith(f"step at {stalled[0]:g} req/s repeated: client") for n in swept.notes)
+
+    stall_first, stalled_first = _stall_sender_during(lambda event: event.rate == 3.0)
+    early = run_sweep(_attach(spec), pool(), spec, lag_bounds=bounds, progress=stall_first)
+    assert stalled_first and early.validity == "invalid"
+    assert early.invalid_reason.startswith("step at 3 req/s: client fell behind"), early.invalid_reason
