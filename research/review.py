@@ -358,6 +358,37 @@ def _rounds_section(state: CampaignState) -> list[str]:
     return md
 
 
+def _time_section(state: CampaignState) -> list[str]:
+    """Where the campaign's active time went, stage by stage: what a shorter or longer campaign would
+    trade (engine starts, correctness checks and soaks are inside each experiment's time)."""
+    rows: list[tuple[str, float]] = []
+    if state.reference is not None:
+        rows.append(("reference baseline (sweeps, soak, reference outputs)", state.reference.wall_s))
+    for r in state.rounds:
+        if r.diagnosis_s:
+            rows.append((f"round {r.round}: diagnosis", r.diagnosis_s))
+        for exp_id in r.experiment_ids:
+            e = state.experiments.get(exp_id)
+            if e is not None and e.verdict != "skipped":
+                rows.append((f"round {r.round}: {e.title.replace('|', '/')} ({e.verdict})", e.wall_s))
+        adopted = next((b for b in state.baselines if r.adopted and b.source_experiment == r.adopted), None)
+        if adopted is not None and r.adopted in state.experiments:
+            extra = adopted.wall_s - state.experiments[r.adopted].wall_s
+            if extra > 1:
+                rows.append((f"round {r.round}: the new baseline's extra sweeps", extra))
+    if not rows:
+        return []
+    counted = sum(t for _, t in rows)
+    md = ["## Where the time went", "", "| stage | minutes |", "|---|---|"]
+    md += [f"| {name} | {t / 60:.1f} |" for name, t in rows]
+    md += [
+        f"| other (proposals, recording, reports) | {max(0.0, state.active_seconds - counted) / 60:.1f} |",
+        f"| **active in all** | **{state.active_seconds / 60:.1f}** |",
+        "",
+    ]
+    return md
+
+
 def _production_lines(found: dict | None) -> list[str]:
     """Before and after in production shape (research.production_check), when the campaign ran it."""
     if not found:
@@ -527,7 +558,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
             f"{' (confirmed)' if e.confirmed else ''} | {caps} | {_fmt(ratio)} | "
             f"{'lossy' if e.lossy else 'lossless'} | {note[0][:160] if note else ''} |"
         )
-    md += [""] + _rounds_section(state)
+    md += [""] + _rounds_section(state) + _time_section(state)
     md += ["## Open questions", ""]
     md += [f"- {q}" for q in state.open_questions] or ["- none"]
     md += ["", "## Reproduce", ""] + reproduce_commands(state, endpoint, campaign) + [""]

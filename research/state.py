@@ -112,6 +112,7 @@ class RoundRecord(BaseModel):
     finished: bool = False
     adopted: str | None = None  # experiment id that became the working baseline
     outcome: str | None = None  # why the round ended without a change (no proposal, nothing won, ...)
+    diagnosis_s: float = 0.0  # wall time of its diagnosis (0: the previous round's diagnosis stood)
 
 
 class CampaignState(BaseModel):

@@ -256,7 +256,9 @@ def test_stop_orphan_stops_only_the_recorded_process(tmp_path: Path):
 # ------------------------------------------------------------------------------------------ report
 def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(tmp_path: Path, smollm: EndpointSpec):
     ref_sweeps = [sweep(1.0), sweep(1.0)]
-    ref = BaselineRecord(engine_args=list(smollm.engine.args), sweeps=ref_sweeps, noise=noise_floor(ref_sweeps))
+    ref = BaselineRecord(
+        engine_args=list(smollm.engine.args), sweeps=ref_sweeps, noise=noise_floor(ref_sweeps), wall_s=480
+    )
     best_args = ["--max-num-seqs", "16", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching"]
     win_sweeps = [sweep(3.0, args=best_args), sweep(3.0, args=best_args)]
     correctness = CorrectnessReport(
@@ -283,6 +285,7 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
         sweeps=win_sweeps,
         comparison=compare(ref.noise, win_sweeps),
         correctness=correctness,
+        wall_s=300,
     )
     best = BaselineRecord(
         engine_args=best_args,
@@ -290,7 +293,9 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
         noise=noise_floor(win_sweeps),
         source_experiment=eid,
         identity={"launch_command": ["python", "-m", "vllm.entrypoints.openai.api_server", "--max-num-seqs", "16"]},
+        wall_s=420,  # its own 300 s as a candidate and 120 s of extra baseline sweeps
     )
+    rnd = RoundRecord(round=1, baseline_args=ref.engine_args, experiment_ids=[eid], adopted=eid, diagnosis_s=90)
     state = CampaignState(
         campaign="support_smollm_default",
         campaign_id="c-1",
@@ -302,6 +307,8 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
         finished=True,
         end_reason="max rounds",
         open_questions=["why?"],
+        rounds=[rnd],
+        active_seconds=1200,
     )
     campaign = CampaignSpec(name="support_smollm_default", endpoint="support_smollm")
     path = write_report(state, smollm, campaign, tmp_path / "review")
@@ -325,6 +332,17 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
     assert "{port}" not in text
     assert _apply_sets(smollm, args.set, args.unset).engine.args == best_args
     assert "- why?" in text
+    # where the 20 active minutes went, stage by stage; what no stage counted is said as the rest
+    times = text.split("## Where the time went")[1].split("##")[0]
+    for row in (
+        "| reference baseline (sweeps, soak, reference outputs) | 8.0 |",
+        "| round 1: diagnosis | 1.5 |",
+        "| round 1: batch more (better) | 5.0 |",
+        "| round 1: the new baseline's extra sweeps | 2.0 |",
+        "| other (proposals, recording, reports) | 3.5 |",
+        "| **active in all** | **20.0** |",
+    ):
+        assert row in times, times
 
 
 def test_a_finished_campaign_is_kept_and_the_next_starts_from_the_confirmed_configuration(tmp_path: Path, monkeypatch):

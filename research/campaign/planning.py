@@ -5,6 +5,7 @@ harness can see (the minimum detectable effect)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 from specs.engine_args import apply_diff
@@ -64,13 +65,17 @@ class Planner:
                 for p in r.proposals
             }
         )
+        diagnosis_s = 0.0
         if previous is not None and previous.baseline_args == working.engine_args:
             diagnosis = previous.diagnosis  # same baseline: the diagnosis stands
         else:
             ctx.progress(f"round {len(rounds) + 1}: diagnosing {' '.join(working.engine_args)}")
+            began = time.monotonic()
             diagnosis = self.diagnose_fn(ctx.endpoint, working, ctx.pool, ctx.state)
+            diagnosis_s = time.monotonic() - began
             for b in diagnosis.get("bottlenecks", [])[:4]:
                 ctx.progress(f"  bottleneck {b.get('name')} (severity {b.get('severity', 0):.2f})")
+            ctx.progress(f"  diagnosed in {diagnosis_s:.0f} s")
         offered = self.propose_fn(ctx.endpoint, diagnosis, ctx.state, campaign.subagents, tried)
         proposals = [p for p in offered if not self._already_tried(p, working.engine_args)]
         if not proposals and previous is not None and previous.baseline_args == working.engine_args:
@@ -81,6 +86,7 @@ class Planner:
             baseline_args=list(working.engine_args),
             diagnosis=diagnosis,
             proposals=proposals[: campaign.subagents],
+            diagnosis_s=round(diagnosis_s, 1),
         )
         if not proposals:  # the round is kept: the review shows what was diagnosed and why nothing ran
             named = ", ".join(b.get("name", "?") for b in diagnosis.get("bottlenecks", [])) or "no bottleneck"
