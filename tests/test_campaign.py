@@ -412,7 +412,9 @@ def test_a_call_window_pauses_before_an_experiment_whose_soak_would_not_fit(tmp_
     soak_s = endpoint.soak.hold_s + endpoint.soak.overload_s + endpoint.soak.recovery_s
     assert soak_s > 0
     state = CampaignState(campaign="c", endpoint=endpoint.name, campaign_id="c-1")
-    ctx = SimpleNamespace(state=state, store=StateStore(tmp_path, "c"), endpoint=endpoint)
+    ctx = SimpleNamespace(
+        state=state, store=StateStore(tmp_path, "c"), endpoint=endpoint, campaign=CampaignSpec(name="c", endpoint="e")
+    )
     limits = Limits(deadline_s=10_000, gpu_hours=10, units=1)
     sweep_s = 150.0
     tight = Budget(ctx, limits, stop_after_s=sweep_s + soak_s / 2, call_started=_time.monotonic())

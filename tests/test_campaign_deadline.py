@@ -161,3 +161,30 @@ def test_with_room_the_new_baseline_gets_its_extra_sweep_and_the_next_round_runs
     assert len(state.working.sweeps) == 2 and len(first.sweeps) == 1  # one more sweep made it a baseline
     assert state.rounds[0].finished and len(state.rounds) == 2
     assert not any("adopted on its own" in note for note in first.notes)
+
+
+def test_an_experiment_that_would_eat_the_production_checks_time_does_not_start(tmp_path: Path):
+    """A campaign that declares production_check_s keeps its time back: the launch check refuses an
+    experiment that fits the deadline alone but not with the verification after it (the main job once
+    ran experiments to its last minute and ended with "production-shaped verification not run")."""
+    from research.campaign.budget import Limits, budget_problem
+    from research.campaign.context import CampaignContext
+
+    store = StateStore(tmp_path, "dl")
+    state = CampaignState(campaign="dl", campaign_id="dl-1", endpoint="e", active_seconds=40 * 60, startup_s=[25.0])
+    limits = Limits(deadline_s=43 * 60, gpu_hours=5, units=1)
+    assert budget_problem(state, store, limits, 120) is None  # 2 min fit the 3 left
+    problem = budget_problem(state, store, limits, 120, reserved_s=170)
+    assert problem.startswith("deadline: the next experiment (about 2.0 min)"), problem
+    assert "2.8 min kept for the production-shaped verification" in problem
+
+    endpoint = _endpoint(tmp_path)
+    drain = endpoint.sweep.drain_s or 0.0
+
+    def reserve(check_s: float, measures_engines: bool = True) -> float:
+        spec = CampaignSpec(name="dl", endpoint=endpoint.name, production_check_s=check_s)
+        ctx = CampaignContext(spec, endpoint, tmp_path, store, state, pool(), progress=lambda line: None)
+        return Budget(ctx, limits, None, 0.0, production_check=measures_engines).production_check_s()
+
+    assert reserve(60) == pytest.approx(2 * 25.0 + 2 * (60 + drain))  # two engine starts, two replays
+    assert reserve(0) == 0.0 and reserve(60, measures_engines=False) == 0.0

@@ -60,25 +60,33 @@ def estimate_seconds(state: CampaignState, endpoint: EndpointSpec, sweeps: int, 
 
 
 def budget_problem(
-    state: CampaignState, store: StateStore, limits: Limits, estimate_s: float, running_s: float = 0.0
+    state: CampaignState,
+    store: StateStore,
+    limits: Limits,
+    estimate_s: float,
+    running_s: float = 0.0,
+    reserved_s: float = 0.0,
 ) -> str | None:
     """Why the next experiment must not start (launch check), or None when it fits.
 
     ``running_s``: estimated seconds of the experiments still running beside it (parallel candidates);
-    not charged yet, their GPU-hours are counted as committed."""
+    not charged yet, their GPU-hours are counted as committed. ``reserved_s``: kept back for what must
+    run after it (the production-shaped verification)."""
     elapsed = store.elapsed_s(state)
-    if elapsed + estimate_s > limits.deadline_s:
+    kept = f", {reserved_s / 60:.1f} min kept for the production-shaped verification" if reserved_s else ""
+    if elapsed + estimate_s + reserved_s > limits.deadline_s:
         return (
             f"deadline: the next experiment (about {estimate_s / 60:.1f} min) would not finish within the "
-            f"{limits.deadline_s / 60:.0f} min deadline ({elapsed / 60:.1f} min used)"
+            f"{limits.deadline_s / 60:.0f} min deadline ({elapsed / 60:.1f} min used{kept})"
         )
-    cost = estimate_s / 3600 * limits.units
+    cost = (estimate_s + reserved_s) / 3600 * limits.units
     committed = state.gpu_hours_used + running_s / 3600 * limits.units
     if committed + cost > limits.gpu_hours:
         return (
-            f"budget: the next experiment (about {cost:.3f} GPU-h) would exceed the {limits.gpu_hours} GPU-h "
-            f"budget ({state.gpu_hours_used:.3f} used"
+            f"budget: the next experiment (about {estimate_s / 3600 * limits.units:.3f} GPU-h) would exceed the "
+            f"{limits.gpu_hours} GPU-h budget ({state.gpu_hours_used:.3f} used"
             + (f", {committed - state.gpu_hours_used:.3f} running" if running_s else "")
+            + kept
             + ")"
         )
     return None
@@ -91,18 +99,39 @@ class Paused(Exception):
 class Budget:
     """One call's budget keeper: the launch check before each experiment, and the charge after it."""
 
-    def __init__(self, ctx: CampaignContext, limits: Limits, stop_after_s: float | None, call_started: float):
+    def __init__(
+        self,
+        ctx: CampaignContext,
+        limits: Limits,
+        stop_after_s: float | None,
+        call_started: float,
+        production_check: bool = True,
+    ):
         self.ctx, self.limits = ctx, limits
         self.stop_after_s, self.call_started = stop_after_s, call_started
+        self.production_check = production_check  # False: nothing is measured at the end (no engine of ours)
 
     def estimate(self, sweeps: int) -> float:
         """Expected seconds of one engine start and ``sweeps`` sweeps (:func:`estimate_seconds`)."""
         return estimate_seconds(self.ctx.state, self.ctx.endpoint, sweeps)
 
+    def production_check_s(self) -> float:
+        """Expected seconds of the production-shaped verification at the end (two engine starts, each
+        configuration replayed for ``production_check_s`` plus its drain), 0 when none is declared."""
+        seconds = self.ctx.campaign.production_check_s
+        if seconds <= 0 or not self.production_check:
+            return 0.0
+        drain = self.ctx.endpoint.sweep.drain_s or 0.0
+        return estimate_seconds(self.ctx.state, self.ctx.endpoint, 0, launches=2) + 2 * (seconds + drain)
+
     def check(self, estimate_s: float, running_s: float = 0.0) -> str | None:
         """The launch check before an experiment: an end reason when the campaign's deadline or budget
-        cannot fit it; raises Paused when only this call's window (``stop_after_s``) cannot."""
-        problem = budget_problem(self.ctx.state, self.ctx.store, self.limits, estimate_s, running_s)
+        cannot fit it with the production-shaped verification after it (so that a campaign that adopts a
+        change can still show it in production shape); raises Paused when only this call's window
+        (``stop_after_s``) cannot."""
+        problem = budget_problem(
+            self.ctx.state, self.ctx.store, self.limits, estimate_s, running_s, reserved_s=self.production_check_s()
+        )
         if problem is None and self.stop_after_s is not None:
             used = time.monotonic() - self.call_started
             # a call's window must also hold a soak (a winner, or any candidate of an unstable baseline,

@@ -12,7 +12,7 @@ import polars as pl
 from specs.config import CampaignSpec, EndpointSpec
 from research.campaign.adoption import Adoption
 from research.campaign.bench import Bench
-from research.campaign.budget import Budget, Limits, Paused, budget_problem, estimate_seconds
+from research.campaign.budget import Budget, Limits, Paused, budget_problem
 from research.campaign.context import CampaignContext, config_hash, load_pool
 from research.campaign.outcome import (
     CampaignOutcome,
@@ -104,8 +104,8 @@ class CampaignLoop:
         if pool is None:
             pool = load_pool(campaign, endpoint, state_dir, progress)
         self.ctx = ctx = CampaignContext(campaign, endpoint, state_dir, store, state, pool, progress)
-        self.budget = Budget(ctx, limits, o.get("stop_after_s"), call_started)
         self.measures_engines = o.get("sweep_fn") is None  # an injected sweep_fn runs no engine of ours
+        self.budget = Budget(ctx, limits, o.get("stop_after_s"), call_started, production_check=self.measures_engines)
         self.recorder = MemoryRecorder(ctx, o.get("memory"))
         self.noise_fn = o.get("noise_fn") or endpoint_noise(state, endpoint, o.get("memory"), progress)
         self.bench = Bench(
@@ -194,9 +194,7 @@ class CampaignLoop:
             return
         from research.production_check import production_check
 
-        drain = self.endpoint.sweep.drain_s or 0.0
-        estimate = estimate_seconds(state, self.endpoint, 0, launches=2) + 2 * (seconds + drain)
-        problem = budget_problem(state, self.ctx.store, self.budget.limits, estimate)
+        problem = budget_problem(state, self.ctx.store, self.budget.limits, self.budget.production_check_s())
         if problem is not None:
             state.production_check = {"not_run": problem}
             self.progress(f"production-shaped verification not run: {problem}")
