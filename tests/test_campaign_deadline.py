@@ -181,10 +181,17 @@ def test_an_experiment_that_would_eat_the_production_checks_time_does_not_start(
     endpoint = _endpoint(tmp_path)
     drain = endpoint.sweep.drain_s or 0.0
 
-    def reserve(check_s: float, measures_engines: bool = True) -> float:
+    def budget(check_s: float, measures_engines: bool = True) -> Budget:
         spec = CampaignSpec(name="dl", endpoint=endpoint.name, production_check_s=check_s)
         ctx = CampaignContext(spec, endpoint, tmp_path, store, state, pool(), progress=lambda line: None)
-        return Budget(ctx, limits, None, 0.0, production_check=measures_engines).production_check_s()
+        return Budget(ctx, limits, None, 0.0, production_check=measures_engines)
 
-    assert reserve(60) == pytest.approx(2 * 25.0 + 2 * (60 + drain))  # two engine starts, two replays
-    assert reserve(0) == 0.0 and reserve(60, measures_engines=False) == 0.0
+    assert budget(60).production_check_s() == pytest.approx(2 * 25.0 + 2 * (60 + drain))  # two starts, two replays
+    assert budget(0).production_check_s() == 0.0 and budget(60, measures_engines=False).production_check_s() == 0.0
+    # the measuring (a sequential repeat, a soak's back-off) must end before the verification's time too:
+    # the main job's last candidate once took its extra repeat into that time and the verification was not run
+    import time
+
+    left = budget(60).window_end() - time.monotonic()
+    assert left == pytest.approx(3 * 60 - budget(60).production_check_s(), abs=5)
+    assert budget(0).window_end() - time.monotonic() == pytest.approx(3 * 60, abs=5)

@@ -149,9 +149,11 @@ class Budget:
 
     def window_end(self) -> float:
         """When the measuring must end (``time.monotonic()``): the earlier of this call's window and the
-        campaign's deadline. The harness begins no extra repeat and the soak no back-off past it."""
+        campaign's deadline less the production-shaped verification's time. The harness begins no extra
+        repeat and the soak no back-off past it."""
         now = time.monotonic()
-        ends = [now + self.limits.deadline_s - self.ctx.store.elapsed_s(self.ctx.state)]
+        left = self.limits.deadline_s - self.ctx.store.elapsed_s(self.ctx.state) - self.production_check_s()
+        ends = [now + left]
         if self.stop_after_s is not None:
             ends.append(self.call_started + self.stop_after_s)
         return min(ends)
