@@ -66,6 +66,7 @@ def budget_problem(
     estimate_s: float,
     running_s: float = 0.0,
     reserved_s: float = 0.0,
+    what: str = "the next experiment",
 ) -> str | None:
     """Why the next experiment must not start (launch check), or None when it fits.
 
@@ -76,14 +77,14 @@ def budget_problem(
     kept = f", {reserved_s / 60:.1f} min kept for the production-shaped verification" if reserved_s else ""
     if elapsed + estimate_s + reserved_s > limits.deadline_s:
         return (
-            f"deadline: the next experiment (about {estimate_s / 60:.1f} min) would not finish within the "
+            f"deadline: {what} (about {estimate_s / 60:.1f} min) would not finish within the "
             f"{limits.deadline_s / 60:.0f} min deadline ({elapsed / 60:.1f} min used{kept})"
         )
     cost = (estimate_s + reserved_s) / 3600 * limits.units
     committed = state.gpu_hours_used + running_s / 3600 * limits.units
     if committed + cost > limits.gpu_hours:
         return (
-            f"budget: the next experiment (about {estimate_s / 3600 * limits.units:.3f} GPU-h) would exceed the "
+            f"budget: {what} (about {estimate_s / 3600 * limits.units:.3f} GPU-h) would exceed the "
             f"{limits.gpu_hours} GPU-h budget ({state.gpu_hours_used:.3f} used"
             + (f", {committed - state.gpu_hours_used:.3f} running" if running_s else "")
             + kept

@@ -194,7 +194,9 @@ class CampaignLoop:
             return
         from research.production_check import production_check
 
-        problem = budget_problem(state, self.ctx.store, self.budget.limits, self.budget.production_check_s())
+        problem = budget_problem(
+            state, self.ctx.store, self.budget.limits, self.budget.production_check_s(), what="the verification"
+        )
         if problem is not None:
             state.production_check = {"not_run": problem}
             self.progress(f"production-shaped verification not run: {problem}")
