@@ -17,7 +17,16 @@ from pathlib import Path
 
 from specs import paths
 from specs.config import DefinitionError, DefinitionSet
-from launchers import LaunchRefused
+from autoresearch.cli_errors import (
+    BUSY_HINT,
+    COMMAND_CONTEXT,
+    UsageError,
+    busy_message,
+    describe_error,
+    field_location,
+    pydantic_summary,
+)
+from autoresearch.cli_preflight import managed, preflight
 
 
 def load_definitions(root: Path) -> DefinitionSet:
@@ -29,21 +38,9 @@ def load_definitions(root: Path) -> DefinitionSet:
     return load(root)
 
 
-class UsageError(Exception):
-    """A user-facing error: printed as ``error: MESSAGE (WHERE)`` plus ``hint: HINT``, without a traceback."""
-
-    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
-        super().__init__(message)
-        self.where, self.hint = where, hint
-
-
-# The definitions and endpoint the running command works on: where an error's field is written.
-_CONTEXT: dict = {}
-
-
 def _definitions(args) -> DefinitionSet:
     definitions = load_definitions(Path(args.definitions) if args.definitions else paths.definitions_dir())
-    _CONTEXT["definitions"] = definitions
+    COMMAND_CONTEXT["definitions"] = definitions
     return definitions
 
 
@@ -59,182 +56,8 @@ def _endpoint(args, name: str):
             exc.args[0],
             hint="declare it in a defs.yaml (`autoresearch validate` lists the declared ones), or pick one of those",
         ) from None
-    _CONTEXT["endpoint"] = name
+    COMMAND_CONTEXT["endpoint"] = name
     return spec
-
-
-def _where(field: str, name: str | None = None) -> str:
-    """``FILE:LINE attributes.FIELD`` of an endpoint's field (the nearest written ancestor's line when the
-    field is not written), or just the field when the declaration's file is not known."""
-    definitions, name = _CONTEXT.get("definitions"), name or _CONTEXT.get("endpoint")
-    source = definitions.sources.get(name) if definitions is not None and name else None
-    if not source:
-        return field
-    try:
-        from dagster_project.lib.folder import _line
-
-        line = _line(Path(source), ["attributes", *field.split(".")])
-    except Exception:  # noqa: BLE001 - a location is a nicety; the message stands without it
-        line = None
-    return f"{source}:{line} attributes.{field}" if line else f"{source} attributes.{field}"
-
-
-# --- checks before anything runs ------------------------------------------------------------
-
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
-
-
-def _check_file(value: str, field: str, what: str) -> Path:
-    """A file the command will read: it exists, is a file and is readable (else a UsageError at its field)."""
-    path = paths.resolve_path(value)
-    where = _where(field)
-    if not path.exists():
-        raise UsageError(
-            f"{field} {value!r} -> {path} does not exist",
-            where=where,
-            hint=f"point {field} at the {what} (a relative path is relative to the repository root)",
-        )
-    if path.is_dir():
-        raise UsageError(
-            f"{field} {value!r} -> {path} is a folder, not a file",
-            where=where,
-            hint=f"point {field} at the {what} itself, not at the folder holding it",
-        )
-    if not os.access(path, os.R_OK):
-        raise UsageError(
-            f"{field} {value!r} -> {path} is not readable (permission denied)",
-            where=where,
-            hint=f"make it readable for this user (chmod a+r {path}) or point {field} at a copy",
-        )
-    return path
-
-
-def _check_traffic(spec) -> None:
-    if spec.traffic.path:
-        _check_file(spec.traffic.path, "traffic.path", f"{spec.traffic.kind} traffic file")
-
-
-def _check_model(spec, *, weights: bool) -> None:
-    """A local model folder (builtins are built on first use): it exists, has tokenizer.json, and weights
-    when an engine will load them (an external server has its own)."""
-    from specs.models import BUILTINS, is_builtin
-
-    if is_builtin(spec.model.path):
-        return
-    folder = paths.resolve_path(spec.model.path)
-    where = _where("model.path")
-    fix = (
-        "set model.path to a local checkpoint folder (config.json, tokenizer.json, *.safetensors) or to one of "
-        + ", ".join("builtin:" + b for b in BUILTINS)
-    )
-    if not folder.is_dir():
-        state = "is a file, not a model folder" if folder.exists() else "does not exist"
-        raise UsageError(f"model.path {spec.model.path!r} -> {folder} {state}", where=where, hint=fix)
-    if not os.access(folder, os.R_OK | os.X_OK):
-        raise UsageError(
-            f"model folder {folder} is not readable (permission denied)",
-            where=where,
-            hint="make it readable for this user, or point model.path at a copy",
-        )
-    if not (folder / "tokenizer.json").is_file():
-        raise UsageError(
-            f"model folder {folder} has no tokenizer.json (prompts are counted with it)", where=where, hint=fix
-        )
-    if weights and _managed(spec) and not any(any(folder.glob(p)) for p in WEIGHT_PATTERNS):
-        raise UsageError(f"model folder {folder} has no weights ({', '.join(WEIGHT_PATTERNS)})", where=where, hint=fix)
-
-
-def _managed(spec) -> bool:
-    """Whether the product starts this endpoint's engine (its adapter says; an unknown kind is reported
-    elsewhere, as a file:line error)."""
-    from engines.registry import ADAPTERS
-
-    cls = ADAPTERS.get(spec.engine.kind)
-    return cls is None or cls.manages_process
-
-
-def _check_engine(spec, sets: list[str] | None = None, unsets: list[str] | None = None, *, here: bool = True) -> None:
-    """The engine arguments launch (known flags), and, when the engine will run on this host (``here``),
-    its fixed port is free or the external server answers. Nothing is started."""
-    import difflib
-
-    from engines import adapter_for, attach_external
-    from engines.base import EngineError
-    from engines.process import port_is_free
-
-    try:
-        adapter = adapter_for(spec, 0, Path("."))
-    except EngineError as exc:  # e.g. engine.url is not an http(s) URL
-        raise UsageError(
-            str(exc),
-            where=_where("engine.url" if spec.engine.url else "engine.kind"),
-            hint="fix the endpoint's engine block",
-        ) from None
-    if not adapter.manages_process:  # a server that runs elsewhere: it must answer
-        if here:
-            try:
-                attach_external(spec, health_timeout_s=5.0)
-            except EngineError as exc:
-                raise UsageError(
-                    str(exc).splitlines()[0],
-                    where=_where("engine.url"),
-                    hint=f"start the server, or point engine.url at a running OpenAI-compatible server "
-                    f"(GET {adapter.base_url}{adapter.health_path} must answer 200)",
-                ) from None
-        return
-    problems = adapter.validate_flags(list(spec.engine.args))
-    if problems:
-        from_cli = {
-            "--" + item.removeprefix("engine.").split("=", 1)[0].lstrip("-").replace("_", "-"): item
-            for item in sets or []
-        }
-        flags = [p.split()[0] for p in problems]
-        places = [f"--set {from_cli[f]}" for f in flags if f in from_cli]
-        if any(f not in from_cli for f in flags):
-            places.append(_where("engine.args"))
-        known = sorted(getattr(adapter, "known_flags", None) or ())
-        flag_file = paths.REPO_ROOT / "engines" / "data" / f"{spec.engine.kind}_flags.txt"
-        listed = f" ({flag_file.relative_to(paths.REPO_ROOT)} lists them)" if flag_file.exists() else ""
-        guesses = [
-            f"{m[0]} (not {f})"
-            for f, p in zip(flags, problems)
-            if "not a known" in p
-            for m in [difflib.get_close_matches(f, known, n=1)]
-            if m
-        ]
-        raise UsageError(
-            "; ".join(problems),
-            where=", ".join(places),
-            hint=(f"did you mean {', '.join(guesses)}? " if guesses else "")
-            + f"use flags {spec.engine.kind} knows{listed}; nothing was started",
-        )
-    if here and spec.engine.port and not port_is_free(spec.engine.port):
-        raise UsageError(
-            f"engine.port {spec.engine.port}: 127.0.0.1:{spec.engine.port} is already in use",
-            where=_where("engine.port"),
-            hint="stop what listens there, or leave engine.port out so a free port is picked",
-        )
-
-
-def _preflight(spec, sets=None, unsets=None, *, pool: bool = True, engine: str | None = "here") -> None:
-    """What the command will read and start, checked before anything runs or is written: the traffic file
-    and tokenizer (``pool``), the weights and engine arguments (``engine``: "here" when it runs on this
-    host, "later" for an experiment unit that may run elsewhere). Endpoints of a remote launcher are left
-    to their launcher's own checks (credentials first)."""
-    if spec.launcher.kind != "local":
-        return
-    if engine == "here":
-        from launchers import host_problem
-
-        problem = host_problem(spec)  # a GPU endpoint on a CPU host: before the traffic, weights or engine
-        if problem is not None:
-            raise LaunchRefused(problem)
-    if pool:
-        _check_traffic(spec)
-    if pool or engine:
-        _check_model(spec, weights=engine == "here")
-    if engine:
-        _check_engine(spec, sets, unsets, here=engine == "here")
 
 
 # --- validate -------------------------------------------------------------------------------
@@ -284,8 +107,8 @@ def cmd_engine(args) -> int:
 
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     if args.action == "up":
-        _preflight(spec, args.set, args.unset, pool=False)
-        if not _managed(spec) and spec.launcher.kind == "local":  # answers (checked): nothing to start
+        preflight(spec, args.set, args.unset, pool=False)
+        if not managed(spec) and spec.launcher.kind == "local":  # answers (checked): nothing to start
             print(f"{spec.name}: external server at {spec.engine.url} answers; it runs elsewhere, nothing to start")
             return 0
         try:
@@ -293,7 +116,7 @@ def cmd_engine(args) -> int:
         except EngineError as exc:
             raise UsageError(
                 f"{spec.name}: engine did not come up: {exc}",
-                where=_where("engine"),
+                where=field_location("engine"),
                 hint="the engine log (tail above) says why; fix the endpoint's engine block or the --set overrides",
             ) from None
         if args.json:
@@ -339,7 +162,7 @@ def cmd_replay(args) -> int:
     from autoresearch.workflows import build_replay_pool
 
     spec = _endpoint(args, args.endpoint)
-    _preflight(spec, engine=None)
+    preflight(spec, engine=None)
     build = build_replay_pool(spec)
     print(build.table())
     return 0 if build.fidelity.passed else 4
@@ -366,7 +189,7 @@ def cmd_sweep(args) -> int:
 
     spec = _apply_sets(_endpoint(args, args.endpoint), args.set, args.unset)
     users = _user_counts(args.users) if args.users else None
-    _preflight(spec, args.set, args.unset)
+    preflight(spec, args.set, args.unset)
     results = sweep_endpoint(spec, progress=not args.json, users=users, rates=users is None)
     for result in results:
         print(
@@ -454,11 +277,11 @@ def _experiment_spec(args) -> int:
             ) from None
         except ValueError as exc:  # pydantic's ValidationError (a bad field, or not JSON)
             raise UsageError(
-                f"{args.noise_floor}: not a noise floor: {_pydantic_summary(exc)}",
+                f"{args.noise_floor}: not a noise floor: {pydantic_summary(exc)}",
                 where="--noise-floor",
                 hint="pass the JSON of a NoiseFloor, e.g. the noise_floor asset's value.json",
             ) from None
-    _preflight(spec, args.set, args.unset, engine="later")
+    preflight(spec, args.set, args.unset, engine="later")
     path = write_experiment(
         spec,
         Path(args.out),
@@ -489,9 +312,9 @@ def cmd_campaign(args) -> int:
         raise UsageError(
             exc.args[0], hint="name a declared campaign or endpoint (`autoresearch validate` lists them)"
         ) from None
-    _CONTEXT["endpoint"] = endpoint.name
+    COMMAND_CONTEXT["endpoint"] = endpoint.name
     check_campaign_launch(endpoint)  # a remote launcher's own checks (credentials first), before any Dagster run
-    _preflight(endpoint)  # before the pool, the memory or any engine: the campaign runs its engines here
+    preflight(endpoint)  # before the pool, the memory or any engine: the campaign runs its engines here
     stop_after = args.stop_after * 60 if args.stop_after else None
     try:  # a run of the endpoint's campaign job on the instance the UI serves (dagster_project.headless)
         outcome = run_campaign_job(
@@ -603,7 +426,7 @@ def _memory_store(args):
     try:
         return MemoryStore(path, timeout_s=args.wait)
     except MemoryBusyError as exc:
-        raise UsageError(_busy_message(exc), where=where, hint=_BUSY_HINT) from None
+        raise UsageError(busy_message(exc), where=where, hint=BUSY_HINT) from None
     except duckdb.Error as exc:
         from memory_db.store import last_good_path
 
@@ -630,30 +453,6 @@ def _memory_store(args):
         ) from None
     finally:
         quiet.setLevel(level)
-
-
-def _busy_message(exc: Exception) -> str:
-    """memory_db's MemoryBusyError in one line: which file, and who holds it when DuckDB says."""
-    import re
-
-    text = str(exc)
-    held = re.search(
-        r"Could not set lock on file \"(?P<file>[^\"]+)\": Conflicting lock is held in (?P<who>\S+) "
-        r"\(PID (?P<pid>\d+)\)",
-        text,
-    )
-    if held:
-        return (
-            f"research memory {held['file']} is held open by another process "
-            f"({Path(held['who']).name}, PID {held['pid']})"
-        )
-    return f"research memory busy: {text.split('; analysts', 1)[0]}"
-
-
-_BUSY_HINT = (
-    "another process holds it read-write (an analyst's `duckdb` shell, a notebook): close it, or open it "
-    "with `duckdb -readonly` so the product can keep writing; --wait SECONDS waits longer"
-)
 
 
 def cmd_memory(args) -> int:
@@ -727,7 +526,7 @@ def cmd_drafter(args) -> int:
     from research.drafter import DrafterError, describe, draft_model_diff, train_for_endpoint
 
     spec = _endpoint(args, args.endpoint)
-    _preflight(spec)
+    preflight(spec)
     workdir = Path(args.out) if args.out else paths.home() / "drafters" / spec.name
     try:
         rec = train_for_endpoint(
@@ -1009,7 +808,7 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    _CONTEXT.clear()
+    COMMAND_CONTEXT.clear()
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -1049,153 +848,6 @@ def _traceback(args) -> None:
         import traceback
 
         traceback.print_exc()
-
-
-def _pydantic_summary(exc: Exception) -> str:
-    """A ValidationError as ``field: message`` of its first error (and how many more); other errors as is."""
-    errors = getattr(exc, "errors", None)
-    try:
-        found = errors() if callable(errors) else []
-    except Exception:  # noqa: BLE001
-        found = []
-    if not found:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    first = found[0]
-    field = ".".join(str(p) for p in first.get("loc", ())) or "(top level)"
-    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-    return f"{field}: {first.get('msg', 'invalid')}{more}"
-
-
-def _field_of(text: str) -> str | None:
-    """The endpoint field a message is about (the adapters and readers name the YAML field they read)."""
-    for field in ("traffic.path", "model.path", "engine.url", "engine.port", "engine.args", "engine.python"):
-        if field in text:
-            return field
-    return None
-
-
-def describe_error(exc: BaseException) -> tuple[str, str | None, str | None, int]:
-    """(message, where, hint, exit code) for an exception that reached main(): 2 for bad input the
-    user can fix (a file, a field, a flag, a server), 1 for anything else (a bug: --debug shows it)."""
-    import importlib
-
-    def kinds(module: str, *names: str) -> tuple[type, ...]:
-        try:
-            mod = importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - a module this host lacks raised nothing of its own
-            return ()
-        return tuple(getattr(mod, n) for n in names if hasattr(mod, n))
-
-    text = str(exc)
-    field = _field_of(text)
-    where = _where(field) if field else None
-    if isinstance(exc, UsageError):
-        return text, exc.where, exc.hint, 2
-    if isinstance(exc, LaunchRefused):
-        return text, None, None, 2
-    if isinstance(exc, kinds("memory_db.locking", "MemoryBusyError")):
-        return _busy_message(exc), None, _BUSY_HINT, 2
-    if isinstance(exc, kinds("engines.base", "EngineError")):
-        return (
-            text,
-            where or (_where("engine") if _CONTEXT.get("endpoint") else None),
-            (
-                ("the engine log tail above says why; " if "engine log" in text else "")
-                + "fix the endpoint's engine block or the --set overrides (`autoresearch validate` checks the YAML)"
-            ),
-            2,
-        )
-    if isinstance(exc, kinds("replay.ingest", "MalformedSourceError")):
-        return (
-            text,
-            _where("traffic.path") if _CONTEXT.get("endpoint") else None,
-            ("fix or drop the bad lines named above, or raise traffic.max_malformed_fraction if they are expected"),
-            2,
-        )
-    if isinstance(exc, kinds("replay.ingest", "SourceFormatError")):
-        return (
-            text,
-            _where("traffic.kind") if _CONTEXT.get("endpoint") else None,
-            (
-                "set traffic.kind to the file's format (request_log, azure, mooncake, sample) or point traffic.path "
-                "at a file of that kind"
-            ),
-            2,
-        )
-    if isinstance(exc, kinds("research.llm_agents", "LLMNotConfigured")):
-        return text, "--proposer", "configure the model in the environment, or use --proposer rules", 2
-    if isinstance(exc, kinds("specs.models", "ModelUnavailable")):
-        return (
-            text,
-            _where("model.path") if _CONTEXT.get("endpoint") else None,
-            ("set model.path to a local checkpoint folder or a builtin: model; scripts/setup.sh builds the builtins"),
-            2,
-        )
-    if isinstance(exc, kinds("duckdb", "Error")):
-        return (
-            f"research memory: {text.splitlines()[0] if text else type(exc).__name__}",
-            None,
-            ("check the file named above is this project's research memory (--db, AUTORESEARCH_MEMORY_DB)"),
-            2,
-        )
-    if isinstance(exc, kinds("pydantic", "ValidationError")):
-        return (
-            f"invalid {getattr(exc, 'title', 'input')}: {_pydantic_summary(exc)}",
-            where,
-            ("fix the field named above (`autoresearch validate` checks the YAML definitions)"),
-            2,
-        )
-    if isinstance(exc, kinds("httpx", "HTTPError")):
-        url = getattr(getattr(exc, "request", None), "url", None) if _has_request(exc) else None
-        return (
-            f"could not reach {url or 'the server'}: {type(exc).__name__}: {text}",
-            where,
-            ("check the server runs and the URL (engine.url, AUTORESEARCH_LLM_BASE_URL) is right"),
-            2,
-        )
-    if isinstance(exc, OSError):
-        name = exc.filename if exc.filename is not None else None
-        message = f"{name}: {exc.strerror}" if name is not None and exc.strerror else text or type(exc).__name__
-        if field is None and name is not None and _CONTEXT.get("endpoint"):
-            field = _field_of_path(str(name))
-            where = _where(field) if field else None
-        hint = {
-            FileNotFoundError: "check the path exists (a relative path in YAML is relative to the repository root)",
-            IsADirectoryError: "a file is expected there, not a folder",
-            NotADirectoryError: "a folder is expected there, not a file",
-            PermissionError: "make it readable (and writable, for outputs) for this user",
-        }.get(type(exc), "check the path and the disk")
-        return message, where, hint, 2
-    first = text.splitlines()[0] if text else ""
-    return (
-        f"{type(exc).__name__}: {first}" if first else type(exc).__name__,
-        where,
-        "this looks like a bug; rerun with --debug for the traceback",
-        1,
-    )
-
-
-def _has_request(exc) -> bool:
-    try:
-        return exc.request is not None  # httpx raises RuntimeError when none was set
-    except RuntimeError:
-        return False
-
-
-def _field_of_path(name: str) -> str | None:
-    """Which endpoint field names the file ``name`` (so an OSError on it points at that line)."""
-    definitions, endpoint = _CONTEXT.get("definitions"), _CONTEXT.get("endpoint")
-    spec = definitions.endpoints.get(endpoint) if definitions is not None and endpoint else None
-    if spec is None:
-        return None
-    for field, value in (("traffic.path", spec.traffic.path), ("model.path", spec.model.path)):
-        if value and (
-            name == str(value)
-            or Path(name) == paths.resolve_path(str(value))
-            or str(paths.resolve_path(str(value))) in name
-        ):
-            return field
-    return None
 
 
 if __name__ == "__main__":
