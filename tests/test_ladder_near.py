@@ -28,7 +28,7 @@ def _floor(capacity: float, fitted: float | None = None) -> NoiseFloor:
 
 
 def test_the_ladder_starts_at_the_highest_rung_below_a_share_of_the_capacity():
-    assert rungs_from(LADDER, 2.48) == [1.4, 2.0, 2.8, 4.0, 5.6, 8.0]  # 0.6 x 2.48 = 1.49
+    assert rungs_from(LADDER, 2.48) == [1.4, 2.0, 2.8, 4.0, 5.6, 8.0]  # 0.75 x 2.48 = 1.86
     assert rungs_from(LADDER, 0.79) == LADDER  # the CPU default's reference: no rung is that low
     assert rungs_from(LADDER, None) == LADDER and rungs_from(LADDER, 0.0) == LADDER
     assert rungs_from(LADDER, 100.0) == [8.0]  # the top rung: the sweep adds rates that queue above it
