@@ -432,3 +432,25 @@ def test_the_engine_is_on_record_before_it_is_healthy(toy, tmp_path, monkeypatch
     starter.join(timeout=120)
     assert not starter.is_alive() and not active.exists()  # a run that ended cleared its record
     assert stop_orphan(active) is False
+
+
+def test_the_diagnosis_profile_holds_profile_seconds_not_min_requests(toy, replay_pool, tmp_path):
+    """The profiled step lasts the campaign's ``profile_seconds``: a profile is read per engine step, so one
+    request suffices. It had stretched to ``min_requests`` / rate (24 s on the CPU default, whose 12-18 MB
+    trace took a minute to write and parse). Counted at the engine: the generation requests it received."""
+    from loadgen import arrivals
+    from loadgen.step import step_seed
+    from research.loop import diagnose_step
+
+    cfg, rate = toy.sweep, 0.5  # the steady rate of a diagnosis with no sweep to go by
+
+    def scheduled(seconds: float) -> int:
+        return len(
+            arrivals.schedule(cfg.arrival, rate, seconds, burstiness=cfg.burstiness, seed=step_seed(cfg.seed, rate))
+        )
+
+    held, stretched = scheduled(2.0), scheduled(cfg.min_requests / rate)  # 2 s against min_requests' 8 s
+    assert held < stretched  # the two are told apart by what the engine receives
+    diagnose_step(toy, replay_pool, [], profile_seconds=2, workdir=tmp_path / "diag", progress=print)
+    received = len((KillableToy.state_dir / "requests").read_text().splitlines())
+    assert received == cfg.warmup_requests + held, (received, held, stretched)
