@@ -244,7 +244,8 @@ def run_sweep(
         warmup_wall = warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{rate:g} req/s")
         emit("step", rate, f"step {len(steps) + 1}: {rate:g} req/s for {duration:g}s")
         step_s = max(duration, min(min_requests / rate, cfg.max_step_s or 4 * duration))
-        if cfg.queued_step_s and any(rate > tried and not ok for tried, ok in history):
+        past_a_break = any(rate > tried and not ok for tried, ok in history)  # a lower rate broke the SLA
+        if cfg.queued_step_s and past_a_break:
             step_s = max(step_s, cfg.queued_step_s)  # past a broken rate: a step the service rate reads
         schedule = arrivals.schedule(
             cfg.arrival, rate, step_s, burstiness=cfg.burstiness, seed=step_seed(cfg.seed, rate)
@@ -282,7 +283,7 @@ def run_sweep(
             )
         steps.append(step)
         emit("step_done", rate, _step_line(step), step)
-        if stop_when_broken and client_bound(step) and any(rate > tried and not ok for tried, ok in history):
+        if stop_when_broken and client_bound(step) and past_a_break:
             # the SLA already broke below this rate, so the capacity is bracketed by the steps before it:
             # a host stall here (repeated) ends the sweep instead of voiding what it measured (a verdict's
             # round, which holds every rate for the service rate, stays invalid: that step is its evidence)

@@ -379,10 +379,12 @@ def _time_section(state: CampaignState) -> list[str]:
     if not rows:
         return []
     counted = sum(t for _, t in rows)
+    verified = bool((state.production_check or {}).get("rows"))  # its time is not kept apart: it is in the rest
+    rest = "proposals, recording, reports" + (", the production-shaped verification" if verified else "")
     md = ["## Where the time went", "", "| stage | minutes |", "|---|---|"]
     md += [f"| {name} | {t / 60:.1f} |" for name, t in rows]
     md += [
-        f"| other (proposals, recording, reports) | {max(0.0, state.active_seconds - counted) / 60:.1f} |",
+        f"| other ({rest}) | {max(0.0, state.active_seconds - counted) / 60:.1f} |",
         f"| **active in all** | **{state.active_seconds / 60:.1f}** |",
         "",
     ]

@@ -343,6 +343,12 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
         "| **active in all** | **20.0** |",
     ):
         assert row in times, times
+    from research.review import _time_section
+
+    verified = state.model_copy(update={"production_check": {"seconds": 60, "rows": [{"label": "before"}]}})
+    assert "| other (proposals, recording, reports, the production-shaped verification) | 3.5 |" in _time_section(
+        verified
+    )
 
 
 def test_a_finished_campaign_is_kept_and_the_next_starts_from_the_confirmed_configuration(tmp_path: Path, monkeypatch):
