@@ -80,7 +80,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             from_declared=config.from_declared,
             stop_after_s=config.stop_after_s,
             progress=progress,
-            run_id=context.run_id,
+            run_id=context.run.run_id,
         )
         state = StateStore(campaign_dir(chosen, context.partition_key), chosen.name).load()
         tables = record_campaign_assets(context, endpoint, state, outcome, io)

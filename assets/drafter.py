@@ -180,7 +180,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             noise_floor,
             repeats=config.repeats or settings.repeats,
             campaign_id=f"{name}-interactive",
-            dagster_run_id=context.run_id,
+            dagster_run_id=context.run.run_id,
             progress=context.log.info,
             extra_repeats=settings.extra_repeats,
         )

@@ -37,9 +37,9 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
             spec,
             sweeps,
             kind="baseline",
-            run_prefix=context.run_id,
+            run_prefix=context.run.run_id,
             campaign_id=f"{name}-interactive",
-            dagster_run_id=context.run_id,
+            dagster_run_id=context.run.run_id,
         )
         context.add_output_metadata(baseline_runs_metadata(spec.engine.args, sweeps))
         return sweeps
@@ -55,7 +55,7 @@ def build(endpoint: EndpointSpec, definitions=None) -> dg.Definitions:
         from autoresearch.workflows import endpoint_floor, working_spec
 
         spec = working_spec(endpoint)  # the configuration baseline_runs measured
-        floor = endpoint_floor(spec, baseline_runs, run_id=context.run_id, progress=context.log.warning)
+        floor = endpoint_floor(spec, baseline_runs, run_id=context.run.run_id, progress=context.log.warning)
         context.add_output_metadata(noise_floor_metadata(floor))
         return floor
 

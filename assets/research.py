@@ -151,7 +151,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
             noise_floor,
             repeats=settings.repeats,
             campaign_id=interactive_campaign,
-            dagster_run_id=context.run_id,
+            dagster_run_id=context.run.run_id,
             progress=context.log.info,
             extra_repeats=settings.extra_repeats,
         )
@@ -219,7 +219,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
                     campaign_id=interactive_campaign,
                     engine_args=best.engine_args,
                     note=f"capacity x{best.capacity_ratio:.2f}",
-                    dagster_run_id=context.run_id,
+                    dagster_run_id=context.run.run_id,
                 )
             )
         adoption = Adoption(
