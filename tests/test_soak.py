@@ -80,7 +80,9 @@ def spec(definitions):
         update={
             "sla": SLA,
             "soak": SoakSpec(hold_s=8, overload_s=3, recovery_s=4),
-            "sweep": base.sweep.model_copy(update={"warm_prefix_groups": 0, "max_send_lag_ms": 50.0}),
+            # 150 ms: a 48-request hold loses its measurement to one request ~300 ms late on a busy 2-core
+            # host; the starved-sender test keeps its own 50 ms bound
+            "sweep": base.sweep.model_copy(update={"warm_prefix_groups": 0, "max_send_lag_ms": 150.0}),
         }
     )
 
@@ -118,6 +120,8 @@ def test_a_soak_far_above_capacity_finds_the_queue_growing(spec, pool):
 def test_a_soak_above_capacity_backs_off_to_the_rate_the_engine_sustains(spec, pool):
     """Short steps overstate what an engine sustains: a hold whose queue grows is held again lower, and
     the soak reports the rate it held stable, with what each higher hold found."""
+    # a third back-off (20.5 req/s) leaves room on a slow host, where 25.6 req/s nears the model's capacity
+    spec = spec.model_copy(update={"soak": spec.soak.model_copy(update={"backoffs": 3})})
     with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
         well_below = run_soak(engine, pool, spec, 12.0)
         above = run_soak(engine, pool, spec, 40.0)
@@ -198,7 +202,7 @@ def _senders() -> list[int]:
 def test_a_hold_the_client_cannot_keep_is_unmeasured_never_a_finding_about_the_engine(spec, pool):
     """The sender is stopped 150 ms of every 250 (SIGSTOP/SIGCONT) through both tries of the hold: the
     soak says it could not measure, and does not call the engine unstable. A request due in a stop
-    leaves up to 150 ms late, three times the 50 ms bound (a 60 ms stop left a thin margin: in one CI run
+    leaves up to 150 ms late, three times this test's 50 ms bound (a 60 ms stop left a thin margin: in one CI run
     both tries kept their p99 lag under 50 ms and the hold passed as measured)."""
     import os
     import signal
@@ -222,6 +226,7 @@ def test_a_hold_the_client_cannot_keep_is_unmeasured_never_a_finding_about_the_e
                     pass
             done.wait(0.10)
 
+    spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"max_send_lag_ms": 50.0})})
     starver = threading.Thread(target=starve, daemon=True)
     with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
         starver.start()

@@ -129,6 +129,11 @@ def test_an_http_sweep_against_the_simulated_server_feeds_the_estimator():
     from loadgen import arrivals
     from loadgen.runner import run_open_loop
     from loadgen.stats import summarize
+    from loadgen.outcome import LagBounds
+
+    # the estimator is under test, not the client: a loose lag bound, so a stall of the shared 2-core
+    # host (the engine busiest at 40 req/s) does not void the steps it is fed
+    loose = LagBounds(p99_ms=1000.0, min_rate_ratio=0.7)
 
     steps = []
     with simengine.start(BASE) as engine:
@@ -139,7 +144,7 @@ def test_an_http_sweep_against_the_simulated_server_feeds_the_estimator():
                 for p, o in zip(PROMPTS[: len(schedule)], OUTPUTS[: len(schedule)])
             ]
             outcome = run_open_loop(
-                engine.base_url, engine.served_model, bodies, schedule, duration_s=3.0, isolate=True
+                engine.base_url, engine.served_model, bodies, schedule, duration_s=3.0, isolate=True, lag_bounds=loose
             )
             steps.append(summarize(outcome, SLA, target_rate=rate))
     assert all(s.errors == 0 and s.sla_samples["ttft_n"] for s in steps)
@@ -173,7 +178,7 @@ def test_real_sweeps_of_the_simulated_server_give_an_interval_verdict(definition
                     "refine_steps": 0,
                     "warmup_requests": 0,
                     "warm_prefix_groups": 0,
-                    "max_send_lag_ms": 50.0,
+                    "max_send_lag_ms": 200.0,  # a planted +60% needs no tight bound: a host stall must not void it
                     "min_rate_ratio": 0.9,
                     "min_requests": 1,
                 }
