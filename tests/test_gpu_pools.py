@@ -35,7 +35,7 @@ campaign:
 """
 ENGINE_ASSETS = ["baseline_runs", "production_replay", "diagnosis", "candidate_runs", "campaign"]
 EXPERIMENTS = 4
-HOLD_S = 4.0
+HOLD_S = 8.0  # long enough that step processes started seconds apart (Dagster imports on 2 cores) overlap
 
 
 def experiments_job() -> dg.JobDefinition:
