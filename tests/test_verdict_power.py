@@ -127,9 +127,9 @@ def test_without_a_measure_of_between_run_noise_one_round_decides_nothing(capaci
 
 def test_an_http_sweep_against_the_simulated_server_feeds_the_estimator():
     from loadgen import arrivals
+    from loadgen.outcome import LagBounds
     from loadgen.runner import run_open_loop
     from loadgen.stats import summarize
-    from loadgen.outcome import LagBounds
 
     # the estimator is under test, not the client: a loose lag bound, so a stall of the shared 2-core
     # host (the engine busiest at 40 req/s) does not void the steps it is fed
