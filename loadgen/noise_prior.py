@@ -13,7 +13,9 @@ normal quantile. Every floor an endpoint has measured is more evidence of the sa
 * :func:`pool` adds a floor's own evidence to that prior.
 
 Pooling assumes the relative (log) noise of the endpoint's configurations is alike; a floor whose own
-evidence says its noise is larger pools that in too, so the interval widens with it.
+evidence says its noise is larger pools that in too, so the interval widens with it. On vLLM CPU that
+assumption does not hold (configurations an ITL tail sets moved 9-35% between runs, queue-set ones
+0.1-3.9%: docs/measurement.md), so the review prints a floor's own repeats beside the pooled sd.
 """
 
 from __future__ import annotations

@@ -198,6 +198,7 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
                 else ""
             )
             + (f"; prior: {n.prior_source}" if getattr(n, "prior_source", None) else "")
+            + _own_evidence(n.aa_evidence)
             + ")"
             if n.mde is not None
             else ""
@@ -208,6 +209,14 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
         for internals in [internals_evidence.latest(b.sweeps)]
         if internals is not None
     ]
+
+
+def _own_evidence(evidence) -> str:
+    """The floor's own repeats, beside the pooled sd: configurations of one endpoint are not equally noisy
+    (docs/measurement.md), so a reader can see when the pool, not this baseline, set its MDE."""
+    names = {"crossing": "crossing", "service_rate": "service rate"}
+    own = [f"{names[ev.estimator]} {ev.sd:.1%}" for ev in evidence if ev.df and ev.sd is not None]
+    return f"; its own repeats alone: {', '.join(own)} ({max(ev.df for ev in evidence)} df)" if own else ""
 
 
 def _bound(value: float | None) -> str:

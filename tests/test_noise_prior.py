@@ -72,6 +72,22 @@ def test_pooled_history_tightens_the_floor_when_it_agrees_and_widens_it_when_it_
     assert "6 earlier floors" in calm.prior_source
 
 
+def test_the_review_shows_the_floors_own_repeats_beside_the_pooled_noise(rates):
+    """A quiet baseline pooled with a noisy configuration of its endpoint: the review line says both, so a
+    reader sees that the pool, not this baseline, set the MDE (docs/measurement.md, session 24's run)."""
+    from research.review import _noise_lines
+
+    sweeps = _sweeps(BASE, rates, 15, "A", "service_rate")  # a pair whose service rates agree to 0.5%
+    noisy = [AAEvidence(estimator=e, sum_sq=3 * 0.09**2, df=3, sweeps=4) for e in ("crossing", "service_rate")]
+    floor = noise_floor(sweeps, prior=NoisePrior.from_history(noisy, 1))
+    own = {e.estimator: e.sd for e in floor.aa_evidence}
+    line = _noise_lines("working baseline", BaselineRecord(engine_args=["--x"], sweeps=sweeps, noise=floor))[0]
+    assert f"sd of a paired difference {floor.between_var**0.5:.1%}" in line
+    said = f"its own repeats alone: crossing {own['crossing']:.1%}, service rate {own['service_rate']:.1%} (1 df)"
+    assert said in line
+    assert floor.service_between_var**0.5 > 2 * own["service_rate"]  # the pool is what widened it here
+
+
 def _memory_rows(endpoint, campaign_id, source, sd, df=3):
     evs = [AAEvidence(estimator=e, sum_sq=df * sd**2, df=df, sweeps=df + 1) for e in ("crossing", "service_rate")]
     return evidence_records(endpoint, campaign_id, source, "cfg", evs)
