@@ -214,9 +214,8 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
 def _own_evidence(evidence) -> str:
     """The floor's own repeats, beside the pooled sd: configurations of one endpoint are not equally noisy
     (docs/measurement.md), so a reader can see when the pool, not this baseline, set its MDE."""
-    names = {"crossing": "crossing", "service_rate": "service rate"}
-    own = [f"{names[ev.estimator]} {ev.sd:.1%}" for ev in evidence if ev.df and ev.sd is not None]
-    return f"; its own repeats alone: {', '.join(own)} ({max(ev.df for ev in evidence)} df)" if own else ""
+    own = [f"{ev.estimator.replace('_', ' ')} {ev.sd:.1%} ({ev.df} df)" for ev in evidence if ev.df]
+    return f"; its own repeats alone: {', '.join(own)}" if own else ""
 
 
 def _bound(value: float | None) -> str:

@@ -83,7 +83,9 @@ def test_the_review_shows_the_floors_own_repeats_beside_the_pooled_noise(rates):
     own = {e.estimator: e.sd for e in floor.aa_evidence}
     line = _noise_lines("working baseline", BaselineRecord(engine_args=["--x"], sweeps=sweeps, noise=floor))[0]
     assert f"sd of a paired difference {floor.between_var**0.5:.1%}" in line
-    said = f"its own repeats alone: crossing {own['crossing']:.1%}, service rate {own['service_rate']:.1%} (1 df)"
+    said = (
+        f"its own repeats alone: crossing {own['crossing']:.1%} (1 df), service rate {own['service_rate']:.1%} (1 df)"
+    )
     assert said in line
     assert floor.service_between_var**0.5 > 2 * own["service_rate"]  # the pool is what widened it here
 
