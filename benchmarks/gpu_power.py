@@ -90,6 +90,7 @@ def run(args) -> None:
         "capacity_guess": args.guess,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "estimator": ESTIMATOR,
+        "gpu": _gpu_name(),
     }
     measured, resumed = _resumed(args.resume)
     if args.resume:
@@ -179,6 +180,19 @@ def run(args) -> None:
         log(f"wrote power_{args.pair}{args.tag}.json")
 
 
+def _gpu_name() -> str:
+    """The card the trial ran on: the device tool lends an H100 or an H200 under one name."""
+    import subprocess
+
+    try:
+        names = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout.split("\n")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return names[0].strip() or "unknown"
+
+
 def round_steps(sweep):
     """A sweep's steps as one round of the sequential verdict: every step invalid when the sweep was (the
     verdict is then invalid with its reason)."""
@@ -237,6 +251,7 @@ def report(args) -> None:
                 "trial_verdicts": [
                     {
                         "file": r.get("file"),
+                        "gpu": r.get("gpu", "not recorded"),
                         "verdict": r.get("verdict_sentence") or v.get("sentence"),
                         "rounds": v.get("rounds"),
                         "calls": 1 + bool(r.get("resumes")),

@@ -133,6 +133,30 @@ def _has_samples(sweeps: list[SweepResult]) -> bool:
     return bool(steps) and all(st.sla_samples for st in steps)
 
 
+def _priors(floor: NoiseFloor, cand_steps: list[list]) -> tuple[dict[str, tuple[float, int]], str | None]:
+    """The between-run variance each estimator's verdict starts from, and what it says of the noise classes.
+    A candidate the baseline's own SLA target limits has the baseline's class noise; one another target
+    limits (or whose class is not resolved: "any") adds its class's variance to the baseline's
+    (loadgen.noise_prior.combine), since the paired difference is as noisy as both sides together."""
+    from loadgen.noise_prior import combine, limiting_target
+
+    own = {
+        "crossing": (floor.between_var or 0.0, floor.between_df),
+        "service_rate": (floor.service_between_var or 0.0, floor.service_between_df),
+    }
+    if floor.limiting is None or not floor.class_noise:
+        return own, None
+    theirs = limiting_target(cand_steps)
+    if theirs == floor.limiting:
+        return own, f"both sides limited by {theirs}: that class's noise"
+    cls = theirs if theirs in floor.class_noise else "any"
+    other = floor.class_noise.get(cls, {})
+    combined = {e: combine(own[e], tuple(other[e])) if e in other else own[e] for e in own}
+    said = f"candidate limited by {theirs}" if theirs else "the candidate's limiting target not resolved"
+    source = f"the {theirs} class's noise" if cls == theirs else "every class's noise pooled"
+    return combined, f"{said}, baseline by {floor.limiting}: both sides' variances ({source} for the candidate)"
+
+
 def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], final: bool) -> Comparison:
     """The interval verdict (loadgen.verdict) of candidate sweeps against a baseline measured with
     per-request samples: effect, interval, minimum detectable effect; ``decided`` is False while the
@@ -141,14 +165,15 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
     from loadgen.verdict import LOOKS
 
     cand_steps = [[st for st in s.steps if st.validity == "valid"] for s in candidate_sweeps]
+    priors, noise_said = _priors(noise_floor, cand_steps)
     stats = judge(
         noise_floor.steps,
         cand_steps,
         estimator=noise_floor.estimator,
         max_rounds=len(cand_steps) + (0 if final else 1),
         looks=LOOKS,
-        crossing_prior=(noise_floor.between_var or 0.0, noise_floor.between_df),
-        service_prior=(noise_floor.service_between_var or 0.0, noise_floor.service_between_df),
+        crossing_prior=priors["crossing"],
+        service_prior=priors["service_rate"],
     )
     decided = stats.verdict != "undecided"
     verdict = "same" if not decided else stats.verdict
@@ -183,13 +208,12 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
     evidence = (
         f"{head}. baseline {stats.baseline} over {len(noise_floor.steps)} sweep(s); candidate "
         f"{stats.candidate} over {len(cand_steps)} sweep(s); between-run sd of a paired difference "
-        f"{math.sqrt(noise_floor.between_var or 0):.1%} ({noise_floor.between_df} df)"
+        f"{math.sqrt(priors['crossing'][0]):.1%} ({priors['crossing'][1]} df)"
     )
     if noise_floor.estimator == "service_rate":
-        evidence += (
-            f", of the service rate {math.sqrt(noise_floor.service_between_var or 0):.1%} "
-            f"({noise_floor.service_between_df} df)"
-        )
+        evidence += f", of the service rate {math.sqrt(priors['service_rate'][0]):.1%} ({priors['service_rate'][1]} df)"
+    if noise_said:
+        evidence += f" ({noise_said})"
     if stats.reason:
         evidence += f"; {stats.reason}"
     return Comparison(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from loadgen.noise_prior import NoisePrior, pool, repeat_evidence
-from loadgen.results import NoiseFloor, SweepResult
+from loadgen.results import AAEvidence, NoiseFloor, SweepResult
 
 MIN_REL = 0.05
 
@@ -110,9 +110,11 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
     if not steps or not all(st.sla_samples for r in steps for st in r):
         return {}
     estimator = sweeps[0].estimator
-    own = [repeat_evidence(steps, "crossing")]
-    var, df = pool(own[0], prior.crossing)
     fit = estimate([st for r in steps for st in r])
+    limiting = fit.limiting if fit and not fit.censored else None
+    mine = prior.for_limit(limiting)  # a floor pools the evidence of its own noise class only
+    own = [repeat_evidence(steps, "crossing").model_copy(update={"limiting": limiting})]
+    var, df = pool(own[0], mine.crossing)
     out = {
         "steps": steps,
         "estimator": estimator,
@@ -120,12 +122,13 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
         "between_df": df,
         "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS),
         "capacity_fit_rps": fit.capacity if fit and not fit.censored else None,
-        "prior_source": prior.source,
+        "prior_source": mine.source,
+        "limiting": limiting,
     }
     if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
         served = service_rate([st for r in steps for st in r])
-        own.append(repeat_evidence(steps, "service_rate"))
-        s_var, s_df = pool(own[1], prior.service_rate)
+        own.append(repeat_evidence(steps, "service_rate").model_copy(update={"limiting": limiting}))
+        s_var, s_df = pool(own[1], mine.service_rate)
         mdes = [
             floor_mde(fit, len(steps), var, df, looks=LOOKS, alpha=ALPHA / 2),
             floor_mde(served, len(steps), s_var, s_df, looks=LOOKS, alpha=ALPHA / 2),
@@ -137,7 +140,23 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
             "service_rate_rps": served.rate if served else None,
             "mde": min(mdes) if mdes else None,
         }
+    out["class_noise"] = _class_noise(prior, own, limiting)
     return out | {"aa_evidence": own}
+
+
+def _class_noise(prior: NoisePrior, own: list[AAEvidence], limiting: str | None) -> dict:
+    """Per noise class the endpoint has evidence of, and "any" (every class pooled, for a candidate whose
+    class is unknown): [variance of a paired difference, df] per estimator, with this floor's own
+    evidence in its class and in "any". What a verdict needs for a candidate another target limits."""
+    out = {}
+    for cls in [*prior.classes(), "any"]:
+        if cls == limiting:
+            continue
+        theirs = prior.for_limit(None if cls == "any" else cls)
+        # "any" holds this floor too; another class's variance is that class's alone
+        none = AAEvidence(estimator="crossing")
+        out[cls] = {ev.estimator: pool(ev if cls == "any" else none, getattr(theirs, ev.estimator)) for ev in own}
+    return out
 
 
 def _below(sweep: SweepResult) -> float | None:

@@ -12,10 +12,12 @@ normal quantile. Every floor an endpoint has measured is more evidence of the sa
   protocol on the same hardware (the research memory keeps it: memory_db ``aa_evidence``);
 * :func:`pool` adds a floor's own evidence to that prior.
 
-Pooling assumes the relative (log) noise of the endpoint's configurations is alike; a floor whose own
-evidence says its noise is larger pools that in too, so the interval widens with it. On vLLM CPU that
-assumption does not hold (configurations an ITL tail sets moved 9-35% between runs, queue-set ones
-0.1-3.9%: docs/measurement.md), so the review prints a floor's own repeats beside the pooled sd.
+Configurations of one endpoint are not equally noisy: on vLLM CPU those an ITL tail limits moved 9-35%
+between runs, those the queue (TTFT) limits 0.1-3.9% (docs/measurement.md). So every piece of evidence
+carries its configuration's *noise class*, the SLA target whose crossing limits it, and a floor pools
+only its own class (:meth:`NoisePrior.for_limit`); evidence without a class pools into every class.
+A candidate another target limits is judged with both sides' variances (:func:`combine`: the paired
+difference's variance is sigma_A^2 + sigma_B^2, not twice one shared sigma^2).
 """
 
 from __future__ import annotations
@@ -52,12 +54,20 @@ PER_SWEEP: dict[str, Callable[[list[StepResult]], float | None]] = {
 }
 
 
+def limiting_target(sweeps_steps: list[list[StepResult]]) -> str | None:
+    """The noise class of a configuration: the SLA target whose crossing limits its repeats' pooled steps
+    (None when the crossing lies outside the tested rates)."""
+    est = estimate([st for steps in sweeps_steps for st in steps], boot=0)
+    return est.limiting if est and not est.censored else None
+
+
 def repeat_evidence(sweeps_steps: list[list[StepResult]], estimator: Estimator) -> AAEvidence:
     """A/A evidence from K repeats of one configuration: the sample variance of their log estimates
     (K - 1 df) times 2, the variance of a difference of two runs. K = 2 gives the pair's squared
     difference, as disjoint pairs do; K = 4 gives 3 df where pairs give 2."""
     logs = [x for x in (PER_SWEEP[estimator](steps) for steps in sweeps_steps) if x is not None]
-    return log_evidence(logs, estimator)
+    evidence = log_evidence(logs, estimator)
+    return evidence.model_copy(update={"limiting": limiting_target(sweeps_steps)}) if evidence.df else evidence
 
 
 def log_evidence(logs: list[float], estimator: Estimator) -> AAEvidence:
@@ -84,12 +94,20 @@ class NoisePrior(BaseModel):
     service_rate: AAEvidence = Field(default_factory=lambda: _default("service_rate"))
     floors: int = 0  # repeated configurations of this endpoint pooled in
     source: str = f"default sd {PRIOR_SD:.0%} over {PRIOR_DF} df"
+    history: list[AAEvidence] = Field(default_factory=list)  # every class's evidence (for_limit filters it)
+    where: str = "earlier floors"
+    limiting: str | None = None  # the class pooled here (None: every class)
 
     @classmethod
-    def from_history(cls, history: list[AAEvidence], floors: int, where: str = "earlier floors") -> "NoisePrior":
-        """The default pooled with the endpoint's recorded evidence (``floors`` of them, ``where``)."""
+    def from_history(
+        cls, history: list[AAEvidence], floors: int, where: str = "earlier floors", limiting: str | None = None
+    ) -> "NoisePrior":
+        """The default pooled with the endpoint's recorded evidence (``floors`` of them, ``where``); with
+        ``limiting``, only the evidence of that class (and evidence without one)."""
         pooled = {e: _default(e) for e in ("crossing", "service_rate")}
         for ev in history:
+            if limiting is not None and ev.limiting not in (None, limiting):
+                continue
             base = pooled[ev.estimator]
             pooled[ev.estimator] = AAEvidence(
                 estimator=ev.estimator,
@@ -103,8 +121,22 @@ class NoisePrior(BaseModel):
                 f"{name} {pooled[e].df - PRIOR_DF} df"
                 for e, name in (("crossing", "crossing"), ("service_rate", "service rate"))
             )
-            source += f" + {floors} {where} ({extra})"
-        return cls(floors=floors, source=source, **pooled)
+            source += f" + {floors} {where}{f' that {limiting} limits' if limiting else ''} ({extra})"
+        kept = dict(floors=floors, source=source, history=list(history), where=where, limiting=limiting)
+        return cls(**kept, **pooled)
+
+    def classes(self) -> list[str]:
+        """The noise classes the history has evidence of."""
+        return sorted({ev.limiting for ev in self.history if ev.limiting and ev.df})
+
+    def for_limit(self, limiting: str | None) -> "NoisePrior":
+        """The prior of a configuration ``limiting`` limits: the default and that class's evidence (every
+        class when None). The number of configurations is that of the class."""
+        if limiting is None:
+            return self
+        mine = [ev for ev in self.history if ev.df and ev.limiting in (None, limiting)]
+        floors = min(self.floors, max((sum(ev.estimator == e for ev in mine) for e in PER_SWEEP), default=0))
+        return NoisePrior.from_history(self.history, floors, self.where, limiting)
 
 
 def _default(estimator: Estimator) -> AAEvidence:
@@ -115,3 +147,16 @@ def pool(own: AAEvidence, prior: AAEvidence) -> tuple[float, int]:
     """(variance of a paired difference, df): a floor's own evidence pooled with its prior."""
     df = prior.df + own.df
     return ((prior.sum_sq + own.sum_sq) / df if df else 0.0), df
+
+
+def combine(a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
+    """(variance of a paired difference, df) between a run of class A and one of class B, from each class's
+    variance of a paired difference of its own runs (2 sigma^2): sigma_A^2 + sigma_B^2 = (v_A + v_B) / 2,
+    on Welch-Satterthwaite's degrees of freedom (never more than the two together)."""
+    (va, dfa), (vb, dfb) = a, b
+    if not dfa or not dfb:
+        return (va, dfa) if dfa else (vb, dfb)
+    var = (va + vb) / 2
+    denom = (va / 2) ** 2 / dfa + (vb / 2) ** 2 / dfb
+    df = int((var**2) / denom) if denom > 0 else dfa + dfb
+    return var, max(1, min(df, dfa + dfb))

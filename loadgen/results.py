@@ -169,6 +169,8 @@ class AAEvidence(BaseModel):
     sum_sq: float = 0.0
     df: int = 0
     sweeps: int = 0  # repeats with an estimate
+    # the SLA target whose crossing limits the configuration (None: not resolved): what its noise is pooled by
+    limiting: str | None = None
 
     @property
     def sd(self) -> float | None:
@@ -206,6 +208,10 @@ class NoiseFloor(BaseModel):
     # in, and where its prior came from
     aa_evidence: list[AAEvidence] = Field(default_factory=list)
     prior_source: str | None = None
+    # the SLA target that limits this baseline (its noise class: loadgen.noise_prior), and the endpoint's
+    # between-run variance per class and estimator, [var, df], for a candidate another target limits
+    limiting: str | None = None
+    class_noise: dict[str, dict[str, tuple[float, int]]] = Field(default_factory=dict)
 
 
 class Comparison(BaseModel):

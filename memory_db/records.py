@@ -503,6 +503,7 @@ class AAEvidenceRecord(Record):
     sweeps: int
     df: int
     sum_sq: float  # df x the variance of a paired log difference of two runs
+    limiting: str | None = None  # the SLA target that limits the configuration: its noise class
     created_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="after")

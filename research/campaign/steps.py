@@ -61,7 +61,7 @@ def endpoint_prior(
             rows = []
         for r in rows:
             sources.setdefault(f"{r.campaign_id}/{r.source}", []).append(
-                AAEvidence(estimator=r.estimator, sum_sq=r.sum_sq, df=r.df, sweeps=r.sweeps)
+                AAEvidence(estimator=r.estimator, sum_sq=r.sum_sq, df=r.df, sweeps=r.sweeps, limiting=r.limiting)
             )
     evidence = [ev for evs in sources.values() for ev in evs if ev.df]
     used = sum(1 for evs in sources.values() if any(ev.df for ev in evs))
@@ -112,6 +112,7 @@ def evidence_records(
             sweeps=ev.sweeps,
             df=ev.df,
             sum_sq=ev.sum_sq,
+            limiting=ev.limiting,
         )
         for ev in evidence
         if ev.df
