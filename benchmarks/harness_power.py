@@ -552,6 +552,7 @@ def write_markdown(doc: dict) -> None:
             ]
             lines += [
                 f"- `{t['file']}`: {t['verdict']}"
+                + (f" on an {t['gpu']}" if t.get("gpu", "not recorded") != "not recorded" else "")
                 + (f" (resumed in a second call: {t['calls']} calls)" if t.get("calls", 1) > 1 else "")
                 for t in c["trial_verdicts"]
             ]

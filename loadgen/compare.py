@@ -151,7 +151,8 @@ def _priors(floor: NoiseFloor, cand_steps: list[list]) -> tuple[dict[str, tuple[
         return own, f"both sides limited by {theirs}: that class's noise"
     cls = theirs if theirs in floor.class_noise else "any"
     other = floor.class_noise.get(cls, {})
-    combined = {e: combine(own[e], tuple(other[e])) if e in other else own[e] for e in own}
+    # "any" holds the baseline's own evidence too: not independent of it, so no more df than either side
+    combined = {e: combine(own[e], tuple(other[e]), shared=cls == "any") if e in other else own[e] for e in own}
     said = f"candidate limited by {theirs}" if theirs else "the candidate's limiting target not resolved"
     source = f"the {theirs} class's noise" if cls == theirs else "every class's noise pooled"
     return combined, f"{said}, baseline by {floor.limiting}: both sides' variances ({source} for the candidate)"

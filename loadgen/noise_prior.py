@@ -149,14 +149,17 @@ def pool(own: AAEvidence, prior: AAEvidence) -> tuple[float, int]:
     return ((prior.sum_sq + own.sum_sq) / df if df else 0.0), df
 
 
-def combine(a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
+def combine(a: tuple[float, int], b: tuple[float, int], *, shared: bool = False) -> tuple[float, int]:
     """(variance of a paired difference, df) between a run of class A and one of class B, from each class's
     variance of a paired difference of its own runs (2 sigma^2): sigma_A^2 + sigma_B^2 = (v_A + v_B) / 2,
-    on Welch-Satterthwaite's degrees of freedom (never more than the two together)."""
+    on Welch-Satterthwaite's degrees of freedom (never more than the two together). ``shared``: b's evidence
+    includes a's, so the df are no more than the fewer of the two."""
     (va, dfa), (vb, dfb) = a, b
     if not dfa or not dfb:
         return (va, dfa) if dfa else (vb, dfb)
     var = (va + vb) / 2
+    if shared:
+        return var, min(dfa, dfb)
     denom = (va / 2) ** 2 / dfa + (vb / 2) ** 2 / dfb
     df = int((var**2) / denom) if denom > 0 else dfa + dfb
     return var, max(1, min(df, dfa + dfb))

@@ -199,6 +199,7 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
             )
             + (f"; prior: {n.prior_source}" if getattr(n, "prior_source", None) else "")
             + _own_evidence(n.aa_evidence)
+            + _classes(n)
             + ")"
             if n.mde is not None
             else ""
@@ -216,6 +217,22 @@ def _own_evidence(evidence) -> str:
     (docs/measurement.md), so a reader can see when the pool, not this baseline, set its MDE."""
     own = [f"{ev.estimator.replace('_', ' ')} {ev.sd:.1%} ({ev.df} df)" for ev in evidence if ev.df]
     return f"; its own repeats alone: {', '.join(own)}" if own else ""
+
+
+def _classes(n) -> str:
+    """The floor's noise class (the SLA target that limits it), and the other classes' noise a candidate
+    they limit brings to its verdict (loadgen.noise_prior)."""
+    if not getattr(n, "limiting", None):
+        return ""
+    estimator = "service_rate" if getattr(n, "estimator", "crossing") == "service_rate" else "crossing"
+    others = [
+        f"{cls} {var**0.5:.1%} ({df} df)"
+        for cls, by in sorted(n.class_noise.items())
+        if cls != "any" and estimator in by
+        for var, df in [by[estimator]]
+    ]
+    said = f"; limited by {n.limiting}, pooled with configurations {n.limiting} limits"
+    return said + (f"; a candidate another target limits adds its class's sd: {', '.join(others)}" if others else "")
 
 
 def _bound(value: float | None) -> str:

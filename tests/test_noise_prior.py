@@ -170,3 +170,88 @@ def test_a_campaign_counts_each_repeated_configuration_once(rates):
     adopted = BaselineRecord(engine_args=["e1"], sweeps=e1, noise=noise_floor(e1), source_experiment="e1")
     state.baselines.append(adopted)
     assert campaign_evidence(state)["e1"] == adopted.noise.aa_evidence
+
+
+def _classed(sd: float, limiting: str | None, df: int = 3) -> list[AAEvidence]:
+    return [
+        AAEvidence(estimator=e, sum_sq=df * sd**2, df=df, sweeps=df + 1, limiting=limiting)
+        for e in ("crossing", "service_rate")
+    ]
+
+
+def test_a_floor_pools_only_its_own_noise_class_and_keeps_the_others_for_candidates(rates):
+    """The simulated engine's floor is ITL-limited. A noisy TTFT-limited history does not widen its MDE
+    (it would, unclassed), a calm ITL-limited one tightens it, and the noisy class stays on the floor for
+    a candidate the TTFT target limits."""
+    sweeps = _sweeps(BASE, rates, 11, "A", "service_rate")
+    alone = noise_floor(sweeps)
+    assert alone.limiting == "itl" and all(ev.limiting == "itl" for ev in alone.aa_evidence)
+    classed = NoisePrior.from_history(_classed(0.25, "ttft") * 2 + _classed(PRIOR_SD, "itl") * 3, 5)
+    unclassed = NoisePrior.from_history(_classed(0.25, None) * 2 + _classed(PRIOR_SD, "itl") * 3, 5)
+    mine, blind = noise_floor(sweeps, prior=classed), noise_floor(sweeps, prior=unclassed)
+    assert mine.service_between_df == alone.service_between_df + 9  # the three ITL-limited floors only
+    assert mine.mde < alone.mde < blind.mde, (mine.mde, alone.mde, blind.mde)
+    assert "that itl limits" in mine.prior_source
+    ttft_var, ttft_df = mine.class_noise["ttft"]["service_rate"]
+    assert ttft_df == PRIOR_DF + 6 and ttft_var > 10 * mine.service_between_var
+    any_var, _ = mine.class_noise["any"]["service_rate"]
+    assert mine.service_between_var < any_var < ttft_var
+    from research.review import _noise_lines
+
+    line = _noise_lines("working baseline", BaselineRecord(engine_args=["--x"], sweeps=sweeps, noise=mine))[0]
+    assert "limited by itl, pooled with configurations itl limits" in line
+    assert f"adds its class's sd: ttft {ttft_var**0.5:.1%} ({ttft_df} df)" in line
+
+
+def test_combining_two_classes_adds_their_variances_on_satterthwaite_df():
+    from loadgen.noise_prior import combine
+
+    assert combine((0.01, 5), (0.01, 5)) == (pytest.approx(0.01), 10)  # alike: as one pooled class
+    var, df = combine((0.001, 20), (0.09, 4))
+    assert var == pytest.approx(0.0455) and df == 4  # the noisy side's few df decide
+    assert combine((0.02, 3), (0.5, 0)) == (0.02, 3)  # a class without evidence adds nothing it cannot know
+    assert combine((0.01, 5), (0.02, 9), shared=True) == (pytest.approx(0.015), 5)  # b pools a: not independent
+
+
+def test_a_candidate_another_target_limits_is_judged_with_both_sides_noise(rates):
+    """Against an ITL-limited floor, a candidate limited by TTFT (a small batch: it queues) gets the TTFT
+    class's variance added, and the verdict says so; a candidate of the floor's own class keeps its noise."""
+    import dataclasses
+
+    from loadgen.compare import _priors, compare
+
+    sweeps = _sweeps(BASE, rates, 11, "A", "service_rate")
+    floor = noise_floor(sweeps, prior=NoisePrior.from_history(_classed(0.2, "ttft") * 2, 2))
+    queued = _sweeps(dataclasses.replace(BASE, max_batch=16), rates, 12, "B", "service_rate")
+    same_class = _sweeps(BASE, rates, 13, "B", "service_rate")
+    other, said = _priors(floor, [s.steps for s in queued])
+    assert other["service_rate"][0] > 5 * floor.service_between_var and "candidate limited by ttft" in said
+    own, said = _priors(floor, [s.steps for s in same_class])
+    assert own["service_rate"] == (floor.service_between_var, floor.service_between_df) and "itl" in said
+    verdicts = [compare(floor, c) for c in (queued, same_class)]
+    assert "baseline by itl: both sides' variances" in verdicts[0].evidence
+    assert "both sides limited by itl" in verdicts[1].evidence
+    # the same noise of the floor: the noisier pairing can only widen the interval it states
+    wide = verdicts[0].effect_high - verdicts[0].effect_low
+    narrow = verdicts[1].effect_high - verdicts[1].effect_low
+    assert wide > narrow
+
+
+def test_the_memory_keeps_each_rows_noise_class(tmp_path):
+    from test_campaign_deadline import _endpoint
+
+    endpoint = _endpoint(tmp_path)
+    memory = MemoryStore(tmp_path / "memory.duckdb")
+    for source, sd, limiting in (("reference", 0.03, "ttft"), ("e1", 0.3, "itl"), ("e2", 0.03, None)):
+        for row in evidence_records(endpoint, "c1", source, "cfg", _classed(sd, limiting)):
+            memory.record_aa_evidence(row)
+    prior = endpoint_prior(endpoint, memory)
+    assert prior.classes() == ["itl", "ttft"]
+    ttft = prior.for_limit("ttft")
+    assert ttft.service_rate.df == PRIOR_DF + 6 and ttft.floors == 2  # its own class and the unclassed row
+    assert prior.for_limit("itl").service_rate.sd > 3 * ttft.service_rate.sd
+    view = memory.query(
+        "SELECT limiting, between_run_sd FROM v_endpoint_noise_by_limit "
+        "WHERE estimator = 'crossing' AND limiting IS NOT NULL ORDER BY limiting"
+    )
+    assert view["limiting"].to_list() == ["itl", "ttft"] and view["between_run_sd"][0] == pytest.approx(0.3)
