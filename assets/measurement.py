@@ -181,6 +181,8 @@ def noise_floor_metadata(floor: NoiseFloor) -> dict:
         "between_run_sd": (floor.between_var or 0.0) ** 0.5 if floor.between_var is not None else None,
         "between_run_df": floor.between_df,
         "noise_prior": floor.prior_source or "",
+        # the SLA target that limits this baseline: the noise class its prior pools (loadgen.noise_prior)
+        "noise_class": floor.limiting or "unresolved",
         "per_rate": table([{"rate": r, **v} for r, v in floor.per_rate.items()]),
     }
 

@@ -225,18 +225,21 @@ def report(args) -> None:
     superseded = {r["resumes"] for r in rows if r.get("resumes")}  # a resumed verdict replaces the call it continued
     rows = [r for r in rows if r["file"] not in superseded]
     cells = []
-    for estimator, pair in sorted({(r.get("estimator", OLD), r["pair"]) for r in rows}):
-        group = [
-            (r, r.get("verdict") or _judge_cut(r))
-            for r in rows
-            if (r.get("estimator", OLD), r["pair"]) == (estimator, pair)
-        ]
+
+    # one cell per card too: the device tool lends an H100 or an H200 under one kind (the record names it
+    # from 2026-12-05 on; "not recorded" before)
+    def key(r: dict) -> tuple[str, str, str]:
+        return r.get("estimator", OLD), r["pair"], r.get("gpu", "not recorded")
+
+    for estimator, pair, gpu in sorted({key(r) for r in rows}):
+        group = [(r, r.get("verdict") or _judge_cut(r)) for r in rows if key(r) == (estimator, pair, gpu)]
         counts = Counter(v["verdict"] for _, v in group)
         mdes = [v["mde"] for _, v in group if v.get("mde") is not None]
         first = group[0][0]
         cells.append(
             {
                 "instrument": "h200",
+                "gpu": gpu,
                 "mode": "real",
                 "estimator": estimator,
                 "planted_effect": -0.15 if pair == "planted" else 0.0,

@@ -526,7 +526,8 @@ def write_markdown(doc: dict) -> None:
         v = c["verdicts"]
         rate = c.get("false_verdict_rate", c.get("power"))
         lines.append(
-            f"| {c['instrument']} | {c.get('mode', '')}{', ' + c['estimator'] if c.get('estimator') else ''} | "
+            f"| {c['instrument']}{' (' + c['gpu'] + ')' if c.get('gpu') else ''} | "
+            f"{c.get('mode', '')}{', ' + c['estimator'] if c.get('estimator') else ''} | "
             f"{c['planted_effect']:+.0%} | {c['trials']}"
             + ("" if c.get("complete", True) else f" of {c['trials_target']} (partial, resumable)")
             + " | "
@@ -545,6 +546,7 @@ def write_markdown(doc: dict) -> None:
             lines += [
                 "",
                 f"{c['instrument']}, planted {c['planted_effect']:+.0%} ({c['planted_as']})"
+                + (f", card: {c['gpu']}" if c.get("gpu") else "")
                 + (f", {c['estimator']}" if c.get("estimator") else "")
                 + ": "
                 f"{c.get('gpu_minutes_per_verdict')} GPU minutes per verdict (engine starts and warm-ups included)",
@@ -552,7 +554,6 @@ def write_markdown(doc: dict) -> None:
             ]
             lines += [
                 f"- `{t['file']}`: {t['verdict']}"
-                + (f" on an {t['gpu']}" if t.get("gpu", "not recorded") != "not recorded" else "")
                 + (f" (resumed in a second call: {t['calls']} calls)" if t.get("calls", 1) > 1 else "")
                 for t in c["trial_verdicts"]
             ]

@@ -200,6 +200,9 @@ def test_a_floor_pools_only_its_own_noise_class_and_keeps_the_others_for_candida
 
     line = _noise_lines("working baseline", BaselineRecord(engine_args=["--x"], sweeps=sweeps, noise=mine))[0]
     assert "limited by itl, pooled with configurations itl limits" in line
+    from assets.measurement import noise_floor_metadata
+
+    assert noise_floor_metadata(mine)["noise_class"] == "itl"  # what the Dagster UI shows
     assert f"adds its class's sd: ttft {ttft_var**0.5:.1%} ({ttft_df} df)" in line
 
 
