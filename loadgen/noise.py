@@ -113,7 +113,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
     fit = estimate([st for r in steps for st in r])
     limiting = fit.limiting if fit and not fit.censored else None
     mine = prior.for_limit(limiting)  # a floor pools the evidence of its own noise class only
-    own = [repeat_evidence(steps, "crossing").model_copy(update={"limiting": limiting})]
+    own = [repeat_evidence(steps, "crossing", limiting)]
     var, df = pool(own[0], mine.crossing)
     out = {
         "steps": steps,
@@ -127,7 +127,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
     }
     if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
         served = service_rate([st for r in steps for st in r])
-        own.append(repeat_evidence(steps, "service_rate").model_copy(update={"limiting": limiting}))
+        own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)
         mdes = [
             floor_mde(fit, len(steps), var, df, looks=LOOKS, alpha=ALPHA / 2),
@@ -154,8 +154,12 @@ def _class_noise(prior: NoisePrior, own: list[AAEvidence], limiting: str | None)
             continue
         theirs = prior.for_limit(None if cls == "any" else cls)
         # "any" holds this floor too; another class's variance is that class's alone
-        none = AAEvidence(estimator="crossing")
-        out[cls] = {ev.estimator: pool(ev if cls == "any" else none, getattr(theirs, ev.estimator)) for ev in own}
+        out[cls] = {
+            ev.estimator: pool(
+                ev if cls == "any" else AAEvidence(estimator=ev.estimator), getattr(theirs, ev.estimator)
+            )
+            for ev in own
+        }
     return out
 
 

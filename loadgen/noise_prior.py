@@ -61,13 +61,16 @@ def limiting_target(sweeps_steps: list[list[StepResult]]) -> str | None:
     return est.limiting if est and not est.censored else None
 
 
-def repeat_evidence(sweeps_steps: list[list[StepResult]], estimator: Estimator) -> AAEvidence:
+def repeat_evidence(
+    sweeps_steps: list[list[StepResult]], estimator: Estimator, limiting: str | None = None
+) -> AAEvidence:
     """A/A evidence from K repeats of one configuration: the sample variance of their log estimates
     (K - 1 df) times 2, the variance of a difference of two runs. K = 2 gives the pair's squared
-    difference, as disjoint pairs do; K = 4 gives 3 df where pairs give 2."""
+    difference, as disjoint pairs do; K = 4 gives 3 df where pairs give 2. ``limiting``: the
+    configuration's noise class (:func:`limiting_target`, computed once by the caller for both estimators)."""
     logs = [x for x in (PER_SWEEP[estimator](steps) for steps in sweeps_steps) if x is not None]
     evidence = log_evidence(logs, estimator)
-    return evidence.model_copy(update={"limiting": limiting_target(sweeps_steps)}) if evidence.df else evidence
+    return evidence.model_copy(update={"limiting": limiting}) if evidence.df else evidence
 
 
 def log_evidence(logs: list[float], estimator: Estimator) -> AAEvidence:
@@ -84,7 +87,8 @@ def sweeps_evidence(sweeps: list[SweepResult]) -> list[AAEvidence]:
     steps = [[st for st in s.steps if st.validity == "valid"] for s in sweeps if s.mode == "rate" and s.valid]
     if len(steps) < 2 or not all(st.sla_samples for r in steps for st in r):
         return []
-    return [ev for ev in (repeat_evidence(steps, e) for e in ("crossing", "service_rate")) if ev.df]
+    limiting = limiting_target(steps)
+    return [ev for ev in (repeat_evidence(steps, e, limiting) for e in ("crossing", "service_rate")) if ev.df]
 
 
 class NoisePrior(BaseModel):
@@ -96,7 +100,6 @@ class NoisePrior(BaseModel):
     source: str = f"default sd {PRIOR_SD:.0%} over {PRIOR_DF} df"
     history: list[AAEvidence] = Field(default_factory=list)  # every class's evidence (for_limit filters it)
     where: str = "earlier floors"
-    limiting: str | None = None  # the class pooled here (None: every class)
 
     @classmethod
     def from_history(
@@ -122,8 +125,7 @@ class NoisePrior(BaseModel):
                 for e, name in (("crossing", "crossing"), ("service_rate", "service rate"))
             )
             source += f" + {floors} {where}{f' that {limiting} limits' if limiting else ''} ({extra})"
-        kept = dict(floors=floors, source=source, history=list(history), where=where, limiting=limiting)
-        return cls(**kept, **pooled)
+        return cls(floors=floors, source=source, history=list(history), where=where, **pooled)
 
     def classes(self) -> list[str]:
         """The noise classes the history has evidence of."""

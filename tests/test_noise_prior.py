@@ -47,6 +47,8 @@ def test_simulated_repeats_give_evidence_for_both_estimators_and_the_floor_keeps
     assert {e.estimator for e in evidence} == {"crossing", "service_rate"} and all(e.df == 1 for e in evidence)
     floor = noise_floor(sweeps)
     own = {e.estimator: e for e in floor.aa_evidence}
+    # an experiment's evidence and a floor of the same sweeps name the same class, for both estimators
+    assert floor.limiting is not None and {e.limiting for e in evidence + floor.aa_evidence} == {floor.limiting}
     assert own["service_rate"].sum_sq == pytest.approx(
         next(e for e in evidence if e.estimator == "service_rate").sum_sq
     )
