@@ -222,6 +222,12 @@ def report(args) -> None:
     from benchmarks.harness_power import write_markdown
 
     rows = [json.loads(p.read_text()) | {"file": p.name} for p in sorted(Path(args.dir).glob("power_*.json"))]
+    by_file = {r["file"]: r for r in rows}
+
+    def calls(r: dict) -> int:
+        """Calls in a verdict's chain: a resumed call may itself have continued a resumed one."""
+        return 1 + (calls(by_file[r["resumes"]]) if r.get("resumes") in by_file else bool(r.get("resumes")))
+
     superseded = {r["resumes"] for r in rows if r.get("resumes")}  # a resumed verdict replaces the call it continued
     rows = [r for r in rows if r["file"] not in superseded]
     cells = []
@@ -257,7 +263,7 @@ def report(args) -> None:
                         "gpu": r.get("gpu", "not recorded"),
                         "verdict": r.get("verdict_sentence") or v.get("sentence"),
                         "rounds": v.get("rounds"),
-                        "calls": 1 + bool(r.get("resumes")),
+                        "calls": calls(r),
                         "cut": v.get("cut"),
                         "gpu_minutes": round((r["wall_s"] + r.get("resumed_wall_s", 0)) / 60, 2),
                     }

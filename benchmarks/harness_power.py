@@ -554,7 +554,7 @@ def write_markdown(doc: dict) -> None:
             ]
             lines += [
                 f"- `{t['file']}`: {t['verdict']}"
-                + (f" (resumed in a second call: {t['calls']} calls)" if t.get("calls", 1) > 1 else "")
+                + (f" (resumed: {t['calls']} calls)" if t.get("calls", 1) > 1 else "")
                 for t in c["trial_verdicts"]
             ]
     (RESULTS / "harness_power.md").write_text("\n".join(lines) + "\n")
