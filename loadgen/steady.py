@@ -29,11 +29,24 @@ class SteadyWarmup(BaseModel):
     wall_s: float = 0.0
 
     def describe(self) -> str:
-        itl = ", ".join("-" if v is None else f"{v:.0f}" for v in self.itl_p50_ms)
-        state = "steady" if self.steady else "still falling at the last burst"
+        def ms(values: list[float | None]) -> str:
+            return ", ".join("-" if v is None else f"{v:.0f}" for v in values)
+
+        state = "steady"
+        if not self.steady:  # name the latency that kept falling (a rising one is load, not warm-up)
+            unsettled = [name for name, ok in self.settled().items() if not ok]
+            state = f"{' and '.join(unsettled) or 'latency'} still falling at the last burst"
         return (
-            f"{len(self.itl_p50_ms)} burst(s) of {self.burst_s:g} s at {self.rate:g} req/s, ITL p50 {itl} ms: {state}"
+            f"{len(self.itl_p50_ms)} burst(s) of {self.burst_s:g} s at {self.rate:g} req/s, "
+            f"ITL p50 {ms(self.itl_p50_ms)} ms, TTFT p50 {ms(self.ttft_p50_ms)} ms: {state}"
         )
+
+    def settled(self, tolerance: float = 0.05, settle: int = 2) -> dict[str, bool]:
+        """Per latency, whether it met the rule :func:`warm_until_steady` stops on."""
+        return {
+            "ITL": is_steady(self.itl_p50_ms, tolerance, settle),
+            "TTFT": is_steady(self.ttft_p50_ms, 2 * tolerance, settle),
+        }
 
 
 def is_steady(values: list[float | None], tolerance: float, settle: int) -> bool:
@@ -87,7 +100,7 @@ def warm_until_steady(
             progress(
                 f"  warm-up burst {i + 1}: ITL p50 {result.itl_p50_ms[-1]} ms, TTFT p50 {result.ttft_p50_ms[-1]} ms"
             )
-        if is_steady(result.itl_p50_ms, tolerance, settle) and is_steady(result.ttft_p50_ms, 2 * tolerance, settle):
+        if all(result.settled(tolerance, settle).values()):
             result.steady = True
             break
     result.wall_s = round(time.monotonic() - began, 1)

@@ -266,6 +266,12 @@ def test_steady_means_latency_has_stopped_falling():
     assert is_steady([40.0, 41.0, 46.0], 0.05, 2)  # rising is not falling
     assert not is_steady([40.0, None, 41.0], 0.05, 2)  # a burst without a measurement does not count
     assert not is_steady([], 0.05, 2)
+    from loadgen.steady import SteadyWarmup
+
+    # the H100 warm-up of 2026-12-05: ITL rose at the last burst (load), TTFT had still been falling
+    seen = SteadyWarmup(rate=4.4, burst_s=6, itl_p50_ms=[26, 27, 27, 45], ttft_p50_ms=[143, 97, 62, 69])
+    assert seen.settled() == {"ITL": True, "TTFT": False}
+    assert seen.describe().endswith("TTFT p50 143, 97, 62, 69 ms: TTFT still falling at the last burst")
 
 
 def test_an_unresolved_crossing_is_judged_on_the_two_intervals():
