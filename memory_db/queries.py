@@ -80,13 +80,15 @@ def _ratio_text(ratio: float | None, noise: float | None) -> str:
     return text + (f", noise threshold ±{noise:.1%}" if noise is not None else "")
 
 
-#: A noise floor wider than this cannot rule out a gain worth having: its 'same' decides nothing.
-MAX_RESOLVING_THRESHOLD = 0.25
+#: A noise floor wider than this cannot rule out a gain worth having: its 'same' decides nothing. 10%, the
+#: harness's target: most published serving wins are 5-20%, and a 'same' whose floor could not see a 10% gain
+#: (the main job's second campaign skipped chunked prefill on a +-14% 'same', 2026-12-05) leaves them open.
+MAX_RESOLVING_THRESHOLD = 0.10
 
 
 def conclusive(verdict: str, capacity_ratio: float | None, noise_threshold: float | None) -> bool:
     """Whether a decided verdict settles the question. 'better' and 'worse' do; 'same' only when the
-    noise floor could have resolved a worthwhile gain (threshold <= 25 %) and the candidate's mean
+    noise floor could have resolved a worthwhile gain (threshold <= 10 %) and the candidate's mean
     stayed inside it. A 'same' at +50 % under a +-61 % threshold is an open question, not a dead end."""
     if verdict != "same":
         return True
