@@ -27,6 +27,8 @@ class SteadyWarmup(BaseModel):
     ttft_p50_ms: list[float | None] = Field(default_factory=list)
     steady: bool = False
     wall_s: float = 0.0
+    tolerance: float = 0.05  # the rule it stopped on (warm_until_steady's), so describe() names the same
+    settle: int = 2
 
     def describe(self) -> str:
         def ms(values: list[float | None]) -> str:
@@ -41,11 +43,11 @@ class SteadyWarmup(BaseModel):
             f"ITL p50 {ms(self.itl_p50_ms)} ms, TTFT p50 {ms(self.ttft_p50_ms)} ms: {state}"
         )
 
-    def settled(self, tolerance: float = 0.05, settle: int = 2) -> dict[str, bool]:
+    def settled(self) -> dict[str, bool]:
         """Per latency, whether it met the rule :func:`warm_until_steady` stops on."""
         return {
-            "ITL": is_steady(self.itl_p50_ms, tolerance, settle),
-            "TTFT": is_steady(self.ttft_p50_ms, 2 * tolerance, settle),
+            "ITL": is_steady(self.itl_p50_ms, self.tolerance, self.settle),
+            "TTFT": is_steady(self.ttft_p50_ms, 2 * self.tolerance, self.settle),
         }
 
 
@@ -81,7 +83,7 @@ def warm_until_steady(
     from loadgen.sweep import run_sweep
 
     began = time.monotonic()
-    result = SteadyWarmup(rate=rate, burst_s=burst_s)
+    result = SteadyWarmup(rate=rate, burst_s=burst_s, tolerance=tolerance, settle=settle)
     for i in range(max_bursts):
         sweep = run_sweep(
             engine,
@@ -100,7 +102,7 @@ def warm_until_steady(
             progress(
                 f"  warm-up burst {i + 1}: ITL p50 {result.itl_p50_ms[-1]} ms, TTFT p50 {result.ttft_p50_ms[-1]} ms"
             )
-        if all(result.settled(tolerance, settle).values()):
+        if all(result.settled().values()):
             result.steady = True
             break
     result.wall_s = round(time.monotonic() - began, 1)
