@@ -19,6 +19,7 @@ a readable harness_power.md beside it.
 from __future__ import annotations
 
 import argparse
+from functools import partial
 import json
 import math
 import sys
@@ -142,8 +143,10 @@ def trial(
     http: bool,
     max_rounds: int = 4,
     estimator: str = "crossing",
+    futility: bool = False,
 ):
-    """One verdict: baseline BASE vs ``candidate``, a fresh engine start per side and round."""
+    """One verdict: baseline BASE vs ``candidate``, a fresh engine start per side and round; ``futility``:
+    an early look with no gain in sight stops as ``same`` (loadgen.verdict.FUTILITY_SHARE), as a campaign's."""
     measured_s = [0.0]
 
     def measure(side: str, i: int, rates: list[float]):
@@ -151,6 +154,7 @@ def trial(
         return sweep_side(BASE if side == "A" else candidate, side, i, rates, seed, step_s, http)
 
     _, judge, grid = ESTIMATORS[estimator]
+    judge = partial(judge, futility=futility)
     stats, _ = sequential_verdict(
         measure,
         guess,
@@ -400,6 +404,7 @@ def main() -> None:
     ap.add_argument("--http", action="store_true")
     ap.add_argument("--jobs", type=int, default=1, help="simulated: trials run in this many processes")
     ap.add_argument("--max-rounds", type=int, default=6)
+    ap.add_argument("--futility", action="store_true", help="simulated: early looks with no gain in sight stop as same")
     ap.add_argument("--instrument", choices=["simulated", "vllm_cpu"], default="simulated")
     ap.add_argument("--report-only", action="store_true", help="vllm_cpu: rebuild the cells from the trials recorded")
     ap.add_argument("--capacity-guess", type=float, default=2.8, help="vllm_cpu: the baseline's capacity, req/s")
@@ -414,6 +419,7 @@ def main() -> None:
     base_capacity = true_capacity(BASE, 24.0)
     print(f"simulated engine: capacity at length {base_capacity:.3f} req/s within {SLA.model_dump(exclude_none=True)}")
     label, _, _ = ESTIMATORS[args.estimator]
+    label += ", futility stops" if args.futility else ""
     # the service rate is found from steps that queue: its rates sit around what the engine serves at length
     served = virtual_step(BASE, 90.0, 60.0, 1, 1).throughput_rps
     guess = base_capacity if args.estimator == "crossing" else served * 1.5
@@ -440,7 +446,17 @@ def main() -> None:
                     trial,
                     *zip(
                         *[
-                            (model, 1 + s, guess, args.step_s, prior, args.http, args.max_rounds, args.estimator)
+                            (
+                                model,
+                                1 + s,
+                                guess,
+                                args.step_s,
+                                prior,
+                                args.http,
+                                args.max_rounds,
+                                args.estimator,
+                                args.futility,
+                            )
                             for s in range(args.trials)
                         ]
                     ),
@@ -484,6 +500,7 @@ def main() -> None:
         if not (c["instrument"] == "simulated" and c.get("mode") == mode and c.get("estimator") == label)
     ] + cells
     key = f"simulated/{mode}" + ("" if args.estimator == "crossing" else f"/{args.estimator}")
+    key += "/futility" if args.futility else ""
     doc.setdefault("commands", {})[key] = "python benchmarks/harness_power.py " + " ".join(sys.argv[1:])
     doc.setdefault("design", {}).update(
         {

@@ -175,6 +175,7 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
         looks=LOOKS,
         crossing_prior=priors["crossing"],
         service_prior=priors["service_rate"],
+        futility=True,  # a repeat is spent only while a gain is in sight (loadgen.verdict)
     )
     decided = stats.verdict != "undecided"
     verdict = "same" if not decided else stats.verdict

@@ -34,10 +34,13 @@ def judge(
     looks: int | None = None,
     crossing_prior: tuple[float, int] = (0.0, 0),
     service_prior: tuple[float, int] = (0.0, 0),
+    futility: bool = False,
 ) -> VerdictStats:
     """The verdict on rounds of A (baseline) and B (candidate) by ``estimator``; priors are (variance of a
-    paired log difference, df) from A/A pairs (the noise floor's), one per estimator."""
-    common = dict(max_rounds=max_rounds, final=final, looks=looks)
+    paired log difference, df) from A/A pairs (the noise floor's), one per estimator. ``futility``: an
+    early look stops as ``same`` when neither estimator sees a gain (loadgen.verdict); while one still
+    does, the look stays undecided."""
+    common = dict(max_rounds=max_rounds, final=final, looks=looks, futility=futility)
 
     def by_crossing(level: float) -> VerdictStats:
         return judge_rounds(

@@ -16,6 +16,11 @@ Design (docs/measurement.md has the reasoning and the measured error rates):
   another round, up to ``max_rounds``, then ``same``. The early looks share alpha / 4, the last gets
   3 alpha / 4 (Bonferroni, :func:`spent_alpha`), so the chance of a false better-or-worse over all
   looks is at most ``alpha``.
+* **Futility** (``futility=True``, a campaign's looks): an early look whose effect is under a third of
+  its minimum detectable effect (:data:`FUTILITY_SHARE`) stops as ``same`` (``stopped`` "futile"). Even
+  if the effect were what that look reads, a second sweep would make it ``better`` one time in fifty or
+  less; a stop that can only say ``same`` adds no false better-or-worse; and a true gain at the final
+  look's MDE reads that low in 3-6% of first looks (docs/measurement.md).
 * **Minimum detectable effect**: the smallest true effect this noise would call better with 80%
   power at the final look's z: (z + 0.84) SE.
 """
@@ -37,6 +42,8 @@ from loadgen.queue_rate import service_rate
 from loadgen.results import StepResult
 
 ALPHA = 0.05
+#: futility: an early look stops as ``same`` when its effect is under this share of its MDE
+FUTILITY_SHARE = 1 / 3
 LOOKS = 3  # a harness verdict is looked at after its planned repeats and after up to two more
 POWER_Z = float(norm.ppf(0.8))
 
@@ -51,7 +58,7 @@ class VerdictStats(BaseModel):
     confidence: float = 1 - ALPHA
     mde: float | None = None  # minimum detectable effect (80% power) at this noise
     rounds: int = 0
-    stopped: str = ""  # decided | equivalent | max_rounds | invalid
+    stopped: str = ""  # decided | equivalent | futile | max_rounds | invalid
     baseline: str | None = None  # the capacity estimates, described
     candidate: str | None = None
     baseline_censored: str | None = None  # "above" / "below": that side's crossing lies outside the tested rates
@@ -75,9 +82,10 @@ class VerdictStats(BaseModel):
         mde = f"; smallest effect it could see {self.mde:.1%}" if self.mde is not None else ""
         by = f" by the {self.decided_by}" if self.decided_by else ""
         level = f"{self.confidence:.1%}".replace(".0%", "%")
+        futile = "; stopped early: no gain in sight" if self.stopped == "futile" else ""
         return (
             f"{self.verdict}: {self.effect:+.1%}{by} ({level} interval {self.low:+.1%} to "
-            f"{self.high:+.1%}; {self.rounds} round(s){mde})"
+            f"{self.high:+.1%}; {self.rounds} round(s){mde}{futile})"
         )
 
 
@@ -132,6 +140,7 @@ def judge_rounds(
     prior_var: float = 0.0,
     prior_df: int = 0,
     looks: int | None = None,
+    futility: bool = False,
 ) -> VerdictStats:
     """The verdict on the sweeps measured so far (each round: the steps of one sweep); sweep i of A
     and of B share their schedules (same seed per rate), so they pair. A and B may have different
@@ -139,7 +148,8 @@ def judge_rounds(
 
     ``prior_var``/``prior_df``: the between-run variance of a paired difference from A/A pairs
     (the noise floor's repeats, the endpoint's prior). Without any, a verdict needs rounds of its
-    own to see that variance. ``looks``: how many times this verdict may be taken (alpha is split)."""
+    own to see that variance. ``looks``: how many times this verdict may be taken (alpha is split).
+    ``futility``: an early look with no gain in sight stops as ``same`` (the module doc)."""
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
     looks = looks or max_rounds
@@ -185,7 +195,19 @@ def judge_rounds(
     se_boot = float(np.std(est_b.draws - est_a.draws))
     diffs = round_differences(a_rounds[:k], b_rounds[:k])
     return _interval_verdict(
-        d, se_boot, diffs, ka, kb, prior_var, prior_df, alpha, looks, final or kb >= max_rounds, equivalence, common
+        d,
+        se_boot,
+        diffs,
+        ka,
+        kb,
+        prior_var,
+        prior_df,
+        alpha,
+        looks,
+        final or kb >= max_rounds,
+        equivalence,
+        common,
+        futility=futility,
     )
 
 
@@ -212,12 +234,14 @@ def _interval_verdict(
     equivalence: float,
     common: dict,
     min_diffs: int = 0,
+    futility: bool = False,
 ) -> VerdictStats:
     """The test both estimators share: the effect d = log(B / A) with the larger of its own standard error
     (``se_own``: a bootstrap, or the slopes' intervals) and the between-round one (the rounds' differences
     ``diffs`` pooled with the A/A prior), the interval at this look's spent alpha, and the decision. A
     verdict waits for another round while it has no between-run spread (df 0) or fewer than ``min_diffs``
-    round differences of its own, unless this is its last look."""
+    round differences of its own, unless this is its last look; with ``futility``, an early look whose
+    effect is under FUTILITY_SHARE of its MDE stops as ``same`` instead (it can only say ``same``: no alpha)."""
     var, df = between_variance(diffs, prior_var, prior_df)
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
@@ -236,12 +260,15 @@ def _interval_verdict(
         verdict, stopped = "same", "equivalent"
     else:
         verdict, stopped = ("same", "max_rounds") if last else ("undecided", "")
+    mde = (_crit(alpha, looks, use_df, True) + POWER_Z) * se  # log scale
+    if verdict == "undecided" and futility and d < FUTILITY_SHARE * mde:
+        verdict, stopped = "same", "futile"
     return VerdictStats(
         verdict=verdict,
         effect=math.expm1(d),
         low=math.expm1(lo),
         high=math.expm1(hi),
-        mde=math.expm1((_crit(alpha, looks, use_df, True) + POWER_Z) * se),
+        mde=math.expm1(mde),
         stopped=stopped,
         se_bootstrap=se_own,
         se_between=se_between,
@@ -262,6 +289,7 @@ def judge_service_rates(
     prior_var: float = 0.0,
     prior_df: int = 0,
     looks: int | None = None,
+    futility: bool = False,
 ) -> VerdictStats:
     """:func:`judge_rounds` with the engine's service rate from queue growth (:mod:`loadgen.queue_rate`)
     in place of the SLA crossing: d = log(mu B / mu A) over every queued step of each side; its standard
@@ -318,6 +346,7 @@ def judge_service_rates(
         equivalence,
         common,
         min_diffs=2,
+        futility=futility,
     )
 
 

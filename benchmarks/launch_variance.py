@@ -1,0 +1,169 @@
+"""Noise between engine launches against noise within one: what the main job's A/A pairs can see.
+
+    .venv/bin/python benchmarks/launch_variance.py run --launches 4 --sweeps 2 --out .autoresearch/launch_variance
+    .venv/bin/python benchmarks/launch_variance.py report --out .autoresearch/launch_variance
+
+A campaign repeats a configuration's sweeps and judges a candidate against its baseline. Which pairs of
+sweeps are alike decides what the floor measures: two sweeps on one running engine share its launch
+(memory layout, thread placement, whatever the host was doing in those minutes), while a verdict sets
+sweeps of two launches, minutes apart, side by side. This script starts the endpoint's declared
+configuration ``--launches`` times and sweeps each launch ``--sweeps`` times, exactly as a campaign's
+repeats do (the endpoint's own ladder, :func:`loadgen.sweep.run_sweep`), and splits the log-capacity
+variance of each estimator (the service rate from queue growth, the fitted SLA crossing) into a
+within-launch and a between-launch component (one-way random-effects ANOVA). Every sweep is written as
+it finishes (``<out>/l<launch>-s<sweep>.json``); a run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _estimates(path: Path) -> dict[str, float | None]:
+    from loadgen.queue_rate import service_rate
+    from loadgen.results import SweepResult
+
+    sweep = SweepResult.model_validate_json(path.read_text())
+    served = service_rate([s for s in sweep.steps if s.validity == "valid"])
+    return {
+        "service_rate": served.rate if served is not None else None,
+        "crossing": sweep.capacity_fit_rps,
+        "valid": sweep.validity == "valid",
+        "steps": [[s.target_rate, s.within_sla] for s in sweep.steps],
+        "wall_s": sweep.wall_s,
+    }
+
+
+def components(groups: list[list[float]]) -> dict[str, float] | None:
+    """One-way random-effects ANOVA on log values: the within-launch sd of one sweep, the between-launch sd
+    of a launch's mean effect (0 when the launches agree better than their sweeps), and the sd of the log
+    difference of two sweeps on one launch and on two launches (what a same-launch A/A pair measures,
+    and what a verdict between two engines meets)."""
+    groups = [[math.log(v) for v in g] for g in groups if len(g) >= 2]
+    if len(groups) < 2:
+        return None
+    n = min(len(g) for g in groups)
+    groups = [g[:n] for g in groups]
+    k = len(groups)
+    means = [sum(g) / n for g in groups]
+    grand = sum(means) / k
+    ss_within = sum((v - m) ** 2 for g, m in zip(groups, means) for v in g)
+    ms_within = ss_within / (k * (n - 1))
+    ms_between = n * sum((m - grand) ** 2 for m in means) / (k - 1)
+    var_between = max(0.0, (ms_between - ms_within) / n)
+    return {
+        "launches": k,
+        "sweeps_per_launch": n,
+        "df_within": k * (n - 1),
+        "df_between": k - 1,
+        "sd_within": math.sqrt(ms_within),
+        "sd_between": math.sqrt(var_between),
+        "sd_pair_same_launch": math.sqrt(2 * ms_within),
+        "sd_pair_two_launches": math.sqrt(2 * (ms_within + var_between)),
+        "f_ratio": ms_between / ms_within if ms_within > 0 else math.inf,
+    }
+
+
+def report(out: Path) -> dict:
+    from scipy.stats import f as f_dist
+
+    by_launch: dict[int, list[dict]] = {}
+    for path in sorted(out.glob("l*-s*.json")):
+        launch, sweep = (int(p[1:]) for p in path.stem.split("-"))
+        by_launch.setdefault(launch, []).append({"sweep": sweep, **_estimates(path)})
+    result = {"launches": {str(k): v for k, v in sorted(by_launch.items())}, "estimators": {}}
+    for est in ("service_rate", "crossing"):
+        groups = [
+            [s[est] for s in sorted(v, key=lambda s: s["sweep"]) if s["valid"] and s[est]] for v in by_launch.values()
+        ]
+        comp = components(groups)
+        if comp is not None and math.isfinite(comp["f_ratio"]):
+            # P(F >= observed) under "launches add no variance": small = the launches differ
+            comp["p_launches_differ"] = float(f_dist.sf(comp["f_ratio"], comp["df_between"], comp["df_within"]))
+        result["estimators"][est] = comp
+    return result
+
+
+def _text(result: dict) -> str:
+    lines = ["launch  sweep  service rate  crossing  steps (rate, within SLA)"]
+    for launch, sweeps in result["launches"].items():
+        for s in sorted(sweeps, key=lambda s: s["sweep"]):
+            sr = f"{s['service_rate']:.3f}" if s["service_rate"] else "-"
+            cr = f"{s['crossing']:.3f}" if s["crossing"] else "-"
+            steps = " ".join(f"{r:g}{'+' if ok else 'x'}" for r, ok in s["steps"])
+            lines.append(f"{launch:>6}  {s['sweep']:>5}  {sr:>12}  {cr:>8}  {steps}")
+    for est, c in result["estimators"].items():
+        if c is None:
+            lines.append(f"{est}: too few launches with two valid sweeps")
+            continue
+        lines.append(
+            f"{est}: {c['launches']} launches x {c['sweeps_per_launch']} sweeps; sd of one sweep within a launch "
+            f"{c['sd_within']:.1%} ({c['df_within']} df), between launches {c['sd_between']:.1%} "
+            f"({c['df_between']} df); paired difference: same launch {c['sd_pair_same_launch']:.1%}, two "
+            f"launches {c['sd_pair_two_launches']:.1%}; F = {c['f_ratio']:.2f}"
+            + (f", p = {c['p_launches_differ']:.3f}" if "p_launches_differ" in c else "")
+        )
+    return "\n".join(lines)
+
+
+def run(args) -> None:
+    from autoresearch.workflows import load_pool
+    from dagster_project.lib import load_definitions
+    from engines import run_engine
+    from loadgen.sweep import run_sweep
+    from specs.paths import definitions_dir
+
+    spec = load_definitions(definitions_dir()).endpoint(args.endpoint)
+    pool = load_pool(spec)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for launch in range(args.launches):
+        todo = [s for s in range(args.sweeps) if not (args.out / f"l{launch}-s{s}.json").exists()]
+        if not todo:
+            continue
+        if len(todo) < args.sweeps:  # a launch cut short is started again from its first sweep
+            for s in range(args.sweeps):
+                (args.out / f"l{launch}-s{s}.json").unlink(missing_ok=True)
+        began = time.time()
+        with run_engine(spec, workdir=args.out / ".run", purpose="sweep") as engine:
+            for s in range(args.sweeps):
+                sweep = run_sweep(engine, pool, spec, repeats_label=f"l{launch}s{s}")
+                (args.out / f"l{launch}-s{s}.json").write_text(sweep.model_dump_json())
+                est = _estimates(args.out / f"l{launch}-s{s}.json")
+                print(
+                    f"launch {launch} sweep {s}: service rate {est['service_rate']}, crossing {est['crossing']}, "
+                    f"{sweep.wall_s:.0f} s",
+                    flush=True,
+                )
+        print(f"launch {launch}: {time.time() - began:.0f} s", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--endpoint", default="support_smollm")
+    r.add_argument("--launches", type=int, default=4)
+    r.add_argument("--sweeps", type=int, default=2)
+    r.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("report")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--json", type=Path, help="also write the report as JSON here")
+    args = ap.parse_args()
+    if args.cmd == "run":
+        run(args)
+    result = report(args.out)
+    print(_text(result))
+    if getattr(args, "json", None):
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
