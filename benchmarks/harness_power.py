@@ -419,6 +419,7 @@ def main() -> None:
     base_capacity = true_capacity(BASE, 24.0)
     print(f"simulated engine: capacity at length {base_capacity:.3f} req/s within {SLA.model_dump(exclude_none=True)}")
     label, _, _ = ESTIMATORS[args.estimator]
+    label += f", at most {args.max_rounds} rounds" if args.max_rounds != 6 else ""  # 6: the recorded cells'
     label += ", futility stops" if args.futility else ""
     # the service rate is found from steps that queue: its rates sit around what the engine serves at length
     served = virtual_step(BASE, 90.0, 60.0, 1, 1).throughput_rps
@@ -500,7 +501,7 @@ def main() -> None:
         if not (c["instrument"] == "simulated" and c.get("mode") == mode and c.get("estimator") == label)
     ] + cells
     key = f"simulated/{mode}" + ("" if args.estimator == "crossing" else f"/{args.estimator}")
-    key += "/futility" if args.futility else ""
+    key += (f"/max{args.max_rounds}" if args.max_rounds != 6 else "") + ("/futility" if args.futility else "")
     doc.setdefault("commands", {})[key] = "python benchmarks/harness_power.py " + " ".join(sys.argv[1:])
     doc.setdefault("design", {}).update(
         {

@@ -16,11 +16,12 @@ Design (docs/measurement.md has the reasoning and the measured error rates):
   another round, up to ``max_rounds``, then ``same``. The early looks share alpha / 4, the last gets
   3 alpha / 4 (Bonferroni, :func:`spent_alpha`), so the chance of a false better-or-worse over all
   looks is at most ``alpha``.
-* **Futility** (``futility=True``, a campaign's looks): an early look whose effect is under a third of
-  its minimum detectable effect (:data:`FUTILITY_SHARE`) stops as ``same`` (``stopped`` "futile"). Even
-  if the effect were what that look reads, a second sweep would make it ``better`` one time in fifty or
-  less; a stop that can only say ``same`` adds no false better-or-worse; and a true gain at the final
-  look's MDE reads that low in 3-6% of first looks (docs/measurement.md).
+* **Futility** (``futility=True``, a campaign's looks): at the look before the last, an effect under a
+  third of that look's minimum detectable effect (:data:`FUTILITY_SHARE`) stops as ``same`` (``stopped``
+  "futile"). Even if the effect were what that look reads, the last round would make it ``better`` one
+  time in fifty or less; a stop that can only say ``same`` adds no false better-or-worse; and a true gain
+  at the final look's MDE reads that low in 3-6% of such looks (docs/measurement.md). Earlier looks,
+  with more rounds to come, never stop for futility.
 * **Minimum detectable effect**: the smallest true effect this noise would call better with 80%
   power at the final look's z: (z + 0.84) SE.
 """
@@ -207,7 +208,7 @@ def judge_rounds(
         final or kb >= max_rounds,
         equivalence,
         common,
-        futility=futility,
+        futility=futility and kb + 1 >= max_rounds,  # one repeat left: the rule's derivation
     )
 
 
@@ -240,8 +241,8 @@ def _interval_verdict(
     (``se_own``: a bootstrap, or the slopes' intervals) and the between-round one (the rounds' differences
     ``diffs`` pooled with the A/A prior), the interval at this look's spent alpha, and the decision. A
     verdict waits for another round while it has no between-run spread (df 0) or fewer than ``min_diffs``
-    round differences of its own, unless this is its last look; with ``futility``, an early look whose
-    effect is under FUTILITY_SHARE of its MDE stops as ``same`` instead (it can only say ``same``: no alpha)."""
+    round differences of its own, unless this is its last look; with ``futility`` (the callers pass it at
+    the look before the last), an effect under FUTILITY_SHARE of the MDE stops as ``same`` instead."""
     var, df = between_variance(diffs, prior_var, prior_df)
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
@@ -346,7 +347,7 @@ def judge_service_rates(
         equivalence,
         common,
         min_diffs=2,
-        futility=futility,
+        futility=futility and kb + 1 >= max_rounds,  # one repeat left: the rule's derivation
     )
 
 
