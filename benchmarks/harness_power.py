@@ -493,7 +493,11 @@ def main() -> None:
         }
         cells.append(cell)
         print(json.dumps(cell))
-    out = RESULTS / "harness_power.json"
+    # the issue's cells (6 rounds) stay in harness_power.json; other designs (the campaign's 2 rounds,
+    # futility stops) are recorded beside it, so no reader mistakes their power for the targets' design
+    out = RESULTS / (
+        "harness_power.json" if args.max_rounds == 6 and not args.futility else "harness_power_designs.json"
+    )
     doc = json.loads(out.read_text()) if out.exists() else {"cells": []}
     doc["cells"] = [
         c
@@ -520,11 +524,11 @@ def main() -> None:
         "df": prior[1],
     }
     out.write_text(json.dumps(doc, indent=2) + "\n")
-    write_markdown(doc)
+    write_markdown(doc, out.with_suffix(".md"))
     print(f"wrote {out.relative_to(ROOT)} in {time.time() - began:.0f} s")
 
 
-def write_markdown(doc: dict) -> None:
+def write_markdown(doc: dict, path: Path = RESULTS / "harness_power.md") -> None:
     if "design" not in doc:
         doc["design"] = {"rule": "see loadgen/verdict.py", "alpha": 0.05, "max_rounds": 6}
     lines = (
@@ -575,7 +579,7 @@ def write_markdown(doc: dict) -> None:
                 + (f" (resumed: {t['calls']} calls)" if t.get("calls", 1) > 1 else "")
                 for t in c["trial_verdicts"]
             ]
-    (RESULTS / "harness_power.md").write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
