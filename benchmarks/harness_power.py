@@ -146,7 +146,7 @@ def trial(
     futility: bool = False,
 ):
     """One verdict: baseline BASE vs ``candidate``, a fresh engine start per side and round; ``futility``:
-    an early look with no gain in sight stops as ``same`` (loadgen.verdict.FUTILITY_SHARE), as a campaign's."""
+    the look before the last stops as ``same`` with no gain in sight (loadgen.verdict.FUTILITY_SHARE), as a campaign's."""
     measured_s = [0.0]
 
     def measure(side: str, i: int, rates: list[float]):
@@ -404,7 +404,11 @@ def main() -> None:
     ap.add_argument("--http", action="store_true")
     ap.add_argument("--jobs", type=int, default=1, help="simulated: trials run in this many processes")
     ap.add_argument("--max-rounds", type=int, default=6)
-    ap.add_argument("--futility", action="store_true", help="simulated: early looks with no gain in sight stop as same")
+    ap.add_argument(
+        "--futility",
+        action="store_true",
+        help="simulated: the look before the last stops as same with no gain in sight",
+    )
     ap.add_argument("--instrument", choices=["simulated", "vllm_cpu"], default="simulated")
     ap.add_argument("--report-only", action="store_true", help="vllm_cpu: rebuild the cells from the trials recorded")
     ap.add_argument("--capacity-guess", type=float, default=2.8, help="vllm_cpu: the baseline's capacity, req/s")

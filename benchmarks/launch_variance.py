@@ -27,11 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _estimates(path: Path) -> dict[str, float | None]:
+def _estimates(sweep) -> dict[str, float | None]:
+    """One sweep's capacity by each estimator, and what it tested."""
     from loadgen.queue_rate import service_rate
-    from loadgen.results import SweepResult
 
-    sweep = SweepResult.model_validate_json(path.read_text())
     served = service_rate([s for s in sweep.steps if s.validity == "valid"])
     return {
         "service_rate": served.rate if served is not None else None,
@@ -75,10 +74,13 @@ def components(groups: list[list[float]]) -> dict[str, float] | None:
 def report(out: Path) -> dict:
     from scipy.stats import f as f_dist
 
+    from loadgen.results import SweepResult
+
     by_launch: dict[int, list[dict]] = {}
     for path in sorted(out.glob("l*-s*.json")):
         launch, sweep = (int(p[1:]) for p in path.stem.split("-"))
-        by_launch.setdefault(launch, []).append({"sweep": sweep, **_estimates(path)})
+        measured = SweepResult.model_validate_json(path.read_text())
+        by_launch.setdefault(launch, []).append({"sweep": sweep, **_estimates(measured)})
     result = {"launches": {str(k): v for k, v in sorted(by_launch.items())}, "estimators": {}}
     for est in ("service_rate", "crossing"):
         groups = [
@@ -136,7 +138,7 @@ def run(args) -> None:
             for s in range(args.sweeps):
                 sweep = run_sweep(engine, pool, spec, repeats_label=f"l{launch}s{s}")
                 (args.out / f"l{launch}-s{s}.json").write_text(sweep.model_dump_json())
-                est = _estimates(args.out / f"l{launch}-s{s}.json")
+                est = _estimates(sweep)
                 print(
                     f"launch {launch} sweep {s}: service rate {est['service_rate']}, crossing {est['crossing']}, "
                     f"{sweep.wall_s:.0f} s",

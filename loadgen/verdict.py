@@ -208,7 +208,8 @@ def judge_rounds(
         final or kb >= max_rounds,
         equivalence,
         common,
-        futility=futility and kb + 1 >= max_rounds,  # one repeat left: the rule's derivation
+        futility=futility,
+        max_rounds=max_rounds,
     )
 
 
@@ -236,13 +237,15 @@ def _interval_verdict(
     common: dict,
     min_diffs: int = 0,
     futility: bool = False,
+    max_rounds: int = 0,
 ) -> VerdictStats:
     """The test both estimators share: the effect d = log(B / A) with the larger of its own standard error
     (``se_own``: a bootstrap, or the slopes' intervals) and the between-round one (the rounds' differences
     ``diffs`` pooled with the A/A prior), the interval at this look's spent alpha, and the decision. A
     verdict waits for another round while it has no between-run spread (df 0) or fewer than ``min_diffs``
-    round differences of its own, unless this is its last look; with ``futility`` (the callers pass it at
-    the look before the last), an effect under FUTILITY_SHARE of the MDE stops as ``same`` instead."""
+    round differences of its own, unless this is its last look; with ``futility``, at the look before the
+    last (``kb`` + 1 = ``max_rounds``: one repeat left, the rule's derivation), an effect under
+    FUTILITY_SHARE of the MDE stops as ``same`` instead."""
     var, df = between_variance(diffs, prior_var, prior_df)
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
@@ -262,7 +265,8 @@ def _interval_verdict(
     else:
         verdict, stopped = ("same", "max_rounds") if last else ("undecided", "")
     mde = (_crit(alpha, looks, use_df, True) + POWER_Z) * se  # log scale
-    if verdict == "undecided" and futility and d < FUTILITY_SHARE * mde:
+    before_last = kb + 1 >= max_rounds  # an undecided look is never the last
+    if verdict == "undecided" and futility and before_last and d < FUTILITY_SHARE * mde:
         verdict, stopped = "same", "futile"
     return VerdictStats(
         verdict=verdict,
@@ -347,7 +351,8 @@ def judge_service_rates(
         equivalence,
         common,
         min_diffs=2,
-        futility=futility and kb + 1 >= max_rounds,  # one repeat left: the rule's derivation
+        futility=futility,
+        max_rounds=max_rounds,
     )
 
 

@@ -17,50 +17,23 @@ import pytest
 from specs.config import SLASpec
 from loadgen import simengine
 from loadgen.capacity import estimate
-from loadgen.verdict import between_variance, judge_rounds, round_differences, sequential_verdict
+from loadgen.verdict import judge_rounds, sequential_verdict
+from simulated_rounds import SLA, SimulatedRounds, workload
 
-SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
-RNG = np.random.default_rng(7)
-PROMPTS = RNG.lognormal(math.log(300), 0.6, 2000).astype(int) + 8
-OUTPUTS = RNG.integers(16, 65, 2000)
+PROMPTS, OUTPUTS = workload(7)
 BASE = simengine.ServiceModel(run_jitter_cv=0.01)
-STEP_S = 6.0
-
-
-def _sweep(model, rates, round_index, seed, side):
-    start = model.started(seed * 1000 + round_index * 2 + (side == "B"))
-    return [
-        simengine.virtual_step(
-            start,
-            r,
-            STEP_S,
-            PROMPTS,
-            OUTPUTS,
-            SLA,
-            seed=seed * 7919 + int(r * 1000) + round_index,
-            run_seed=seed * 31 + k + (side == "B") * 17,
-        )
-        for k, r in enumerate(rates)
-    ]
+ROUNDS = SimulatedRounds(BASE, PROMPTS, OUTPUTS)
+_sweep = ROUNDS.sweep
 
 
 @pytest.fixture(scope="module")
 def capacity() -> float:
-    """The base model's capacity measured at length (long virtual steps)."""
-    steps = [
-        simengine.virtual_step(BASE, 25 * f, 300.0, PROMPTS, OUTPUTS, SLA, seed=900 + k, run_seed=k)
-        for k, f in enumerate(np.linspace(0.8, 1.2, 7))
-    ]
-    return estimate(steps, boot=0).capacity
+    return ROUNDS.capacity()
 
 
 @pytest.fixture(scope="module")
 def prior(capacity) -> tuple[float, int]:
-    """The noise floor's A/A rounds: the between-run variance of a paired difference."""
-    rates = [capacity * f for f in (0.8, 0.9, 1.0, 1.1, 1.2)]
-    a = [_sweep(BASE, rates, i, 500, "A") for i in range(6)]
-    b = [_sweep(BASE, rates, i, 500, "B") for i in range(6)]
-    return between_variance(round_differences(a, b))
+    return ROUNDS.prior(capacity)
 
 
 def _trial(effect: float, seed: int, capacity: float, prior) -> object:
