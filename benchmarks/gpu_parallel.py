@@ -12,7 +12,7 @@ benchmarks, docs/gpu.md); the candidates are two the earlier campaign measured
 (``--cb-max-batch-tokens 16384``, ``--cb-num-blocks 512``).
 
 ``run --part interference`` (one call): one engine on GPU 0 judged against itself by the product's paired
-sequential verdict (``loadgen.verdict.sequential_verdict``), side A measured with the engine on GPU 1
+sequential verdict (``loadgen.sequential.sequential_verdict``), side A measured with the engine on GPU 1
 idle, side B while that engine serves open-loop load at the capacity guess. ``better``/``worse`` beyond
 the noise means the two GPUs' engines interfere (a shared PCIe root, host cores, memory bandwidth) and the
 harness must serialise measurements or pin host cores; ``same`` with its MDE says how small an
@@ -294,7 +294,7 @@ def run_interference(args, out: Path, record: dict) -> None:
     from loadgen.steady import warm_until_steady
     from loadgen.sweep import run_sweep
     from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
-    from loadgen.verdict import sequential_verdict
+    from loadgen.sequential import sequential_verdict
 
     began = time.monotonic()
     _campaign, spec = _specs(args)

@@ -5,7 +5,7 @@ known error rates). The H200 cells of ``benchmarks/results/harness_power.json``.
 of the shipped ``chat_azure_h200`` endpoint with CUDA graphs, started side by side on the one GPU
 (each with a fixed KV cache, so the two are the same configuration and both fit), each warmed until
 its latency has stopped falling (``loadgen.steady``), then judged by the product's paired sequential
-verdict (``loadgen.verdict.sequential_verdict``: rounds A B / B A on the same requests and schedules,
+verdict (``loadgen.sequential.sequential_verdict``: rounds A B / B A on the same requests and schedules,
 capacity = fitted SLA crossing of every step) through the product's own sweep (``loadgen.sweep``).
 Only one engine is under load at a time. ``planted``: the candidate B carries
 ``engines/patches/planted_slowdown`` (every batch step 1/0.85 times as long, a capacity change of about
@@ -71,7 +71,7 @@ def run(args) -> None:
     from loadgen.steady import warm_until_steady
     from loadgen.sweep import run_sweep
     from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
-    from loadgen.verdict import sequential_verdict
+    from loadgen.sequential import sequential_verdict
 
     import signal
 

@@ -39,14 +39,13 @@ from loadgen.capacity import SOFT_BANDWIDTH, estimate  # noqa: E402
 from loadgen.runner import LagBounds, run_open_loop  # noqa: E402
 from loadgen.stats import summarize  # noqa: E402
 from loadgen.noise_prior import PRIOR_DF, PRIOR_SD  # noqa: E402
+from loadgen.sequential import RECENTRED, sequential_verdict  # noqa: E402
 from loadgen.verdict import (  # noqa: E402
-    RECENTRED,
     VerdictStats,
     between_variance,
     round_differences,
     judge_rounds,
     judge_service_rates,
-    sequential_verdict,
     service_rate_differences,
 )
 
@@ -392,7 +391,7 @@ def main() -> None:
         "--grid",
         type=lambda text: tuple(float(f) for f in text.split(",")),
         help="vllm_cpu: rates of the later rounds, as factors of the capacity measured so far (default: the "
-        "estimator's, loadgen.verdict.RECENTRED for the crossing)",
+        "estimator's, loadgen.sequential.RECENTRED for the crossing)",
     )
     ap.add_argument(
         "--estimator",

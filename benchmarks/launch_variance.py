@@ -3,6 +3,10 @@
     .venv/bin/python benchmarks/launch_variance.py run --launches 4 --sweeps 2 --out .autoresearch/launch_variance
     .venv/bin/python benchmarks/launch_variance.py report --out .autoresearch/launch_variance
 
+``--slowdown 0.1`` plants a known effect (engines/patches/planted_slowdown) in every launch, and
+``--queued-step-s`` holds the steps the service rate reads longer: benchmarks/campaign_verdicts.py judges
+such launches against unpatched ones as a campaign would.
+
 A campaign repeats a configuration's sweeps and judges a candidate against its baseline. Which pairs of
 sweeps are alike decides what the floor measures: two sweeps on one running engine share its launch
 (memory layout, thread placement, whatever the host was doing in those minutes), while a verdict sets
@@ -34,6 +38,8 @@ def _estimates(sweep) -> dict[str, float | None]:
     served = service_rate([s for s in sweep.steps if s.validity == "valid"])
     return {
         "service_rate": served.rate if served is not None else None,
+        # the slopes' own standard error of log(service rate): what a verdict takes when it exceeds the spread
+        "service_rate_own_se": served.log_se if served is not None and served.rate else None,
         "crossing": sweep.capacity_fit_rps,
         "valid": sweep.validity == "valid",
         "steps": [[s.target_rate, s.within_sla] for s in sweep.steps],
@@ -124,6 +130,12 @@ def run(args) -> None:
     from specs.paths import definitions_dir
 
     spec = load_definitions(definitions_dir()).endpoint(args.endpoint)
+    if args.queued_step_s:  # the steps the service rate reads, held longer than the endpoint declares
+        spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"queued_step_s": args.queued_step_s})})
+    if args.slowdown:  # a planted effect of known size: every engine step (1 + s) times as long
+        patch = str(ROOT / "engines" / "patches" / "planted_slowdown")
+        env = {**spec.engine.env, "PYTHONPATH": patch, "AUTORESEARCH_PLANTED_SLOWDOWN": str(args.slowdown)}
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": env})})
     pool = load_pool(spec)
     args.out.mkdir(parents=True, exist_ok=True)
     for launch in range(args.launches):
@@ -155,6 +167,8 @@ def main() -> None:
     r.add_argument("--launches", type=int, default=4)
     r.add_argument("--sweeps", type=int, default=2)
     r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--queued-step-s", type=float, help="override sweep.queued_step_s (the steps past a break)")
+    r.add_argument("--slowdown", type=float, help="plant a slowdown: every engine step (1 + s) times as long")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--json", type=Path, help="also write the report as JSON here")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.noise_prior import NoisePrior, pool, repeat_evidence
+from loadgen.noise_prior import NoisePrior, noise_class, pool, repeat_evidence
 from loadgen.results import AAEvidence, NoiseFloor, SweepResult
 
 MIN_REL = 0.05
@@ -103,7 +103,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
     repeats pooled with the endpoint's prior (per estimator), and the minimum detectable effect. {} for
     sweeps without samples."""
     from loadgen.capacity import estimate
-    from loadgen.queue_rate import service_rate
+    from loadgen.queue_rate import matched_steps, service_rate
     from loadgen.verdict import ALPHA, LOOKS, floor_mde
 
     steps = [[st for st in s.steps if st.validity == "valid"] for s in sweeps if s.mode == "rate"]
@@ -111,7 +111,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
         return {}
     estimator = sweeps[0].estimator
     fit = estimate([st for r in steps for st in r])
-    limiting = fit.limiting if fit and not fit.censored else None
+    limiting = noise_class(fit)
     mine = prior.for_limit(limiting)  # a floor pools the evidence of its own noise class only
     own = [repeat_evidence(steps, "crossing", limiting)]
     var, df = pool(own[0], mine.crossing)
@@ -126,7 +126,8 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
         "limiting": limiting,
     }
     if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
-        served = service_rate([st for r in steps for st in r])
+        matched = matched_steps(steps)  # what a candidate swept like this baseline is compared on
+        served = service_rate([st for r in (matched or steps) for st in r], matched=bool(matched))
         own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)
         mdes = [

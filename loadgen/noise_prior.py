@@ -28,8 +28,8 @@ from collections.abc import Callable
 import numpy as np
 from pydantic import BaseModel, Field
 
-from loadgen.capacity import estimate
-from loadgen.queue_rate import service_rate
+from loadgen.capacity import CapacityEstimate, estimate
+from loadgen.queue_rate import matched_steps, service_rate
 from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 
 #: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
@@ -54,11 +54,16 @@ PER_SWEEP: dict[str, Callable[[list[StepResult]], float | None]] = {
 }
 
 
+def noise_class(fit: CapacityEstimate | None) -> str | None:
+    """The noise class of a configuration: the SLA target whose crossing limits its repeats' pooled fit
+    (None when the crossing lies outside the tested rates). The one rule; a caller with a fit in hand
+    (the floor's, with its bootstrap) passes it, others call :func:`limiting_target`."""
+    return fit.limiting if fit and not fit.censored else None
+
+
 def limiting_target(sweeps_steps: list[list[StepResult]]) -> str | None:
-    """The noise class of a configuration: the SLA target whose crossing limits its repeats' pooled steps
-    (None when the crossing lies outside the tested rates)."""
-    est = estimate([st for steps in sweeps_steps for st in steps], boot=0)
-    return est.limiting if est and not est.censored else None
+    """:func:`noise_class` of the repeats' pooled steps, fitted without a bootstrap (the class needs none)."""
+    return noise_class(estimate([st for steps in sweeps_steps for st in steps], boot=0))
 
 
 def repeat_evidence(
@@ -68,6 +73,8 @@ def repeat_evidence(
     (K - 1 df) times 2, the variance of a difference of two runs. K = 2 gives the pair's squared
     difference, as disjoint pairs do; K = 4 gives 3 df where pairs give 2. ``limiting``: the
     configuration's noise class (:func:`limiting_target`, computed once by the caller for both estimators)."""
+    if estimator == "service_rate":  # the steps every repeat queued at, as a matched verdict reads them
+        sweeps_steps = matched_steps(sweeps_steps) or sweeps_steps
     logs = [x for x in (PER_SWEEP[estimator](steps) for steps in sweeps_steps) if x is not None]
     evidence = log_evidence(logs, estimator)
     return evidence.model_copy(update={"limiting": limiting}) if evidence.df else evidence

@@ -54,16 +54,49 @@ class ServiceRate(BaseModel):
     log_se: float = math.inf
     steps: int = 0  # steps that queued
     max_rate: float = 0.0  # the highest tested rate: with no queued step, mu >= this
+    # read from matched steps only (matched_steps): the slopes' own error is the requests' heterogeneity,
+    # the same in every sweep compared, so a paired difference is judged by the runs' spread instead
+    matched: bool = False
 
     def describe(self) -> str:
         if self.rate is None:
             return f"served every tested rate (up to {self.max_rate:.3g} req/s) without queueing"
-        return f"{self.rate:.3g} req/s served (queue growth over {self.steps} step(s), +-{self.log_se:.1%})"
+        where = f"{self.steps} matched step(s)" if self.matched else f"{self.steps} step(s)"
+        return f"{self.rate:.3g} req/s served (queue growth over {where}, +-{self.log_se:.1%})"
 
 
-def service_rate(steps, min_growth: float = MIN_GROWTH) -> ServiceRate | None:
+def _queued(step, min_growth: float) -> bool:
+    return step.validity == "valid" and bool(step.ttft_growth) and step.ttft_growth["slope"] > min_growth
+
+
+def matched_steps(sweeps, min_growth: float = MIN_GROWTH) -> list[list] | None:
+    """Each sweep's queued steps at the (rate, length) pairs where every sweep queued, or None when no
+    pair is common to all.
+
+    A step's rate and length fix its requests and their arrival times (one seed per rate, the same in
+    every repeat and on both sides of a verdict), so matched steps serve the same requests. A queued
+    step's slope reads the mean service time of *its* requests: its Theil-Sen interval is mostly their
+    heterogeneity (prompt lengths), identical in every matched sweep, so it cancels in a paired
+    difference. Repeats of the reference read matched steps within 1-2% where the intervals said 4-8%
+    (benchmarks/service_rate_calibration.py). Unmatched steps (a ladder that took another path after a
+    noisy SLA check, a step stretched to another length) serve other requests, and their difference
+    carries that heterogeneity: there the intervals stand."""
+    keys = None
+    for sweep in sweeps:
+        have = {(round(s.target_rate, 6), round(s.duration_s, 3)) for s in sweep if _queued(s, min_growth)}
+        keys = have if keys is None else keys & have
+    if not keys:
+        return None
+    return [
+        [s for s in sweep if _queued(s, min_growth) and (round(s.target_rate, 6), round(s.duration_s, 3)) in keys]
+        for sweep in sweeps
+    ]
+
+
+def service_rate(steps, min_growth: float = MIN_GROWTH, *, matched: bool = False) -> ServiceRate | None:
     """The request-weighted geometric mean of lam / (1 + k) over the valid steps that queued, or None when
-    no step carries a growth (results recorded before it was measured)."""
+    no step carries a growth (results recorded before it was measured). ``matched``: the steps are
+    :func:`matched_steps` (said in the result, and in how a verdict takes its error)."""
     valid = [s for s in steps if s.validity == "valid"]
     measured = [(s.target_rate, s.ttft_growth) for s in valid if s.ttft_growth]
     if not measured:
@@ -86,4 +119,5 @@ def service_rate(steps, min_growth: float = MIN_GROWTH) -> ServiceRate | None:
         log_se=float(math.sqrt(np.sum((w * np.array(ses)) ** 2))),
         steps=len(logs),
         max_rate=top,
+        matched=matched,
     )

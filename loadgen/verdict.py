@@ -15,7 +15,7 @@ Design (docs/measurement.md has the reasoning and the measured error rates):
   ``better``, wholly below ``worse``, wholly inside +-``equivalence`` is ``same`` (decided); else
   another round, up to ``max_rounds``, then ``same``. The early looks share alpha / 4, the last gets
   3 alpha / 4 (Bonferroni, :func:`spent_alpha`), so the chance of a false better-or-worse over all
-  looks is at most ``alpha``.
+  looks is at most ``alpha``. :mod:`loadgen.sequential` drives the rounds.
 * **Futility** (``futility=True``, a campaign's looks): at the look before the last, an effect under a
   third of that look's minimum detectable effect (:data:`FUTILITY_SHARE`) stops as ``same`` (``stopped``
   "futile"). Even if the effect were what that look reads, the last round would make it ``better`` one
@@ -29,8 +29,6 @@ Design (docs/measurement.md has the reasoning and the measured error rates):
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -39,7 +37,7 @@ from scipy.stats import t as student_t
 
 from loadgen.capacity import CapacityEstimate, estimate
 from loadgen.noise_prior import PER_SWEEP
-from loadgen.queue_rate import service_rate
+from loadgen.queue_rate import matched_steps, service_rate
 from loadgen.results import StepResult
 
 ALPHA = 0.05
@@ -299,7 +297,9 @@ def judge_service_rates(
     """:func:`judge_rounds` with the engine's service rate from queue growth (:mod:`loadgen.queue_rate`)
     in place of the SLA crossing: d = log(mu B / mu A) over every queued step of each side; its standard
     error is the larger of the slopes' own (their Theil-Sen intervals) and the between-round one, pooled
-    with the A/A prior as in judge_rounds. A side with no queued step served every tested rate: the
+    with the A/A prior as in judge_rounds. Where every sweep of both sides queued at some of the same
+    (rate, length) pairs, d is read from those steps alone and its error is the between-round one
+    (:func:`loadgen.queue_rate.matched_steps`: the same requests, whose heterogeneity cancels). A side with no queued step served every tested rate: the
     driver widens the rates upward (``*_censored`` "above"). ``seed`` is unused (nothing is resampled)."""
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
@@ -334,13 +334,22 @@ def judge_service_rates(
         return VerdictStats(
             verdict=verdict, stopped=stopped, reason="a side never queued: no rate to compare", **common
         )
+    matched = matched_steps(a_rounds + b_rounds)
+    if matched:  # the same requests on both sides: their heterogeneity cancels (queue_rate.matched_steps)
+        a_rounds, b_rounds = matched[:ka], matched[ka:]
+        sa = service_rate([s for r in a_rounds for s in r], matched=True)
+        sb = service_rate([s for r in b_rounds for s in r], matched=True)
+        common |= dict(baseline=sa.describe(), candidate=sb.describe(), baseline_rps=sa.rate, candidate_rps=sb.rate)
     d = math.log(sb.rate / sa.rate)
-    # the slopes' intervals assume independent requests, and queued requests are not: their own error is
-    # optimistic, so a verdict waits for a second round's spread of its own (the prior alone is not it)
+    diffs = service_rate_differences(a_rounds[:k], b_rounds[:k])
+    # matched steps: the runs' spread (the rounds' differences and the A/A prior) is the error, once there is
+    # any; else the larger of it and the slopes' own. Either way a verdict waits for a second round's spread
+    # of its own (the prior alone is not it): queued requests are not independent, so the slopes may be optimistic
+    spread = prior_df + max(0, len(diffs) - 1) > 0
     return _interval_verdict(
         d,
-        math.hypot(sa.log_se, sb.log_se),
-        service_rate_differences(a_rounds[:k], b_rounds[:k]),
+        0.0 if matched and spread else math.hypot(sa.log_se, sb.log_se),
+        diffs,
         ka,
         kb,
         prior_var,
@@ -393,152 +402,6 @@ def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dic
     return VerdictStats(verdict="undecided", reason="widening the rates", **common)
 
 
-#: (side "A"/"B", round index, rates) -> the steps of one sweep at those rates
-MeasureFn = Callable[[str, int, list[float]], list[StepResult]]
-
-
-def default_grid(capacity_guess: float, factors: tuple[float, ...] = (0.6, 0.8, 1.0, 1.2, 1.4)) -> list[float]:
-    """Rates around a capacity guess: where the fitted crossing is best resolved (+-40%)."""
-    return [float(f"{capacity_guess * f:.4g}") for f in factors]
-
-
-#: After the first round, rates around what it measured (+-20%): the steps near the crossing are
-#: those whose requests say where it lies; the first round's wider grid allowed for a poor guess.
-RECENTRED = (0.8, 0.9, 1.0, 1.1, 1.2)
-
-
-def _recentred(rates: list[float], stats: VerdictStats, factors: tuple[float, ...] = RECENTRED) -> list[float]:
-    """The next round's rates: around the geometric mean of the two capacities measured so far, when
-    both are resolved inside the tested rates; else the rates so far, widened where a crossing lies
-    outside them. The same for both sides of the round, so they still share schedules."""
-    a, b = stats.baseline_rps, stats.candidate_rps
-    resolved = stats.baseline_censored is None and stats.candidate_censored is None
-    if resolved and a and b and math.isfinite(a) and math.isfinite(b):
-        return default_grid(math.sqrt(a * b), factors)
-    return _widen(rates, stats)
-
-
-def sequential_verdict(
-    measure: MeasureFn,
-    capacity_guess: float,
-    *,
-    alpha: float = ALPHA,
-    max_rounds: int = 4,
-    min_rounds: int = 1,
-    equivalence: float = 0.02,
-    seed: int = 0,
-    prior_var: float = 0.0,
-    prior_df: int = 0,
-    progress: Callable[[str], None] | None = None,
-    time_left: Callable[[], float] | None = None,
-    measured: dict[str, list[list[StepResult]]] | None = None,
-    recentre: bool = True,
-    recentred: tuple[float, ...] = RECENTRED,
-    judge: Callable[..., VerdictStats] = judge_rounds,
-) -> tuple[VerdictStats, dict]:
-    """Measure A and B in interleaved rounds (A B, B A, ...) until the verdict is decided.
-
-    ``recentre``: after each undecided round, the next one's rates sit around the capacities measured
-    so far (``recentred``, factors of their geometric mean), not around the first guess.
-
-    ``judge``: the estimator's judgement, :func:`judge_rounds` (the SLA crossing) or
-    :func:`judge_service_rates` (the service rate from queue growth).
-
-    ``measured``: rounds already measured (a verdict resumed after a call's time limit, on fresh
-    engines). They count as this verdict's first rounds and their looks as early looks: an earlier
-    stop for time judged them at the laxer final level and did not decide, so it does not decide at
-    an early look's level either, and the error rate over all looks stays at most ``alpha``.
-
-    ``time_left``: seconds the caller can still spend; a round is not begun when the last one took
-    longer than that, and the rounds measured so far are judged as final (their error rate is that
-    of the last look, so a budget cut never inflates it).
-
-    Returns the verdict and the steps measured per side ({"A": [[steps of round 1], ...], "B": ...}).
-    A step that is invalid (crash, client behind) makes the verdict invalid with its reason."""
-    rates = default_grid(capacity_guess)
-    rounds: dict[str, list[list[StepResult]]] = {
-        "A": list((measured or {}).get("A", [])),
-        "B": list((measured or {}).get("B", [])),
-    }
-    first = min(len(rounds["A"]), len(rounds["B"]))
-    rounds = {side: steps[:first] for side, steps in rounds.items()}
-    stats = VerdictStats(verdict="invalid", reason="no round measured")
-    if first:
-        stats = judge(
-            rounds["A"],
-            rounds["B"],
-            alpha=alpha,
-            max_rounds=max_rounds,
-            equivalence=equivalence,
-            seed=seed + first - 1,
-            prior_var=prior_var,
-            prior_df=prior_df,
-        )
-        if stats.verdict != "undecided":
-            return stats, rounds
-        for steps in rounds["A"] + rounds["B"]:  # the resumed rounds' rates, widenings included
-            rates = sorted(set(rates) | {s.target_rate for s in steps})
-        if recentre:
-            rates = _recentred(rates, stats, recentred)
-    round_s = 0.0
-    for i in range(first, max_rounds):
-        if i >= min_rounds and time_left is not None and time_left() < round_s:
-            stats = judge(
-                rounds["A"],
-                rounds["B"],
-                alpha=alpha,
-                max_rounds=max_rounds,
-                equivalence=equivalence,
-                final=True,
-                seed=seed + i,
-                prior_var=prior_var,
-                prior_df=prior_df,
-            )
-            if progress:
-                progress(f"out of time after {i} round(s): {stats.sentence()}")
-            return stats.model_copy(update={"verdict": "same"} if stats.verdict == "undecided" else {}), rounds
-        round_began = time.monotonic()
-        for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            steps = measure(side, i, list(rates))
-            bad = next((s for s in steps if s.validity != "valid"), None)
-            if bad is not None:
-                reason = (
-                    f"{'baseline' if side == 'A' else 'candidate'} round {i + 1} at {bad.target_rate:g} req/s: "
-                    f"{bad.invalid_reason}"
-                )
-                return VerdictStats(verdict="invalid", rounds=i, stopped="invalid", reason=reason), rounds
-            rounds[side].append(steps)
-        round_s = time.monotonic() - round_began
-        stats = judge(
-            rounds["A"],
-            rounds["B"],
-            alpha=alpha,
-            max_rounds=max_rounds,
-            equivalence=equivalence,
-            final=i + 1 == max_rounds,
-            seed=seed + i,
-            prior_var=prior_var,
-            prior_df=prior_df,
-        )
-        if progress and i + 1 >= min_rounds:
-            progress(f"round {i + 1}: {stats.sentence()}")
-        if stats.verdict != "undecided" and i + 1 >= min_rounds:
-            return stats, rounds
-        rates = _recentred(rates, stats, recentred) if recentre else _widen(rates, stats)
-    return stats, rounds
-
-
-def _widen(rates: list[float], stats: VerdictStats) -> list[float]:
-    """Add a rate beyond the tested range on the side where a crossing lies outside it."""
-    out = list(rates)
-    for censored in (stats.baseline_censored, stats.candidate_censored):
-        if censored == "above":
-            out.append(float(f"{max(out) * 1.3:.4g}"))
-        elif censored == "below":
-            out.insert(0, float(f"{min(out) / 1.3:.4g}"))
-    return sorted(set(out))
-
-
 def floor_mde(
     est: CapacityEstimate | None, k: int, var: float, df: int, *, looks: int = 1, alpha: float = ALPHA
 ) -> float | None:
@@ -547,7 +410,10 @@ def floor_mde(
     # est: a CapacityEstimate (censored: no crossing), or a ServiceRate (rate None: nothing queued)
     if est is None or k == 0 or getattr(est, "censored", None) or getattr(est, "rate", 1.0) is None:
         return None
-    se, use_df = _standard_error(est.log_se * math.sqrt(2), math.sqrt(var / k), df)
+    # a service rate read from matched steps: the candidate's are the same requests, and only the runs'
+    # spread separates them (judge_service_rates)
+    own = 0.0 if getattr(est, "matched", False) and df > 0 else est.log_se * math.sqrt(2)
+    se, use_df = _standard_error(own, math.sqrt(var / k), df)
     mde = math.expm1((_crit(alpha, looks, use_df) + POWER_Z) * se)
     # a fit with no spread to speak of (two rates, one each side of the SLA: log_se inf) sees no effect size
     return mde if math.isfinite(mde) else None

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from loadgen import simengine
-from loadgen.verdict import FUTILITY_SHARE, judge_rounds, sequential_verdict
+from loadgen.sequential import sequential_verdict
+from loadgen.verdict import FUTILITY_SHARE, judge_rounds
 from simulated_rounds import SimulatedRounds, workload
 
 # more between-run jitter than test_verdict_power's engine: first looks that do not decide, as on a CPU host

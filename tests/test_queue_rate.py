@@ -16,7 +16,8 @@ from loadgen import simengine
 from loadgen.queue_rate import service_rate, ttft_growth
 from loadgen.results import RequestRecord
 from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
-from loadgen.verdict import judge_service_rates, sequential_verdict
+from loadgen.sequential import sequential_verdict
+from loadgen.verdict import judge_service_rates
 
 SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
 RNG = np.random.default_rng(11)

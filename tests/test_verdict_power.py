@@ -17,7 +17,8 @@ import pytest
 from specs.config import SLASpec
 from loadgen import simengine
 from loadgen.capacity import estimate
-from loadgen.verdict import judge_rounds, sequential_verdict
+from loadgen.sequential import sequential_verdict
+from loadgen.verdict import judge_rounds
 from simulated_rounds import SLA, SimulatedRounds, workload
 
 PROMPTS, OUTPUTS = workload(7)
