@@ -11,7 +11,8 @@ every repeat) and so overstated what repeats really do. This script measures tha
 swept more than once (the repeats of one engine launch: ``--sweeps`` directories written by
 benchmarks/launch_variance.py, grouped by launch, and the runs a campaign recorded in a research memory,
 ``--db``, grouped by campaign and configuration) gives the sum of squares of its sweeps' log service
-rates about their mean, against what the sweeps' own errors predict for it. Their ratio, pooled per noise
+rates about their mean, against what the sweeps' own errors predict for it (and the same for each queued
+step at one rate and length on its own: matched steps). Their ratio, pooled per noise
 class (the SLA target whose crossing limits the configuration), is the calibration of the own error:
 1 when honest, under 1 when the slopes overstate the repeats' spread, over 1 when they understate it. The
 interval treats the own errors as known (chi-square on the pooled degrees of freedom).
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadgen.noise_prior import limiting_target  # noqa: E402
-from loadgen.queue_rate import service_rate  # noqa: E402
+from loadgen.queue_rate import MIN_GROWTH, service_rate  # noqa: E402
 from loadgen.results import StepResult, SweepResult  # noqa: E402
 
 
@@ -69,11 +70,25 @@ def groups_from_db(label: str, db: Path) -> dict[str, list[list[StepResult]]]:
     return out
 
 
-def calibrate(groups: dict[str, list[list[StepResult]]]) -> dict:
-    """Per group: its sweeps' log service rates, own errors, sum of squares about their mean and what the
-    own errors predict for it; per noise class and over all: the pooled ratio and its 95% interval."""
-    rows, classes = [], {}
+def _per_step(groups: dict[str, list[list[StepResult]]]) -> dict[str, list[list[StepResult]]]:
+    """Each queued step of a group at one (rate, length) as a group of its own, one step a sweep: the
+    same requests in each, as a matched verdict compares them."""
+    out: dict[str, list[list[StepResult]]] = {}
     for name, sweeps in groups.items():
+        for sweep in sweeps:
+            for st in sweep:
+                if st.validity == "valid" and st.ttft_growth and st.ttft_growth["slope"] > MIN_GROWTH:
+                    out.setdefault(f"{name}@{st.target_rate:g}/{st.duration_s:g}s", []).append([st])
+    return out
+
+
+def calibrate(groups: dict[str, list[list[StepResult]]], *, per_step: bool = False) -> dict:
+    """Per group: its sweeps' log service rates, own errors, sum of squares about their mean and what the
+    own errors predict for it; per noise class and over all: the pooled ratio and its 95% interval.
+    ``per_step``: each matched step on its own (its configuration's class) instead of each sweep's rate."""
+    classes_of = {name: limiting_target(sweeps) or "unknown" for name, sweeps in groups.items()}
+    rows = []
+    for name, sweeps in (_per_step(groups) if per_step else groups).items():
         measured = [m for m in (_per_sweep(s) for s in sweeps) if m]
         if len(measured) < 2:
             continue
@@ -82,23 +97,26 @@ def calibrate(groups: dict[str, list[list[StepResult]]]) -> dict:
         ss = float(np.sum((logs - logs.mean()) ** 2))
         # E[SS] = sum(se_i^2) (1 - 1/n) for independent sweeps of one true value with errors se_i
         expected = float(np.sum(ses**2) * (1 - 1 / n))
-        limit = limiting_target(sweeps) or "unknown"
         rows.append(
             {
                 "group": name,
-                "class": limit,
+                "class": classes_of[name.split("@")[0]],
                 "sweeps": n,
                 "rates": np.exp(logs).round(4).tolist(),
                 "own_se": ses.round(4).tolist(),
                 "sd": float(np.std(logs, ddof=1)),
                 "ratio": ss / expected,
+                "ss": ss,
+                "expected": expected,
             }
         )
-        for key in (limit, "all"):
+    classes: dict[str, dict] = {}
+    for row in rows:
+        for key in (row["class"], "all"):
             c = classes.setdefault(key, {"ss": 0.0, "expected": 0.0, "df": 0})
-            c["ss"] += ss
-            c["expected"] += expected
-            c["df"] += n - 1
+            c["ss"] += row["ss"]
+            c["expected"] += row["expected"]
+            c["df"] += row["sweeps"] - 1
     for c in classes.values():
         ratio = c["ss"] / c["expected"]
         lo, hi = (c["df"] * ratio / chi2.ppf(q, c["df"]) for q in (0.975, 0.025))
@@ -106,8 +124,8 @@ def calibrate(groups: dict[str, list[list[StepResult]]]) -> dict:
     return {"groups": rows, "classes": classes}
 
 
-def text(result: dict, command: str) -> str:
-    lines = [f"# {command}", "group  class  sweeps  service rates (req/s)  own se of each  sd of log  ratio"]
+def text(result: dict) -> str:
+    lines = ["group  class  sweeps  service rates (req/s)  own se of each  sd of log  ratio"]
     for r in result["groups"]:
         lines.append(
             f"{r['group']}  {r['class']}  {r['sweeps']}  {r['rates']}  {[f'{s:.1%}' for s in r['own_se']]}  "
@@ -137,11 +155,14 @@ def main() -> None:
         groups.update(groups_from_sweeps(label, path))
     for label, path in args.db:
         groups.update(groups_from_db(label, path))
-    result = calibrate(groups)
+    result = {"per_sweep": calibrate(groups), "per_step": calibrate(groups, per_step=True)}
     command = "benchmarks/service_rate_calibration.py " + " ".join(
         [f"--sweeps {label}=<dir>" for label, _ in args.sweeps] + [f"--db {label}=<memory>" for label, _ in args.db]
     )
-    out = text(result, command)
+    out = "\n\n".join(
+        [f"# {command}", "## each sweep's service rate", text(result["per_sweep"])]
+        + ["## each queued step at one rate and length (matched steps)", text(result["per_step"])]
+    )
     print(out)
     if args.out:
         args.out.with_suffix(".json").write_text(json.dumps({"command": command, **result}, indent=1))

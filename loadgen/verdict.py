@@ -299,8 +299,9 @@ def judge_service_rates(
     error is the larger of the slopes' own (their Theil-Sen intervals) and the between-round one, pooled
     with the A/A prior as in judge_rounds. Where every sweep of both sides queued at some of the same
     (rate, length) pairs, d is read from those steps alone and its error is the between-round one
-    (:func:`loadgen.queue_rate.matched_steps`: the same requests, whose heterogeneity cancels). A side with no queued step served every tested rate: the
-    driver widens the rates upward (``*_censored`` "above"). ``seed`` is unused (nothing is resampled)."""
+    (:func:`loadgen.queue_rate.matched_steps`: the same requests, whose heterogeneity cancels). A side
+    with no queued step served every tested rate: the driver widens the rates upward (``*_censored``
+    "above"). ``seed`` is unused (nothing is resampled)."""
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
     looks = looks or max_rounds
