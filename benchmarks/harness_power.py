@@ -59,7 +59,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # what the capacity fit counted: trials under another estimator are kept as cells of their own
 ESTIMATOR = f"smoothed counts (bandwidth {SOFT_BANDWIDTH})"
 OLD = "plain counts"
-QUEUE = "service rate from queue growth, matched steps"  # before 2026-12-06: without ", matched steps"
+QUEUE = "service rate from queue growth"
 #: --estimator: (label, the verdict's judgement, later rounds' rates as factors of what was found)
 ESTIMATORS = {
     "crossing": (ESTIMATOR, judge_rounds, RECENTRED),
