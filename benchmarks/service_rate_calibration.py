@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadgen.noise_prior import limiting_target  # noqa: E402
-from loadgen.queue_rate import MIN_GROWTH, service_rate  # noqa: E402
+from loadgen.queue_rate import queued, service_rate  # noqa: E402
 from loadgen.results import StepResult, SweepResult  # noqa: E402
 
 
@@ -77,7 +77,7 @@ def _per_step(groups: dict[str, list[list[StepResult]]]) -> dict[str, list[list[
     for name, sweeps in groups.items():
         for sweep in sweeps:
             for st in sweep:
-                if st.validity == "valid" and st.ttft_growth and st.ttft_growth["slope"] > MIN_GROWTH:
+                if queued(st):
                     out.setdefault(f"{name}@{st.target_rate:g}/{st.duration_s:g}s", []).append([st])
     return out
 

@@ -65,8 +65,14 @@ class ServiceRate(BaseModel):
         return f"{self.rate:.3g} req/s served (queue growth over {where}, +-{self.log_se:.1%})"
 
 
-def _queued(step, min_growth: float) -> bool:
+def queued(step, min_growth: float = MIN_GROWTH) -> bool:
+    """A valid step whose TTFT grew fast enough to say the engine's rate (what :func:`service_rate` reads)."""
     return step.validity == "valid" and bool(step.ttft_growth) and step.ttft_growth["slope"] > min_growth
+
+
+def _schedule(step) -> tuple[float, float]:
+    """What fixes a step's requests and arrival times: its rate and its length."""
+    return round(step.target_rate, 6), round(step.duration_s, 3)
 
 
 def matched_steps(sweeps, min_growth: float = MIN_GROWTH) -> list[list] | None:
@@ -83,14 +89,11 @@ def matched_steps(sweeps, min_growth: float = MIN_GROWTH) -> list[list] | None:
     carries that heterogeneity: there the intervals stand."""
     keys = None
     for sweep in sweeps:
-        have = {(round(s.target_rate, 6), round(s.duration_s, 3)) for s in sweep if _queued(s, min_growth)}
+        have = {_schedule(s) for s in sweep if queued(s, min_growth)}
         keys = have if keys is None else keys & have
     if not keys:
         return None
-    return [
-        [s for s in sweep if _queued(s, min_growth) and (round(s.target_rate, 6), round(s.duration_s, 3)) in keys]
-        for sweep in sweeps
-    ]
+    return [[s for s in sweep if queued(s, min_growth) and _schedule(s) in keys] for sweep in sweeps]
 
 
 def service_rate(steps, min_growth: float = MIN_GROWTH, *, matched: bool = False) -> ServiceRate | None:

@@ -86,17 +86,23 @@ def sequential_verdict(
     first = min(len(rounds["A"]), len(rounds["B"]))
     rounds = {side: steps[:first] for side, steps in rounds.items()}
     stats = VerdictStats(verdict="invalid", reason="no round measured")
-    if first:
-        stats = judge(
+
+    def look(look_seed: int, final: bool = False) -> VerdictStats:
+        """The verdict on every round measured so far."""
+        return judge(
             rounds["A"],
             rounds["B"],
             alpha=alpha,
             max_rounds=max_rounds,
             equivalence=equivalence,
-            seed=seed + first - 1,
+            final=final,
+            seed=look_seed,
             prior_var=prior_var,
             prior_df=prior_df,
         )
+
+    if first:
+        stats = look(seed + first - 1)
         if stats.verdict != "undecided":
             return stats, rounds
         for steps in rounds["A"] + rounds["B"]:  # the resumed rounds' rates, widenings included
@@ -106,17 +112,7 @@ def sequential_verdict(
     round_s = 0.0
     for i in range(first, max_rounds):
         if i >= min_rounds and time_left is not None and time_left() < round_s:
-            stats = judge(
-                rounds["A"],
-                rounds["B"],
-                alpha=alpha,
-                max_rounds=max_rounds,
-                equivalence=equivalence,
-                final=True,
-                seed=seed + i,
-                prior_var=prior_var,
-                prior_df=prior_df,
-            )
+            stats = look(seed + i, final=True)
             if progress:
                 progress(f"out of time after {i} round(s): {stats.sentence()}")
             return stats.model_copy(update={"verdict": "same"} if stats.verdict == "undecided" else {}), rounds
@@ -132,17 +128,7 @@ def sequential_verdict(
                 return VerdictStats(verdict="invalid", rounds=i, stopped="invalid", reason=reason), rounds
             rounds[side].append(steps)
         round_s = time.monotonic() - round_began
-        stats = judge(
-            rounds["A"],
-            rounds["B"],
-            alpha=alpha,
-            max_rounds=max_rounds,
-            equivalence=equivalence,
-            final=i + 1 == max_rounds,
-            seed=seed + i,
-            prior_var=prior_var,
-            prior_df=prior_df,
-        )
+        stats = look(seed + i, final=i + 1 == max_rounds)
         if progress and i + 1 >= min_rounds:
             progress(f"round {i + 1}: {stats.sentence()}")
         if stats.verdict != "undecided" and i + 1 >= min_rounds:

@@ -93,11 +93,10 @@ QUEUED, MAX_QUEUE_STEPS = 2, 3
 def _rate_that_queues(steps: list[StepResult], ladder: list[float]) -> float | None:
     """The next rate above every tested one (the ladder's next rung, else x1.4), while fewer than QUEUED
     valid steps queued; None once enough did."""
-    from loadgen.queue_rate import MIN_GROWTH
+    from loadgen.queue_rate import queued
 
     valid = [st for st in steps if st.validity == "valid"]
-    queued = sum(1 for st in valid if st.ttft_growth and st.ttft_growth["slope"] > MIN_GROWTH)
-    if queued >= QUEUED or not valid:
+    if sum(map(queued, valid)) >= QUEUED or not valid:
         return None
     top = max(st.target_rate for st in valid)
     return next((r for r in sorted(ladder) if r > top * (1 + 1e-9)), round(top * 1.4, 3))

@@ -346,7 +346,7 @@ def judge_service_rates(
     # matched steps: the runs' spread (the rounds' differences and the A/A prior) is the error, once there is
     # any; else the larger of it and the slopes' own. Either way a verdict waits for a second round's spread
     # of its own (the prior alone is not it): queued requests are not independent, so the slopes may be optimistic
-    spread = prior_df + max(0, len(diffs) - 1) > 0
+    spread = between_variance(diffs, prior_var, prior_df)[1] > 0
     return _interval_verdict(
         d,
         0.0 if matched and spread else math.hypot(sa.log_se, sb.log_se),
