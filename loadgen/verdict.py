@@ -407,10 +407,14 @@ def floor_mde(
     est: CapacityEstimate | None, k: int, var: float, df: int, *, looks: int = 1, alpha: float = ALPHA
 ) -> float | None:
     """Minimum detectable effect (80% power) of a candidate measured like this baseline: ``est`` is the
-    baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many."""
+    baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many. ``var``/``df``: the
+    floor's between-run variance; the verdict at k rounds adds its k - 1 round differences' df to it."""
     # est: a CapacityEstimate (censored: no crossing), or a ServiceRate (rate None: nothing queued)
     if est is None or k == 0 or getattr(est, "censored", None) or getattr(est, "rate", 1.0) is None:
         return None
+    # the verdict at its k-th round pools the rounds' k - 1 df with the floor's (between_variance); with no
+    # variance measured (df 0) there is nothing they would pool into
+    df += k - 1 if df > 0 else 0
     # a service rate read from matched steps: the candidate's are the same requests, and only the runs'
     # spread separates them (judge_service_rates)
     own = 0.0 if getattr(est, "matched", False) and df > 0 else est.log_se * math.sqrt(2)

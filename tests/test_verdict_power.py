@@ -433,5 +433,7 @@ def test_the_floors_mde_is_the_verdicts_for_a_candidate_measured_like_the_baseli
 
     est = CapacityEstimate(0.8, 0.75, 0.85, log_se, "ttft", (0.7, 1.4), 80)
     floor = floor_mde(est, 2, var, 5, looks=LOOKS, alpha=ALPHA / 2)
-    verdict = _interval_verdict(0.0, log_se * math.sqrt(2), [], 2, 2, var, 5, ALPHA / 2, LOOKS, True, 0.02, {})
+    # two rounds whose difference varies as the floor's A/A pairs did: the verdict pools their 1 df too
+    diffs = [0.0, math.sqrt(2 * var)]
+    verdict = _interval_verdict(0.0, log_se * math.sqrt(2), diffs, 2, 2, var, 5, ALPHA / 2, LOOKS, True, 0.02, {})
     assert floor == pytest.approx(verdict.mde, rel=1e-9)
