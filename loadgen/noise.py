@@ -30,11 +30,17 @@ def rate_key(rate: float) -> str:
     return f"{rate:g}"
 
 
-def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL, prior: NoisePrior | None = None) -> NoiseFloor:
+def noise_floor(
+    sweeps: list[SweepResult],
+    min_rel: float = MIN_REL,
+    prior: NoisePrior | None = None,
+    candidate_rounds: int | None = None,
+) -> NoiseFloor:
     """Spread of capacity and of per-rate latency percentiles over K baseline sweeps.
 
     ``prior``: the between-run noise the interval verdict starts from (the endpoint's earlier floors,
-    :mod:`loadgen.noise_prior`); the default one when None.
+    :mod:`loadgen.noise_prior`); the default one when None. ``candidate_rounds``: the most sweeps a
+    candidate judged against this floor gets (its MDE is that candidate's); K when None.
 
     Invalid sweeps make the noise floor invalid (their reasons are kept); a floor from fewer
     than two sweeps has no measured spread and uses ``min_rel`` only.
@@ -79,7 +85,7 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL, prior: Nois
         row["within_sla_fraction"] = float(np.mean([st.within_sla for st in steps]))
         per_rate[rate_key(rate)] = row
     threshold = max(2 * cv, spread, min_rel)
-    interval = _interval_inputs(sweeps, prior or NoisePrior()) if not invalid else {}
+    interval = _interval_inputs(sweeps, prior or NoisePrior(), candidate_rounds) if not invalid else {}
     if interval.get("mde") is not None and np.isfinite(interval["mde"]):
         threshold = interval["mde"]  # the smallest effect the interval verdict can see (loadgen.verdict)
     return NoiseFloor(
@@ -98,7 +104,7 @@ def noise_floor(sweeps: list[SweepResult], min_rel: float = MIN_REL, prior: Nois
     )
 
 
-def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
+def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rounds: int | None = None) -> dict:
     """What the interval verdict needs from the baseline: its steps, the A/A between-run variance of its
     repeats pooled with the endpoint's prior (per estimator), and the minimum detectable effect. {} for
     sweeps without samples."""
@@ -120,7 +126,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
         "estimator": estimator,
         "between_var": var,
         "between_df": df,
-        "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS),
+        "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS, candidate_rounds=candidate_rounds),
         "capacity_fit_rps": fit.capacity if fit and not fit.censored else None,
         "prior_source": mine.source,
         "limiting": limiting,
@@ -131,8 +137,8 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior) -> dict:
         own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)
         mdes = [
-            floor_mde(fit, len(steps), var, df, looks=LOOKS, alpha=ALPHA / 2),
-            floor_mde(served, len(steps), s_var, s_df, looks=LOOKS, alpha=ALPHA / 2),
+            floor_mde(est, len(steps), v, d, looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=candidate_rounds)
+            for est, v, d in ((fit, var, df), (served, s_var, s_df))
         ]
         mdes = [m for m in mdes if m is not None]
         out |= {

@@ -404,21 +404,31 @@ def _censored(a: CapacityEstimate, b: CapacityEstimate, final: bool, common: dic
 
 
 def floor_mde(
-    est: CapacityEstimate | None, k: int, var: float, df: int, *, looks: int = 1, alpha: float = ALPHA
+    est: CapacityEstimate | None,
+    k: int,
+    var: float,
+    df: int,
+    *,
+    looks: int = 1,
+    alpha: float = ALPHA,
+    candidate_rounds: int | None = None,
 ) -> float | None:
     """Minimum detectable effect (80% power) of a candidate measured like this baseline: ``est`` is the
-    baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many. ``var``/``df``: the
-    floor's between-run variance; the verdict at k rounds adds its k - 1 round differences' df to it."""
+    baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many, or at most
+    ``candidate_rounds`` (a campaign's repeats and extra repeats). ``var``/``df``: the floor's between-run
+    variance; the verdict at its last round adds its rounds' differences' df to it."""
     # est: a CapacityEstimate (censored: no crossing), or a ServiceRate (rate None: nothing queued)
     if est is None or k == 0 or getattr(est, "censored", None) or getattr(est, "rate", 1.0) is None:
         return None
     # the verdict at its k-th round pools the rounds' k - 1 df with the floor's (between_variance); with no
     # variance measured (df 0) there is nothing they would pool into
-    df += k - 1 if df > 0 else 0
+    kc = candidate_rounds or k
+    df += min(k, kc) - 1 if df > 0 else 0
     # a service rate read from matched steps: the candidate's are the same requests, and only the runs'
     # spread separates them (judge_service_rates)
     own = 0.0 if getattr(est, "matched", False) and df > 0 else est.log_se * math.sqrt(2)
-    se, use_df = _standard_error(own, math.sqrt(var / k), df)
+    # var is that of one paired difference: the means of k and kc runs differ by var / 2 x (1/k + 1/kc)
+    se, use_df = _standard_error(own, math.sqrt(var / 2 * (1 / k + 1 / kc)), df)
     mde = math.expm1((_crit(alpha, looks, use_df) + POWER_Z) * se)
     # a fit with no spread to speak of (two rates, one each side of the SLA: log_se inf) sees no effect size
     return mde if math.isfinite(mde) else None

@@ -411,6 +411,11 @@ class CampaignSpec(Strict):
     # decision (the sequential rule of loadgen.verdict); 0 judges on `repeats` sweeps alone.
     extra_repeats: int = Field(default=2, ge=0)
     max_rounds: int = Field(default=4, ge=1)
+    # The sequential rule applied to a floor: while a baseline's minimum detectable effect is over this
+    # (0.10: a 10% change), one more baseline sweep on a fresh engine, up to `floor_max_sweeps` and as the
+    # budget allows. None measures the endpoint's `sweep.repeats` sweeps and no more.
+    floor_target_mde: float | None = Field(default=None, gt=0, lt=1)
+    floor_max_sweeps: int = Field(default=4, ge=2)
     proposer: ProposerMode = "auto"
     recipes: list[str] = Field(default_factory=list)
     # Diagnosis: seconds of torch profiling under steady load (0 disables it, e.g. where the

@@ -437,3 +437,20 @@ def test_the_floors_mde_is_the_verdicts_for_a_candidate_measured_like_the_baseli
     diffs = [0.0, math.sqrt(2 * var)]
     verdict = _interval_verdict(0.0, log_se * math.sqrt(2), diffs, 2, 2, var, 5, ALPHA / 2, LOOKS, True, 0.02, {})
     assert floor == pytest.approx(verdict.mde, rel=1e-9)
+
+
+def test_a_floor_of_more_sweeps_promises_the_verdict_of_a_candidate_with_fewer():
+    """A floor tightened to K = 3 sweeps (CampaignSpec.floor_target_mde) judges candidates of at most
+    two: its MDE is that verdict's (se from 1/3 + 1/2, the df of two rounds' differences), not that of
+    a candidate of three sweeps, which a campaign never measures."""
+    from loadgen.capacity import CapacityEstimate
+    from loadgen.verdict import ALPHA, LOOKS, _interval_verdict, floor_mde
+
+    est, var = CapacityEstimate(0.8, 0.75, 0.85, 0.005, "ttft", (0.7, 1.4), 80), 0.045**2
+    floor = floor_mde(est, 3, var, 6, looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=2)
+    diffs = [0.0, math.sqrt(2 * var)]
+    verdict = _interval_verdict(0.0, 0.005 * math.sqrt(2), diffs, 3, 2, var, 6, ALPHA / 2, LOOKS, True, 0.02, {})
+    assert floor == pytest.approx(verdict.mde, rel=1e-9)
+    # a third sweep buys less than a candidate measured three times would, and more than two sweeps
+    assert floor_mde(est, 3, var, 6, looks=LOOKS, alpha=ALPHA / 2) < floor
+    assert floor < floor_mde(est, 2, var, 5, looks=LOOKS, alpha=ALPHA / 2)

@@ -195,10 +195,13 @@ class Adoption:
                 return None
             sweeps += extra.sweeps
             wall += extra.wall_s
+        noise = self.noise_fn(sweeps)
+        if not problem:
+            sweeps, noise, wall = self.bench.tighten(best.engine_args, sweeps, noise, self.noise_fn, wall)
         record = BaselineRecord(
             engine_args=list(best.engine_args),
             sweeps=sweeps,
-            noise=self.noise_fn(sweeps),
+            noise=noise,
             source_experiment=best.experiment_id,
             identity=best.identity,
             wall_s=wall,

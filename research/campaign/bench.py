@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
-from loadgen.results import NoiseFloor
-from research.campaign.budget import Budget
+from loadgen.results import NoiseFloor, SweepResult
+from research.campaign.budget import Budget, Paused
 from research.campaign.context import CampaignContext, config_hash
 from research.campaign.recording import MemoryRecorder
-from research.campaign.steps import CompareFn
+from research.campaign.steps import CompareFn, NoiseFn
 from research.correctness import CorrectnessThresholds
 from research.harness import CandidateResult, Progress, SweepFn, run_candidate
 from research.state import ExperimentState, ProposalRecord, RoundRecord, experiment_id
@@ -77,6 +77,46 @@ class Bench:
             baseline_sustained=_sustained_rate(state.working),
             deadline=self.budget.window_end(),
         )
+
+    def tighten(
+        self, args: list[str], sweeps: list[SweepResult], noise: NoiseFloor, noise_fn: NoiseFn, wall_s: float
+    ) -> tuple[list[SweepResult], NoiseFloor, float]:
+        """The sequential rule applied to a floor: while its MDE is over the campaign's
+        ``floor_target_mde``, one more sweep of ``args`` on a fresh engine (the candidates run on engines
+        of their own, so the floor's spread should hold a launch's too), up to ``floor_max_sweeps`` and as
+        the budget allows. Returns (sweeps, floor, wall seconds)."""
+        campaign, progress = self.ctx.campaign, self.ctx.progress
+        target = campaign.floor_target_mde
+        if target is None:
+            return sweeps, noise, wall_s
+        sweeps = list(sweeps)
+        while noise.mde is not None and noise.mde > target:
+            if len(sweeps) >= campaign.floor_max_sweeps:
+                progress(
+                    f"  floor: MDE {noise.mde:.1%} over the {target:.0%} target after {len(sweeps)} sweeps (the most)"
+                )
+                break
+            try:
+                problem = self.budget.check(self.budget.estimate(1))
+            except Paused:
+                problem = "this call's time window"
+            if problem:
+                progress(f"  floor: MDE {noise.mde:.1%} over the {target:.0%} target; no sweep more fits ({problem})")
+                break
+            progress(f"  floor: MDE {noise.mde:.1%} over the {target:.0%} target: one more sweep")
+            extra = self.measure(args, 1, noise=None, check=False)
+            self.budget.charge(extra)
+            if extra.verdict == "invalid":
+                progress(
+                    f"  floor: the extra sweep was invalid ({extra.invalid_reason}); the floor keeps {len(sweeps)}"
+                )
+                break
+            sweeps += extra.sweeps
+            wall_s += extra.wall_s
+            noise = noise_fn(sweeps)
+            if noise.mde is not None:
+                progress(f"  floor: MDE {noise.mde:.1%} over {len(sweeps)} sweeps")
+        return sweeps, noise, wall_s
 
     def fill(self, record: ExperimentState, result: CandidateResult) -> None:
         """Copy a measurement into its experiment record and charge it to the budget."""

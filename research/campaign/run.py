@@ -107,7 +107,9 @@ class CampaignLoop:
         self.measures_engines = o.get("sweep_fn") is None  # an injected sweep_fn runs no engine of ours
         self.budget = Budget(ctx, limits, o.get("stop_after_s"), call_started, production_check=self.measures_engines)
         self.recorder = MemoryRecorder(ctx, o.get("memory"))
-        self.noise_fn = o.get("noise_fn") or endpoint_noise(state, endpoint, o.get("memory"), progress)
+        self.noise_fn = o.get("noise_fn") or endpoint_noise(
+            state, endpoint, o.get("memory"), progress, candidate_rounds=campaign.repeats + campaign.extra_repeats
+        )
         self.bench = Bench(
             ctx,
             self.budget,
@@ -138,13 +140,9 @@ class CampaignLoop:
             ctx.save()
             return f"baseline invalid: {result.invalid_reason or 'no reference outputs'}"
         noise = self.noise_fn(result.sweeps)
+        sweeps, noise, wall = self.bench.tighten(args, result.sweeps, noise, self.noise_fn, result.wall_s)
         record = BaselineRecord(
-            engine_args=args,
-            sweeps=result.sweeps,
-            noise=noise,
-            identity=result.identity,
-            wall_s=result.wall_s,
-            soak=result.soak,
+            engine_args=args, sweeps=sweeps, noise=noise, identity=result.identity, wall_s=wall, soak=result.soak
         )
         state.reference = state.working = record
         state.baselines.append(record)
@@ -154,7 +152,7 @@ class CampaignLoop:
             f"over {noise.repeats} sweeps: {noise.capacities})"
         )
         self.recorder.campaign("running")
-        for i, sweep in enumerate(result.sweeps):
+        for i, sweep in enumerate(sweeps):
             self.recorder.run(sweep, f"{state.campaign_id}-baseline-{i}", "baseline", None)
         self.recorder.floor(record)
         ctx.save()

@@ -83,14 +83,17 @@ def campaign_evidence(state: CampaignState, exclude: list[SweepResult] = ()) -> 
     return {k: v for k, v in out.items() if v}
 
 
-def endpoint_noise(state: CampaignState, endpoint: EndpointSpec, memory, progress: Progress) -> NoiseFn:
-    """The campaign's floors, each starting from the endpoint's prior (:func:`endpoint_prior`)."""
+def endpoint_noise(
+    state: CampaignState, endpoint: EndpointSpec, memory, progress: Progress, candidate_rounds: int | None = None
+) -> NoiseFn:
+    """The campaign's floors, each starting from the endpoint's prior (:func:`endpoint_prior`); their MDE
+    is that of a candidate of at most ``candidate_rounds`` sweeps (the campaign's repeats and extra ones)."""
     from loadgen.noise import noise_floor
 
     def noise(sweeps: list[SweepResult]) -> NoiseFloor:
         own = campaign_evidence(state, exclude=sweeps)
         prior = endpoint_prior(endpoint, memory, exclude_campaign=state.campaign_id, own=own, progress=progress)
-        return noise_floor(sweeps, prior=prior)
+        return noise_floor(sweeps, prior=prior, candidate_rounds=candidate_rounds)
 
     return noise
 
