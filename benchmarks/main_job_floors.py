@@ -88,7 +88,9 @@ def main() -> None:
         f"Command: `python benchmarks/main_job_floors.py {' '.join('--run ' + r.split('=')[0] + '=STATE' for r in args.run)} "
         f"--out {args.out}`\n\n"
         "| run | floor | limited by | sweeps | MDE in its review | MDE today | service-rate df | prior |\n"
-        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + f"\n\nOver {TARGET:.0%} today: {len(over)} of {total}.\n"
+        "|---|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + f"\n\nOver {TARGET:.0%} today: {len(over)} of {total}.\n"
     )
 
 
