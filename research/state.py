@@ -39,6 +39,7 @@ class BaselineRecord(BaseModel):
     wall_s: float = 0.0  # time its measurement took (for cost estimates)
     soak: SoakResult | None = None  # the baseline's own soak (an unstable baseline is a finding)
     adopted_at: float = Field(default_factory=time.time)
+    notes: list[str] = Field(default_factory=list)  # how its floor was measured (Bench.tighten's sweeps)
 
     @property
     def capacity(self) -> float:

@@ -56,12 +56,17 @@ def _run(tmp_path: Path, mdes: dict[int, float], **campaign):
 
 
 def test_a_floor_over_its_target_gets_sweeps_until_it_is_under(tmp_path: Path):
+    state_dir = tmp_path / "state"
     state, lines = _run(tmp_path, {2: 0.14, 3: 0.09}, floor_target_mde=0.10)
     assert len(state.reference.sweeps) == 3 and state.reference.noise.mde == pytest.approx(0.09)
     # the adopted candidate: its own sweep, the re-measure to K = 2, then one more for the target
     assert state.working is not state.reference and len(state.working.sweeps) == 3
     asked = [line for line in lines if "one more sweep" in line]
-    assert len(asked) == 2 and all("MDE 14.0% over the 10% target" in line for line in asked), asked
+    assert len(asked) == 2 and all("MDE 14.0% over the 10% target after 2 sweeps" in line for line in asked), asked
+    # the review says why each floor has its sweeps
+    assert state.reference.notes[0] == "MDE 14.0% over the 10% target after 2 sweeps: one more sweep"
+    review = next(state_dir.glob("*.review/review.md")).read_text()
+    assert "  - floor: MDE 9.0% over 3 sweeps" in review
 
 
 def test_without_a_target_or_under_it_a_floor_keeps_its_repeats(tmp_path: Path):

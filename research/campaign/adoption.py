@@ -195,9 +195,9 @@ class Adoption:
                 return None
             sweeps += extra.sweeps
             wall += extra.wall_s
-        noise = self.noise_fn(sweeps)
+        noise, notes = self.noise_fn(sweeps), []
         if not problem:
-            sweeps, noise, wall = self.bench.tighten(best.engine_args, sweeps, noise, self.noise_fn, wall)
+            sweeps, noise, wall, notes = self.bench.tighten(best.engine_args, sweeps, noise, self.noise_fn, wall)
         record = BaselineRecord(
             engine_args=list(best.engine_args),
             sweeps=sweeps,
@@ -206,6 +206,7 @@ class Adoption:
             identity=best.identity,
             wall_s=wall,
             soak=best.soak,
+            notes=notes,
         )
         state.working = record
         state.baselines.append(record)

@@ -80,43 +80,45 @@ class Bench:
 
     def tighten(
         self, args: list[str], sweeps: list[SweepResult], noise: NoiseFloor, noise_fn: NoiseFn, wall_s: float
-    ) -> tuple[list[SweepResult], NoiseFloor, float]:
+    ) -> tuple[list[SweepResult], NoiseFloor, float, list[str]]:
         """The sequential rule applied to a floor: while its MDE is over the campaign's
         ``floor_target_mde``, one more sweep of ``args`` on a fresh engine (the candidates run on engines
         of their own, so the floor's spread should hold a launch's too), up to ``floor_max_sweeps`` and as
-        the budget allows. Returns (sweeps, floor, wall seconds)."""
-        campaign, progress = self.ctx.campaign, self.ctx.progress
+        the budget allows. Returns (sweeps, floor, wall seconds, notes for the review)."""
+        campaign, notes = self.ctx.campaign, []
         target = campaign.floor_target_mde
+
+        def note(text: str) -> None:
+            notes.append(text)
+            self.ctx.progress(f"  floor: {text}")
+
         if target is None:
-            return sweeps, noise, wall_s
+            return sweeps, noise, wall_s, notes
         sweeps = list(sweeps)
         while noise.mde is not None and noise.mde > target:
+            over = f"MDE {noise.mde:.1%} over the {target:.0%} target"
             if len(sweeps) >= campaign.floor_max_sweeps:
-                progress(
-                    f"  floor: MDE {noise.mde:.1%} over the {target:.0%} target after {len(sweeps)} sweeps (the most)"
-                )
+                note(f"{over} after {len(sweeps)} sweeps (the most)")
                 break
             try:
                 problem = self.budget.check(self.budget.estimate(1))
             except Paused:
                 problem = "this call's time window"
             if problem:
-                progress(f"  floor: MDE {noise.mde:.1%} over the {target:.0%} target; no sweep more fits ({problem})")
+                note(f"{over}; no sweep more fits ({problem})")
                 break
-            progress(f"  floor: MDE {noise.mde:.1%} over the {target:.0%} target: one more sweep")
+            note(f"{over} after {len(sweeps)} sweeps: one more sweep")
             extra = self.measure(args, 1, noise=None, check=False)
             self.budget.charge(extra)
             if extra.verdict == "invalid":
-                progress(
-                    f"  floor: the extra sweep was invalid ({extra.invalid_reason}); the floor keeps {len(sweeps)}"
-                )
+                note(f"the extra sweep was invalid ({extra.invalid_reason}); the floor keeps {len(sweeps)}")
                 break
             sweeps += extra.sweeps
             wall_s += extra.wall_s
             noise = noise_fn(sweeps)
             if noise.mde is not None:
-                progress(f"  floor: MDE {noise.mde:.1%} over {len(sweeps)} sweeps")
-        return sweeps, noise, wall_s
+                note(f"MDE {noise.mde:.1%} over {len(sweeps)} sweeps")
+        return sweeps, noise, wall_s, notes
 
     def fill(self, record: ExperimentState, result: CandidateResult) -> None:
         """Copy a measurement into its experiment record and charge it to the budget."""

@@ -140,9 +140,15 @@ class CampaignLoop:
             ctx.save()
             return f"baseline invalid: {result.invalid_reason or 'no reference outputs'}"
         noise = self.noise_fn(result.sweeps)
-        sweeps, noise, wall = self.bench.tighten(args, result.sweeps, noise, self.noise_fn, result.wall_s)
+        sweeps, noise, wall, notes = self.bench.tighten(args, result.sweeps, noise, self.noise_fn, result.wall_s)
         record = BaselineRecord(
-            engine_args=args, sweeps=sweeps, noise=noise, identity=result.identity, wall_s=wall, soak=result.soak
+            engine_args=args,
+            sweeps=sweeps,
+            noise=noise,
+            identity=result.identity,
+            wall_s=wall,
+            soak=result.soak,
+            notes=notes,
         )
         state.reference = state.working = record
         state.baselines.append(record)
