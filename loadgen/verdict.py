@@ -293,6 +293,7 @@ def judge_service_rates(
     prior_df: int = 0,
     looks: int | None = None,
     futility: bool = False,
+    match: bool = True,
 ) -> VerdictStats:
     """:func:`judge_rounds` with the engine's service rate from queue growth (:mod:`loadgen.queue_rate`)
     in place of the SLA crossing: d = log(mu B / mu A) over every queued step of each side; its standard
@@ -301,7 +302,9 @@ def judge_service_rates(
     (rate, length) pairs, d is read from those steps alone and its error is the between-round one
     (:func:`loadgen.queue_rate.matched_steps`: the same requests, whose heterogeneity cancels). A side
     with no queued step served every tested rate: the driver widens the rates upward (``*_censored``
-    "above"). ``seed`` is unused (nothing is resampled)."""
+    "above"). ``match=False`` reads every queued step at every look: a sequential design whose rounds
+    recentre their rates (loadgen.sequential) shares steps only in its first rounds, and one statistic
+    over all its looks is what its alpha spending assumes. ``seed`` is unused (nothing is resampled)."""
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
     looks = looks or max_rounds
@@ -335,7 +338,7 @@ def judge_service_rates(
         return VerdictStats(
             verdict=verdict, stopped=stopped, reason="a side never queued: no rate to compare", **common
         )
-    matched = matched_steps(a_rounds + b_rounds)
+    matched = matched_steps(a_rounds + b_rounds) if match else None
     if matched:  # the same requests on both sides: their heterogeneity cancels (queue_rate.matched_steps)
         a_rounds, b_rounds = matched[:ka], matched[ka:]
         sa = service_rate([s for r in a_rounds for s in r], matched=True)

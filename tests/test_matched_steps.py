@@ -77,6 +77,17 @@ def test_matched_verdicts_keep_their_error_rate_and_find_a_planted_gain(rates):
     assert all(s.verdict != "worse" for s in gains)
 
 
+def test_a_design_whose_rounds_recentre_can_judge_without_matching(rates):
+    """match=False (the harness's sequential design, benchmarks/harness_power.py): every queued step at
+    every look, the larger of the slopes' error and the runs', though these rounds share their steps."""
+    base = [_sweep(BASE, rates, 30 + k) for k in range(2)]
+    cand = [_sweep(BASE, rates, 35 + k) for k in range(2)]
+    matched = judge_service_rates(base, cand, final=True, prior_var=PRIOR_SD**2, prior_df=PRIOR_DF)
+    plain = judge_service_rates(base, cand, final=True, prior_var=PRIOR_SD**2, prior_df=PRIOR_DF, match=False)
+    assert "matched" in matched.candidate and "matched" not in plain.candidate
+    assert matched.se_bootstrap == 0.0 and plain.se_bootstrap > 0
+
+
 def test_the_floor_promises_what_a_matched_verdict_sees(rates):
     base = [_sweep(BASE, rates, k) for k in (1, 2)]
     matched = service_rate([s for r in matched_steps(base) for s in r], matched=True)
