@@ -29,8 +29,9 @@ from research.state import CampaignState  # noqa: E402
 TARGET = 0.10
 
 
-def floors(state: CampaignState) -> list[dict]:
-    """Per adopted floor, in order: the recorded MDE and today's, with what the prior held."""
+def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
+    """Per adopted floor, in order: the recorded MDE and today's (that of a candidate of at most
+    ``candidate_rounds`` sweeps), with what the prior held."""
     out = []
     for i, base in enumerate(state.baselines):
         then = state.model_copy(
@@ -46,7 +47,7 @@ def floors(state: CampaignState) -> list[dict]:
         own = campaign_evidence(then, exclude=base.sweeps)
         evidence = [ev for evs in own.values() for ev in evs if ev.df]
         prior = NoisePrior.from_history(evidence, sum(1 for evs in own.values() if any(ev.df for ev in evs)))
-        now = noise_floor(base.sweeps, prior=prior)
+        now = noise_floor(base.sweeps, prior=prior, candidate_rounds=candidate_rounds)
         out.append(
             {
                 "floor": base.source_experiment or "reference",
@@ -66,12 +67,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", action="append", required=True, help="label=path of a campaign's state.json")
     ap.add_argument("--out", type=Path, required=True, help="writes OUT.json and OUT.md")
+    ap.add_argument(
+        "--candidate-rounds",
+        type=int,
+        default=2,
+        help="a candidate's most sweeps (the embedded default's repeats + extra_repeats)",
+    )
     args = ap.parse_args()
     runs = {}
     for item in args.run:
         label, _, path = item.partition("=")
         state = CampaignState.model_validate_json(Path(path).read_text())
-        runs[label] = {"campaign_id": state.campaign_id, "floors": floors(state)}
+        runs[label] = {"campaign_id": state.campaign_id, "floors": floors(state, args.candidate_rounds)}
         print(label, json.dumps(runs[label]["floors"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"target": TARGET, "runs": runs}, indent=2) + "\n")
