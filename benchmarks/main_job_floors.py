@@ -4,10 +4,10 @@
         --out benchmarks/results/main_job_floors
 
 Each run's state file (``.autoresearch/campaigns/<campaign>/<campaign>.state.json``) keeps every floor's
-sweeps with their requests. Each floor is built again with loadgen.noise.noise_floor and the prior the
-campaign had at that moment: the default, pooled with the A/A evidence of the experiments that had ended
-and the floors adopted before it (research.campaign.steps.campaign_evidence; a fresh machine's memory
-holds nothing else). The output says, per floor, the MDE the run's review showed and today's. The issue's
+sweeps with their requests. Each floor is built again by the campaign's own floor function
+(research.campaign.steps.endpoint_noise) on the state as it was then: the default prior pooled with the A/A
+evidence of the experiments that had ended and the floors adopted before it (no research memory: a fresh
+machine's holds nothing else). The output says, per floor, the MDE the run's review showed and today's. The issue's
 target is an MDE at most 10% in the review of a fresh machine's main job.
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadgen.noise import noise_floor  # noqa: E402
-from loadgen.noise_prior import NoisePrior  # noqa: E402
-from research.campaign.steps import campaign_evidence  # noqa: E402
+from dagster_project.lib import load_definitions  # noqa: E402
+from research.campaign.steps import endpoint_noise  # noqa: E402
+from specs.paths import definitions_dir  # noqa: E402
 from research.state import CampaignState  # noqa: E402
 
 TARGET = 0.10
@@ -32,6 +32,7 @@ TARGET = 0.10
 def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
     """Per adopted floor, in order: the recorded MDE and today's (that of a candidate of at most
     ``candidate_rounds`` sweeps), with what the prior held."""
+    endpoint = load_definitions(definitions_dir()).endpoint(state.endpoint)
     out = []
     for i, base in enumerate(state.baselines):
         then = state.model_copy(
@@ -44,10 +45,8 @@ def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
                 },
             }
         )
-        own = campaign_evidence(then, exclude=base.sweeps)
-        evidence = [ev for evs in own.values() for ev in evs if ev.df]
-        prior = NoisePrior.from_history(evidence, sum(1 for evs in own.values() if any(ev.df for ev in evs)))
-        now = noise_floor(base.sweeps, prior=prior, candidate_rounds=candidate_rounds)
+        # the campaign's own floor function, with no research memory: a fresh machine's holds nothing else
+        now = endpoint_noise(then, endpoint, None, print, candidate_rounds)(base.sweeps)
         out.append(
             {
                 "floor": base.source_experiment or "reference",

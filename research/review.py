@@ -184,35 +184,33 @@ def _label(adopted: list[ExperimentState], any_lossy: bool) -> str:
 
 def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
     n = b.noise
-    return (
-        [
-            f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
-            f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
-            f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
+    summary = (
+        f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
+        f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
+        f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
+        + (
+            f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
+            f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df"
             + (
-                f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
-                f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df"
-                + (
-                    f"; verdicts by the service rate {_fmt(n.service_rate_rps)} req/s served, sd "
-                    f"{(n.service_between_var or 0) ** 0.5:.1%}, {n.service_between_df} df, with the SLA crossing"
-                    if getattr(n, "estimator", "crossing") == "service_rate"
-                    else ""
-                )
-                + (f"; prior: {n.prior_source}" if getattr(n, "prior_source", None) else "")
-                + _own_evidence(n.aa_evidence)
-                + _classes(n)
-                + ")"
-                if n.mde is not None
+                f"; verdicts by the service rate {_fmt(n.service_rate_rps)} req/s served, sd "
+                f"{(n.service_between_var or 0) ** 0.5:.1%}, {n.service_between_df} df, with the SLA crossing"
+                if getattr(n, "estimator", "crossing") == "service_rate"
                 else ""
             )
-            + (f"; {b.soak.summary()}" if b.soak else "")
-        ]
+            + (f"; prior: {n.prior_source}" if getattr(n, "prior_source", None) else "")
+            + _own_evidence(n.aa_evidence)
+            + _classes(n)
+            + ")"
+            if n.mde is not None
+            else ""
+        )
+        + (f"; {b.soak.summary()}" if b.soak else "")
+    )
+    internals = internals_evidence.latest(b.sweeps)
+    return (
+        [summary]
         + [f"  - floor: {note}" for note in b.notes]
-        + [
-            f"  - engine internals: {internals_summary(internals)}"
-            for internals in [internals_evidence.latest(b.sweeps)]
-            if internals is not None
-        ]
+        + ([f"  - engine internals: {internals_summary(internals)}"] if internals is not None else [])
     )
 
 

@@ -48,7 +48,7 @@ setup_engine() {
 # 2-core machine they take the time of the larger one (the main job's wall time counts set-up).
 setup_project & project_pid=$!
 setup_engine & engine_pid=$!
-wait "$project_pid" || { log "creating .venv failed (see pip's message above)"; exit 1; }
+wait "$project_pid" || { kill "$engine_pid" 2>/dev/null; log "creating .venv failed (see pip's message above)"; exit 1; }
 wait "$engine_pid" || { log "creating .venv-engine failed (see pip's message above)"; exit 1; }
 
 # 3. system packages ----------------------------------------------------------------------

@@ -195,9 +195,10 @@ class Adoption:
                 return None
             sweeps += extra.sweeps
             wall += extra.wall_s
-        noise, notes = self.noise_fn(sweeps), []
-        if not problem:
-            sweeps, noise, wall, notes = self.bench.tighten(best.engine_args, sweeps, noise, self.noise_fn, wall)
+        if problem:  # nothing more is measured: the floor of what there is
+            noise, notes = self.noise_fn(sweeps), []
+        else:
+            sweeps, noise, wall, notes = self.bench.tighten(best.engine_args, sweeps, self.noise_fn, wall)
         record = BaselineRecord(
             engine_args=list(best.engine_args),
             sweeps=sweeps,

@@ -79,13 +79,13 @@ class Bench:
         )
 
     def tighten(
-        self, args: list[str], sweeps: list[SweepResult], noise: NoiseFloor, noise_fn: NoiseFn, wall_s: float
+        self, args: list[str], sweeps: list[SweepResult], noise_fn: NoiseFn, wall_s: float
     ) -> tuple[list[SweepResult], NoiseFloor, float, list[str]]:
-        """The sequential rule applied to a floor: while its MDE is over the campaign's
+        """The floor of ``sweeps`` (``noise_fn``), then the sequential rule applied to it: while its MDE is over the campaign's
         ``floor_target_mde``, one more sweep of ``args`` on a fresh engine (the candidates run on engines
         of their own, so the floor's spread should hold a launch's too), up to ``floor_max_sweeps`` and as
         the budget allows. Returns (sweeps, floor, wall seconds, notes for the review)."""
-        campaign, notes = self.ctx.campaign, []
+        campaign, notes, noise = self.ctx.campaign, [], noise_fn(sweeps)
         target = campaign.floor_target_mde
 
         def note(text: str) -> None:

@@ -139,8 +139,7 @@ class CampaignLoop:
             state.failed_baseline = result.model_dump(mode="json", exclude={"reference"})
             ctx.save()
             return f"baseline invalid: {result.invalid_reason or 'no reference outputs'}"
-        noise = self.noise_fn(result.sweeps)
-        sweeps, noise, wall, notes = self.bench.tighten(args, result.sweeps, noise, self.noise_fn, result.wall_s)
+        sweeps, noise, wall, notes = self.bench.tighten(args, result.sweeps, self.noise_fn, result.wall_s)
         record = BaselineRecord(
             engine_args=args,
             sweeps=sweeps,
