@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/launch_variance.py report --out .autoresearch/launch_variance
 
 ``--slowdown 0.1`` plants a known effect (engines/patches/planted_slowdown) in every launch, and
-``--queued-step-s`` holds the steps the service rate reads longer: benchmarks/campaign_verdicts.py judges
-such launches against unpatched ones as a campaign would.
+``--max-step-s`` lets the steps be stretched longer (the steps past capacity among them; the recorded
+``launch_variance_q36`` launches used ``--queued-step-s 36``, removed with ``sweep.queued_step_s``):
+benchmarks/campaign_verdicts.py judges such launches against unpatched ones as a campaign would.
 
 A campaign repeats a configuration's sweeps and judges a candidate against its baseline. Which pairs of
 sweeps are alike decides what the floor measures: two sweeps on one running engine share its launch
@@ -130,8 +131,9 @@ def run(args) -> None:
     from specs.paths import definitions_dir
 
     spec = load_definitions(definitions_dir()).endpoint(args.endpoint)
-    if args.queued_step_s:  # the steps the service rate reads, held longer than the endpoint declares
-        spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"queued_step_s": args.queued_step_s})})
+    if args.max_step_s:  # every step, the ones the service rate reads among them, held up to this long
+        sweep = spec.sweep.model_copy(update={"max_step_s": args.max_step_s})
+        spec = spec.model_copy(update={"sweep": sweep})
     if args.slowdown:  # a planted effect of known size: every engine step (1 + s) times as long
         patch = str(ROOT / "engines" / "patches" / "planted_slowdown")
         env = {**spec.engine.env, "PYTHONPATH": patch, "AUTORESEARCH_PLANTED_SLOWDOWN": str(args.slowdown)}
@@ -167,7 +169,7 @@ def main() -> None:
     r.add_argument("--launches", type=int, default=4)
     r.add_argument("--sweeps", type=int, default=2)
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--queued-step-s", type=float, help="override sweep.queued_step_s (the steps past a break)")
+    r.add_argument("--max-step-s", type=float, help="override sweep.max_step_s (how long a step may be stretched)")
     r.add_argument("--slowdown", type=float, help="plant a slowdown: every engine step (1 + s) times as long")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, required=True)

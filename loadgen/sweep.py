@@ -86,17 +86,25 @@ from loadgen.watch import Engine
 
 
 #: sweep.estimator "service_rate" reads steps whose queue grew (loadgen.queue_rate): a sweep that ended with
-#: fewer than QUEUED of them goes on above its highest rate, at most MAX_QUEUE_STEPS more steps
+#: fewer than QUEUED of them, or with none that queued clearly, goes on above its highest rate, at most
+#: MAX_QUEUE_STEPS more steps
 QUEUED, MAX_QUEUE_STEPS = 2, 3
+#: A step queued clearly when its TTFT grew by this much (k = lam/mu - 1: arrivals 1.5x what the engine
+#: serves). A rung just past the service rate queues in one repeat and not in the next (k 0.10-0.12 at the
+#: reference's 0.7 req/s); a sweep that stopped on two such steps shared no queued step with its repeats.
+CLEAR_GROWTH = 0.5
 
 
 def _rate_that_queues(steps: list[StepResult], ladder: list[float]) -> float | None:
     """The next rate above every tested one (the ladder's next rung, else x1.4), while fewer than QUEUED
-    valid steps queued; None once enough did."""
+    valid steps queued or none of them clearly (CLEAR_GROWTH); None once enough did. So every repeat of a
+    configuration ends past the same clear overload, whichever way its noisy SLA checks went, and repeats
+    share their queued rungs (loadgen.queue_rate.matched_steps)."""
     from loadgen.queue_rate import queued
 
     valid = [st for st in steps if st.validity == "valid"]
-    if sum(map(queued, valid)) >= QUEUED or not valid:
+    growth = [st.ttft_growth["slope"] for st in valid if queued(st)]
+    if not valid or (len(growth) >= QUEUED and max(growth) >= CLEAR_GROWTH):
         return None
     top = max(st.target_rate for st in valid)
     return next((r for r in sorted(ladder) if r > top * (1 + 1e-9)), round(top * 1.4, 3))
@@ -129,8 +137,9 @@ def run_sweep(
     ``rates`` overrides the endpoint's ladder (``spec.sweep.rates``; None there = automatic).
     A step lasts ``step_duration_s`` or long enough for ``min_requests`` (default ``sweep.min_requests``) requests, whichever is
     longer, up to ``sweep.max_step_s`` (4x ``step_duration_s`` by default; percentiles of a handful of
-    requests mean nothing). A step above a rate whose SLA already broke lasts at least ``sweep.queued_step_s``
-    where that is set (the steps the service rate reads).
+    requests mean nothing). So a step's rate alone fixes its length, and with it its requests and arrival
+    times: every repeat and every candidate that runs a rate serves the same requests there, whichever way
+    its ladder went (loadgen.queue_rate.matched_steps reads those steps as pairs).
     A step the client could not keep on schedule (a busy host, not the engine) is repeated up to
     ``client_retries`` times before it invalidates the sweep; the repeat is noted. ``senders`` defaults to what the client calibration says the highest rate needs (1 when
     uncalibrated). Rates beyond the calibrated client limit are refused (ValueError) when
@@ -242,10 +251,8 @@ def run_sweep(
         step_began = time.monotonic()
         warmup_wall = warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{rate:g} req/s")
         emit("step", rate, f"step {len(steps) + 1}: {rate:g} req/s for {duration:g}s")
-        step_s = max(duration, min(min_requests / rate, cfg.max_step_s or 4 * duration))
+        step_s = max(duration, min(min_requests / rate, cfg.max_step_s or 4 * duration))  # the rate's alone
         past_a_break = any(rate > tried and not ok for tried, ok in history)  # a lower rate broke the SLA
-        if cfg.queued_step_s and past_a_break:
-            step_s = max(step_s, cfg.queued_step_s)  # past a broken rate: a step the service rate reads
         schedule = arrivals.schedule(
             cfg.arrival, rate, step_s, burstiness=cfg.burstiness, seed=step_seed(cfg.seed, rate)
         )

@@ -248,10 +248,6 @@ class SweepSpec(Strict):
     # The longest a step is stretched for min_requests (None: 4x step_duration_s). Low rates below
     # capacity are where steps grow long; the steps past it, which the service rate reads, are not.
     max_step_s: float | None = Field(default=None, gt=0)
-    # sweep.estimator "service_rate" only: a step at a rate above one whose SLA already broke in this
-    # sweep lasts at least this long. Those are the steps the service rate reads (loadgen.queue_rate), and
-    # their slope's standard error falls about as T^-1.5 with their length (None: as any other step).
-    queued_step_s: float | None = Field(default=None, gt=0)
     warmup_requests: int = Field(default=4, ge=0)
     max_steps: int = Field(default=8, ge=1)
     # Explicit ladders only: after the first SLA failure, this many geometric bisection steps
@@ -300,14 +296,16 @@ class SweepSpec(Strict):
     # think times where it has sessions, else 0).
     think_time_s: float | None = Field(default=None, ge=0)
 
-    @model_validator(mode="after")
-    def _queued_steps_need_the_service_rate(self) -> "SweepSpec":
-        if self.queued_step_s is not None and self.estimator != "service_rate":
+    @model_validator(mode="before")
+    @classmethod
+    def _no_queued_step_s(cls, data):
+        if isinstance(data, dict) and "queued_step_s" in data:
             raise ValueError(
-                "sweep.queued_step_s lengthens the steps the service rate reads; it needs "
-                "sweep.estimator: service_rate (remove it, or set the estimator)"
+                "sweep.queued_step_s is no longer honoured: a step's length follows its rate alone, so repeats "
+                "serve the same requests whichever way their ladder went; remove it, and raise min_requests "
+                "(up to max_step_s) to lengthen the steps past capacity"
             )
-        return self
+        return data
 
     @field_validator("users")
     @classmethod

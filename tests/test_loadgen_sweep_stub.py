@@ -285,8 +285,10 @@ def test_a_verdict_round_whose_lowest_rate_breaks_the_sla_still_holds_every_rate
 def test_an_endpoint_judged_by_its_service_rate_sweeps_on_until_its_queue_grows(stub):
     """An endpoint whose ladder ends below what the engine serves (or whose SLA breaks before its queue
     grows, as ITL does on a 2-core host) has no step for the service rate to read: with
-    sweep.estimator "service_rate" the sweep goes on above its highest rate until two steps queued."""
-    from loadgen.queue_rate import service_rate
+    sweep.estimator "service_rate" the sweep goes on above its highest rate until two steps queued, one of
+    them clearly (so repeats end past the same overload)."""
+    from loadgen.queue_rate import queued, service_rate
+    from loadgen.sweep import CLEAR_GROWTH, MAX_QUEUE_STEPS, QUEUED
 
     sla = {"ttft_ms": 500, "max_error_rate": 0.01}
     plain = endpoint(stub.url, sla, step_duration_s=3.0, refine_steps=0, rates=[3.0, 8.0])
@@ -296,36 +298,34 @@ def test_an_endpoint_judged_by_its_service_rate_sweeps_on_until_its_queue_grows(
     assert swept.validity == "valid" and swept.estimator == "service_rate", swept.invalid_reason
     assert swept.rates()[:2] == [3.0, 8.0] and len(swept.rates()) in (3, 4, 5) and min(swept.rates()[2:]) > 8.0
     assert any("service rate needs steps that queue" in n for n in swept.notes)
+    growth = [st.ttft_growth["slope"] for st in swept.steps if queued(st)]
+    assert len(growth) >= QUEUED and (max(growth) >= CLEAR_GROWTH or len(swept.rates()) == 2 + MAX_QUEUE_STEPS)
     served = service_rate(swept.steps)
     assert served is not None and served.steps >= 1 and 7.5 < served.rate < 12.0, served.describe()
 
 
 @pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
-def test_steps_past_a_broken_rate_last_queued_step_s_and_the_others_do_not(stub):
-    """sweep.queued_step_s lengthens only the steps the service rate reads: those above a rate whose SLA
-    already broke in the sweep. The ladder's steps up to the first failure keep their length."""
-    sla = {"ttft_ms": 500, "max_error_rate": 0.01}
-    spec = endpoint(
-        stub.url,
-        sla,
-        step_duration_s=2.0,
-        refine_steps=0,
-        rates=[3.0, 8.0],
-        estimator="service_rate",
-        queued_step_s=5.0,
-    )
-    swept = run_sweep(_attach(spec), pool(), spec, lag_bounds=LENIENT)
-    assert swept.validity == "valid", swept.invalid_reason
-    past, before, broken = [], [], []
-    for st in swept.steps:
-        (past if any(st.target_rate > r for r in broken) else before).append(st)
-        if not st.within_sla:
-            broken.append(st.target_rate)
-    assert past and before, [(s.target_rate, s.within_sla) for s in swept.steps]
-    assert all(s.duration_s == pytest.approx(5.0) for s in past)
-    assert all(s.duration_s < 5.0 for s in before)
-    with pytest.raises(ValueError, match="queued_step_s .* needs sweep.estimator: service_rate"):
-        endpoint(stub.url, sla, rates=[3.0], queued_step_s=5.0)
+def test_a_steps_rate_alone_fixes_its_length_and_requests_whichever_way_the_ladder_went(stub):
+    """Two sweeps whose SLA checks sent their ladders different ways (one broke at the first rung, one held
+    past it) run every rate they share for the same length with the same requests: what lets a verdict read
+    those steps as pairs (loadgen.queue_rate.matched_steps). A step past a broken rate used to be held
+    longer, so a repeat that broke one rung earlier served other requests there."""
+    rates = [3.0, 6.0, 12.0, 16.0]
+    sweep = dict(step_duration_s=1.0, min_requests=12, max_step_s=3.0, refine_steps=0, rates=rates)
+    tight = endpoint(stub.url, {"ttft_ms": 60, "max_error_rate": 0.01}, **sweep, estimator="service_rate")
+    loose = endpoint(stub.url, {"ttft_ms": 3000, "max_error_rate": 0.01}, **sweep, estimator="service_rate")
+    a = run_sweep(_attach(tight), pool(), tight, lag_bounds=LENIENT)
+    b = run_sweep(_attach(loose), pool(), loose, lag_bounds=LENIENT)
+    assert a.validity == b.validity == "valid", (a.invalid_reason, b.invalid_reason)
+    assert not a.steps[0].within_sla and b.steps[0].within_sla  # the two ladders went different ways
+    common = sorted(set(a.rates()) & set(b.rates()))
+    assert len(common) >= 2, (a.rates(), b.rates())
+    for rate in common:
+        (sa,), (sb,) = ([st for st in s.steps if st.target_rate == rate] for s in (a, b))
+        assert sa.duration_s == pytest.approx(sb.duration_s) == pytest.approx(max(1.0, min(12 / rate, 3.0)))
+        assert sa.requests == sb.requests, rate
+    with pytest.raises(ValueError, match="queued_step_s is no longer honoured"):
+        endpoint(stub.url, {"ttft_ms": 500}, rates=[3.0], estimator="service_rate", queued_step_s=5.0)
 
 
 @pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)

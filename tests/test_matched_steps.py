@@ -97,3 +97,24 @@ def test_the_floor_promises_what_a_matched_verdict_sees(rates):
     assert floor_mde(matched, 2, var, df) < floor_mde(plain, 2, var, df)
     # with no spread measured at all, a matched floor still takes the slopes' own error: never zero
     assert floor_mde(matched, 2, 0.0, 0) == pytest.approx(floor_mde(plain, 2, 0.0, 0), rel=0.3)
+
+
+def test_a_sweep_ends_past_a_clear_overload_so_its_repeats_share_their_queued_rungs():
+    """The reference's repeats on a slow host: when 0.7 req/s broke its ITL target it queued barely
+    (growth 0.10-0.12), the ladder stopped, and the queue rule added 1.0 req/s, so that sweep's queued
+    steps were 0.7 and 1.0 where its repeats had 1.0 and 1.4: one rung in common. A sweep now goes on
+    until one of its queued steps queued clearly, which a rung just past the service rate never does."""
+    from types import SimpleNamespace
+
+    from loadgen.sweep import CLEAR_GROWTH, _rate_that_queues
+
+    ladder = [0.7, 1.0, 1.4, 2.0, 2.8]
+
+    def step(rate, growth):
+        return SimpleNamespace(target_rate=rate, validity="valid", ttft_growth={"slope": growth})
+
+    weak = [step(0.7, 0.11), step(1.0, 0.22)]  # two steps queued, neither clearly
+    assert _rate_that_queues(weak, ladder) == 1.4
+    assert _rate_that_queues([*weak, step(1.4, 1.15)], ladder) is None
+    assert _rate_that_queues([step(0.7, 0.05), step(1.0, 0.2), step(1.4, CLEAR_GROWTH)], ladder) is None
+    assert _rate_that_queues([step(2.8, 1.5)], ladder) is not None  # one queued step is not two
