@@ -28,7 +28,7 @@ from loadgen.closedloop import UserScript, session_drift
 from loadgen.results import IntervalResult, ProductionReplayResult, RequestRecord
 from loadgen.runner import LagBounds
 from loadgen.stats import latency_arrays, percentile_ms, sla_violations
-from loadgen.step import StepRunner, config_hash, pool_requests, wait_idle
+from loadgen.step import StepRunner, config_hash, pool_requests, sweep_lag_bounds, wait_idle
 from loadgen.watch import Engine
 from specs.pool_schema import has_sessions
 
@@ -95,8 +95,11 @@ def run_production_replay(
 
     ``shape_interval_s`` and ``report_interval_s`` are production seconds (scaled by ``time_scale``);
     ``max_duration_s`` (replay seconds) cuts a long trace short. ``sessions``: None = session-aware
-    when the pool has multi-turn sessions, False = open loop always.
+    when the pool has multi-turn sessions, False = open loop always. ``lag_bounds``: when the client
+    counts as fallen behind; by default the endpoint's own, as its sweeps use (loadgen.step.sweep_lag_bounds:
+    an engine sharing a small host with the client declares a looser one).
     """
+    lag_bounds = lag_bounds or sweep_lag_bounds(spec.sla, spec.sweep)
     if "arrival_offset_s" not in pool.columns:
         raise ValueError("replay pool has no 'arrival_offset_s' column; see specs/pool_schema.py")
     if sessions is None:
@@ -142,7 +145,7 @@ def run_production_replay(
         bodies,
         ids,
         senders=senders,
-        lag_bounds=lag_bounds or LagBounds(),
+        lag_bounds=lag_bounds,
         timeout_s=timeout_s,
         records_dir=records_dir,
     )
@@ -169,6 +172,7 @@ def run_production_replay(
         attainment=sum(attained) / len(attained) if attained else None,
         validity=overall.validity,
         invalid_reason=overall.invalid_reason,
+        send_lag_bound_ms=lag_bounds.p99_ms,
     )
 
 
@@ -223,7 +227,7 @@ def _replay_sessions(
     report_interval_s: float | None,
     rate_scale: float,
     seed: int,
-    lag_bounds: LagBounds | None,
+    lag_bounds: LagBounds,
     timeout_s: float,
     records_dir: Path | None,
     max_duration_s: float | None,
@@ -255,7 +259,7 @@ def _replay_sessions(
         bodies,
         ids,
         senders=1,
-        lag_bounds=lag_bounds or LagBounds(),
+        lag_bounds=lag_bounds,
         timeout_s=timeout_s,
         records_dir=records_dir,
     )
@@ -284,4 +288,5 @@ def _replay_sessions(
         validity=overall.validity,
         invalid_reason=overall.invalid_reason,
         sessions=session_drift(records),
+        send_lag_bound_ms=lag_bounds.p99_ms,
     )

@@ -279,6 +279,7 @@ class ProductionReplayResult(BaseModel):
     validity: Validity = "valid"
     invalid_reason: str | None = None
     sessions: SessionDrift | None = None  # session-aware replay (pools with multi-turn sessions)
+    send_lag_bound_ms: float | None = None  # the client's p99 send lag it was measured under (the endpoint's)
 
 
 class CalibrationPoint(BaseModel):

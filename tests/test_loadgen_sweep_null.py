@@ -127,6 +127,25 @@ def test_multi_turn_pool_replays_session_aware_and_can_be_forced_open_loop(null_
     assert forced.sessions is None and forced.overall.requests == 10
 
 
+def test_production_replay_holds_the_client_to_the_endpoints_own_send_lag_bound(null_engine):
+    """The replay judges the client by the bound the endpoint's sweeps use (sweep_lag_bounds), not a fixed
+    10 ms: on a 2-core host that declares max_send_lag_ms 1000 the "after" replay of the main job was
+    invalid at a p99 lag of 17-40 ms, which its sweeps accept."""
+    engine, spec = null_engine
+    offsets = [0.1 * i for i in range(10)]
+    derived = run_production_replay(engine, pool(offsets), spec, time_scale=0.1, shape_interval_s=10.0)
+    assert derived.send_lag_bound_ms == pytest.approx(25.0)  # 5% of the 500 ms TTFT target
+    declared = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"max_send_lag_ms": 1000.0})})
+    sessions = pool(offsets).with_columns(
+        session_id=pl.Series([f"s{i // 2}" for i in range(10)]),
+        turn=pl.Series([i % 2 for i in range(10)], dtype=pl.Int64),
+        think_time_s=pl.Series([None if i % 2 == 0 else 0.05 for i in range(10)], dtype=pl.Float64),
+    )
+    for replayed in (pool(offsets), sessions):
+        result = run_production_replay(engine, replayed, declared, time_scale=0.1, shape_interval_s=10.0)
+        assert result.validity == "valid" and result.send_lag_bound_ms == 1000.0, result.invalid_reason
+
+
 def test_calibration_finds_a_sustained_rate(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
     # A short, lenient calibration: the search and the cache, not this machine's speed.
