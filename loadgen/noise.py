@@ -18,6 +18,8 @@ take ratios against, and says when it is only an upper bound.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from loadgen.noise_prior import NoisePrior, noise_class, pool, repeat_evidence
@@ -121,12 +123,35 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
     mine = prior.for_limit(limiting)  # a floor pools the evidence of its own noise class only
     own = [repeat_evidence(steps, "crossing", limiting)]
     var, df = pool(own[0], mine.crossing)
+    k = len(steps)
+
+    def mdes(alpha: float, *estimates) -> tuple[float | None, float | None]:
+        """(the MDE, the least MDE one more sweep could give) over ``estimates`` of (estimate, var, df):
+        that sweep at the mean adds a df and no spread, and its steps shrink the estimate's own error."""
+        now = [
+            floor_mde(e, k, v, d, looks=LOOKS, alpha=alpha, candidate_rounds=candidate_rounds) for e, v, d in estimates
+        ]
+        best = [
+            floor_mde(
+                _shrunk(e, k),
+                k + 1,
+                v * d / (d + 1),
+                d + 1,
+                looks=LOOKS,
+                alpha=alpha,
+                candidate_rounds=candidate_rounds,
+            )
+            for e, v, d in estimates
+        ]
+        now, best = [m for m in now if m is not None], [m for m in best if m is not None]
+        return (min(now) if now else None), (min(best) if best else None)
+
+    mde, mde_next = mdes(ALPHA, (fit, var, df))
     out = {
         "steps": steps,
         "estimator": estimator,
         "between_var": var,
         "between_df": df,
-        "mde": floor_mde(fit, len(steps), var, df, looks=LOOKS, candidate_rounds=candidate_rounds),
         "capacity_fit_rps": fit.capacity if fit and not fit.censored else None,
         "prior_source": mine.source,
         "limiting": limiting,
@@ -136,19 +161,28 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
         served = service_rate([st for r in (matched or steps) for st in r], matched=bool(matched))
         own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)
-        mdes = [
-            floor_mde(est, len(steps), v, d, looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=candidate_rounds)
-            for est, v, d in ((fit, var, df), (served, s_var, s_df))
-        ]
-        mdes = [m for m in mdes if m is not None]
+        mde, mde_next = mdes(ALPHA / 2, (fit, var, df), (served, s_var, s_df))
         out |= {
             "service_between_var": s_var,
             "service_between_df": s_df,
             "service_rate_rps": served.rate if served else None,
-            "mde": min(mdes) if mdes else None,
         }
+    out |= {"mde": mde, "mde_next_best": mde_next}
     out["class_noise"] = _class_noise(prior, own, limiting)
     return out | {"aa_evidence": own}
+
+
+def _shrunk(est, k: int):
+    """``est`` with the own error one more sweep's steps would leave (k + 1 sweeps' worth of them)."""
+    if est is None or not np.isfinite(getattr(est, "log_se", np.inf)):
+        return est
+    log_se = est.log_se * float(np.sqrt(k / (k + 1)))
+    # a CapacityEstimate is a frozen dataclass, a ServiceRate a pydantic model
+    return (
+        dataclasses.replace(est, log_se=log_se)
+        if dataclasses.is_dataclass(est)
+        else est.model_copy(update={"log_se": log_se})
+    )
 
 
 def _class_noise(prior: NoisePrior, own: list[AAEvidence], limiting: str | None) -> dict:

@@ -198,6 +198,9 @@ class NoiseFloor(BaseModel):
     between_var: float | None = None
     between_df: int = 0
     mde: float | None = None  # minimum detectable effect of a candidate measured like this baseline
+    # the least MDE one more sweep could give: one that adds a df and no spread (research.campaign.bench.tighten
+    # takes no sweep that cannot bring the floor under its target)
+    mde_next_best: float | None = None
     capacity_fit_rps: float | None = None
     estimator: str = "crossing"  # the sweeps' sweep.estimator (loadgen.judge)
     # the service rate's A/A spread (estimator "service_rate"), as between_var/between_df are the crossing's

@@ -20,7 +20,7 @@ from test_campaign_deadline import _compare, _propose
 from test_gpu_cap import Recorder, _endpoint
 
 
-def _run(tmp_path: Path, mdes: dict[int, float], **campaign):
+def _run(tmp_path: Path, mdes: dict[int, float], best: dict[int, float] | None = None, **campaign):
     spec = CampaignSpec(
         name="ft",
         endpoint="tiny_random",
@@ -36,7 +36,8 @@ def _run(tmp_path: Path, mdes: dict[int, float], **campaign):
     lines: list[str] = []
 
     def noise(sweeps):
-        return noise_floor(sweeps).model_copy(update={"mde": mdes[len(sweeps)]})
+        k = len(sweeps)
+        return noise_floor(sweeps).model_copy(update={"mde": mdes[k], "mde_next_best": (best or {}).get(k)})
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     folder = tmp_path / "state"
@@ -94,3 +95,16 @@ def test_a_floor_takes_no_sweep_the_budget_refuses(tmp_path: Path, monkeypatch):
     state, lines = _run(tmp_path, {2: 0.14, 3: 0.09}, floor_target_mde=0.10)
     assert len(state.reference.sweeps) == 2
     assert any("no sweep more fits (deadline: stand-in refusal)" in line for line in lines), lines
+
+
+def test_a_floor_takes_no_sweep_that_cannot_bring_it_under_its_target(tmp_path: Path):
+    """One more sweep adds a df and, at best, no spread (NoiseFloor.mde_next_best): a floor that even such a
+    sweep would leave over the target gives that time to the experiments, and says so; one within reach
+    takes it."""
+    state, lines = _run(tmp_path / "futile", {2: 0.14, 3: 0.12}, {2: 0.11}, floor_target_mde=0.10)
+    assert len(state.reference.sweeps) == 2 and len(state.working.sweeps) == 2
+    said = "MDE 14.0% over the 10% target after 2 sweeps; one more could reach 11.0% at best"
+    assert state.reference.notes and state.reference.notes[0].startswith(said), state.reference.notes
+    assert not any("one more sweep" in line for line in lines), lines
+    state, _ = _run(tmp_path / "within", {2: 0.14, 3: 0.09}, {2: 0.095}, floor_target_mde=0.10)
+    assert len(state.reference.sweeps) == 3 and state.reference.noise.mde == pytest.approx(0.09)

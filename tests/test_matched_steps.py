@@ -3,6 +3,7 @@ sides, judged by the runs' spread, on the simulated engine of known service rate
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -118,3 +119,31 @@ def test_a_sweep_ends_past_a_clear_overload_so_its_repeats_share_their_queued_ru
     assert _rate_that_queues([*weak, step(1.4, 1.15)], ladder) is None
     assert _rate_that_queues([step(0.7, 0.05), step(1.0, 0.2), step(1.4, CLEAR_GROWTH)], ladder) is None
     assert _rate_that_queues([step(2.8, 1.5)], ladder) is not None  # one queued step is not two
+
+
+def test_one_more_sweep_never_gives_a_floor_less_than_its_best_case(rates):
+    """A floor's ``mde_next_best``, the least MDE one more sweep could give (it adds a df, and no spread at
+    most), is what lets a campaign skip a sweep that cannot bring its floor under the target: it must never
+    be beaten by the sweep itself. Six seeds of three sweeps each on the simulated engine with a host's
+    between-run jitter."""
+    from loadgen.noise import noise_floor
+    from loadgen.results import SweepResult
+
+    jittery = dataclasses.replace(BASE, run_jitter_cv=0.05)
+
+    def swept(run: int) -> SweepResult:
+        steps = _sweep(jittery, rates, run)
+        return SweepResult(
+            endpoint="sim", engine_args=[], launch_config_hash="h", started_at=0.0, steps=steps,
+            capacity_rps=rates[0], capacity_per_gpu=rates[0], estimator="service_rate",
+        )  # fmt: skip
+
+    gaps = []
+    for seed in range(6):
+        sweeps = [swept(100 + 3 * seed + i) for i in range(3)]
+        two, three = (noise_floor(sweeps[:k], candidate_rounds=2) for k in (2, 3))
+        assert two.mde is not None and two.mde_next_best is not None and three.mde is not None
+        assert two.mde_next_best < two.mde
+        assert two.mde_next_best <= three.mde + 1e-12, (seed, two.mde_next_best, three.mde)
+        gaps.append(three.mde - two.mde_next_best)
+    assert max(gaps) > 0.005  # the bound is met with room, not by construction

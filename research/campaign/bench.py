@@ -84,7 +84,8 @@ class Bench:
         """The floor of ``sweeps`` (``noise_fn``), then the sequential rule applied to it: while its MDE is over the campaign's
         ``floor_target_mde``, one more sweep of ``args`` on a fresh engine (the candidates run on engines
         of their own, so the floor's spread should hold a launch's too), up to ``floor_max_sweeps`` and as
-        the budget allows. Returns (sweeps, floor, wall seconds, notes for the review)."""
+        the budget allows, and only while one more could bring it under the target (``mde_next_best``: a
+        floor whose pairs moved too much for any one sweep to fix gives its time to the experiments). Returns (sweeps, floor, wall seconds, notes for the review)."""
         campaign, notes, noise = self.ctx.campaign, [], noise_fn(sweeps)
         target = campaign.floor_target_mde
 
@@ -99,6 +100,13 @@ class Bench:
             over = f"MDE {noise.mde:.1%} over the {target:.0%} target"
             if len(sweeps) >= campaign.floor_max_sweeps:
                 note(f"{over} after {len(sweeps)} sweeps (the most)")
+                break
+            if noise.mde_next_best is not None and noise.mde_next_best > target:
+                # futile: even a sweep that moved nothing would leave the floor over its target
+                note(
+                    f"{over} after {len(sweeps)} sweeps; one more could reach {noise.mde_next_best:.1%} at best "
+                    "(a sweep adds a df, and no spread at most): none taken, the time goes to experiments"
+                )
                 break
             try:
                 problem = self.budget.check(self.budget.estimate(1))
