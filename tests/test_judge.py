@@ -231,3 +231,45 @@ def test_no_extra_sweep_begins_past_the_deadline_and_what_was_measured_is_judged
     )  # fmt: skip
     assert len(result.sweeps) == 1 and comparison.decided, comparison.evidence  # final: same/better/worse
     assert any("no time for another repeat" in line for line in lines), lines
+
+
+def test_an_extra_sweep_keeps_room_for_the_soak_a_confirmation_needs(rates, smollm_spec, monkeypatch):
+    """A repeat that confirms a candidate is followed by its soak (spec.soak): the window must hold both,
+    else the soak runs into the time kept after it (the main job's fifteenth run lost its production-shaped
+    verification so). The same close call with the same time left takes its repeat when no soak follows."""
+    import time
+
+    import research.harness as harness
+    from loadgen.ladder import interpolated_capacity
+    from loadgen.noise import noise_floor
+    from research.campaign.steps import default_compare
+
+    monkeypatch.setattr(harness, "_soak", lambda *a, **k: None)  # the soak itself: tests/test_soak.py
+    spec = smollm_spec.model_copy(
+        update={"soak": smollm_spec.soak.model_copy(update={"hold_s": 2.0, "overload_s": 0.0, "recovery_s": 0.0})}
+    )
+    floor = noise_floor(_sweeps(BASE, rates, 5, "A", "service_rate"))
+
+    def measured(soak: bool) -> tuple[int, list[str]]:
+        sweeps = iter(
+            s.model_copy(update={"capacity_rps": interpolated_capacity(s.steps, SLA)[0]})
+            for s in _sweeps(BASE.planted(0.03), rates, 5, "B", "service_rate")
+        )
+        result = harness.CandidateResult(engine_args=[], verdict="invalid")
+        lines: list[str] = []
+
+        def sweep_fn(*a):  # 0.2 s a sweep, 1.0 s left: room for another, not for another and a 2 s soak
+            time.sleep(0.2)
+            return next(sweeps)
+
+        harness._measure(
+            _Instrument(), spec, [], None, floor, 1, result, lambda *a: result, lossy=False, reference=None,
+            capture=False, thresholds=None, sweep_fn=sweep_fn, compare_fn=default_compare, progress=lines.append,
+            extra_repeats=1, soak=soak, baseline_sustained=None, deadline=time.monotonic() + 1.0,
+        )  # fmt: skip
+        return len(result.sweeps), lines
+
+    without, _ = measured(soak=False)
+    with_soak, lines = measured(soak=True)
+    assert without == 2 and with_soak == 1, (without, with_soak)
+    assert any("no time for another repeat" in line for line in lines), lines
