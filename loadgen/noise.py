@@ -18,7 +18,7 @@ take ratios against, and says when it is only an upper bound.
 
 from __future__ import annotations
 
-import dataclasses
+import math
 
 import numpy as np
 
@@ -133,13 +133,14 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
         ]
         best = [
             floor_mde(
-                _shrunk(e, k),
+                e,
                 k + 1,
                 v * d / (d + 1),
                 d + 1,
                 looks=LOOKS,
                 alpha=alpha,
                 candidate_rounds=candidate_rounds,
+                own_scale=math.sqrt(k / (k + 1)),
             )
             for e, v, d in estimates
         ]
@@ -170,19 +171,6 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
     out |= {"mde": mde, "mde_next_best": mde_next}
     out["class_noise"] = _class_noise(prior, own, limiting)
     return out | {"aa_evidence": own}
-
-
-def _shrunk(est, k: int):
-    """``est`` with the own error one more sweep's steps would leave (k + 1 sweeps' worth of them)."""
-    if est is None or not np.isfinite(getattr(est, "log_se", np.inf)):
-        return est
-    log_se = est.log_se * float(np.sqrt(k / (k + 1)))
-    # a CapacityEstimate is a frozen dataclass, a ServiceRate a pydantic model
-    return (
-        dataclasses.replace(est, log_se=log_se)
-        if dataclasses.is_dataclass(est)
-        else est.model_copy(update={"log_se": log_se})
-    )
 
 
 def _class_noise(prior: NoisePrior, own: list[AAEvidence], limiting: str | None) -> dict:

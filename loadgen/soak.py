@@ -226,7 +226,7 @@ def run_soak(
         ):
             break
         backed_off.append(f"{held:.3g} req/s: " + "; ".join(result.reasons))
-        if deadline is not None and time.monotonic() + cfg.hold_s + cfg.overload_s + cfg.recovery_s > deadline:
+        if deadline is not None and time.monotonic() + cfg.pass_s > deadline:
             result.cut_short = f"no back-off below {held:.3g} req/s: the call's window ends before another hold"
             say(f"  soak: {result.diagnosis} at {held:.3g} req/s; {result.cut_short}")
             break

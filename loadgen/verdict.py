@@ -415,11 +415,13 @@ def floor_mde(
     looks: int = 1,
     alpha: float = ALPHA,
     candidate_rounds: int | None = None,
+    own_scale: float = 1.0,
 ) -> float | None:
     """Minimum detectable effect (80% power) of a candidate measured like this baseline: ``est`` is the
     baseline's pooled estimate over its ``k`` sweeps, and the candidate gets as many, or at most
     ``candidate_rounds`` (a campaign's repeats and extra repeats). ``var``/``df``: the floor's between-run
-    variance; the verdict at its last round adds its rounds' differences' df to it."""
+    variance; the verdict at its last round adds its rounds' differences' df to it. ``own_scale`` scales
+    the estimate's own error (a projection to more sweeps' worth of steps: loadgen.noise)."""
     # est: a CapacityEstimate (censored: no crossing), or a ServiceRate (rate None: nothing queued)
     if est is None or k == 0 or getattr(est, "censored", None) or getattr(est, "rate", 1.0) is None:
         return None
@@ -429,7 +431,7 @@ def floor_mde(
     df += min(k, kc) - 1 if df > 0 else 0
     # a service rate read from matched steps: the candidate's are the same requests, and only the runs'
     # spread separates them (judge_service_rates)
-    own = 0.0 if getattr(est, "matched", False) and df > 0 else est.log_se * math.sqrt(2)
+    own = 0.0 if getattr(est, "matched", False) and df > 0 else est.log_se * math.sqrt(2) * own_scale
     # var is that of one paired difference: the means of k and kc runs differ by var / 2 x (1/k + 1/kc)
     se, use_df = _standard_error(own, math.sqrt(var / 2 * (1 / k + 1 / kc)), df)
     mde = math.expm1((_crit(alpha, looks, use_df) + POWER_Z) * se)

@@ -427,8 +427,7 @@ def _measure(
             break
         # a repeat that confirms a candidate is followed by its soak: both must end in the window, or the
         # soak eats the time kept after it (the main job's production-shaped verification once)
-        soaks = soak and not capture and spec.soak.hold_s > 0
-        soak_s = spec.soak.hold_s + spec.soak.overload_s + spec.soak.recovery_s if soaks else 0.0
+        soak_s = spec.soak.pass_s if soak and not capture and spec.soak.hold_s > 0 else 0.0
         if deadline is not None and time.monotonic() + sweep_wall + soak_s > deadline:
             # no room for another repeat: what was measured is judged as the final look (its error rate
             # is that look's, as the sequential verdict's own time rule does)

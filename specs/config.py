@@ -336,6 +336,12 @@ class SoakSpec(Strict):
     backoffs: int = Field(default=2, ge=0)
     backoff_factor: float = Field(default=0.8, gt=0, lt=1)
 
+    @property
+    def pass_s(self) -> float:
+        """Seconds of one pass of the soak (its hold, overload and recovery): what a time window must hold
+        for a soak to begin, or for one more back-off."""
+        return self.hold_s + self.overload_s + self.recovery_s
+
 
 class BudgetSpec(Strict):
     gpu_hours: float = Field(default=1.0, gt=0)

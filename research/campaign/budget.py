@@ -138,8 +138,7 @@ class Budget:
             # a call's window must also hold a soak (a winner, or any candidate of an unstable baseline,
             # is soaked): an experiment cut by the window's end is lost, a paused one is not. One hold:
             # the soak begins no back-off past the window's end (window_end, loadgen.soak.run_soak)
-            soak = self.ctx.endpoint.soak
-            need = estimate_s + soak.hold_s + soak.overload_s + soak.recovery_s
+            need = estimate_s + self.ctx.endpoint.soak.pass_s
             if used + need > self.stop_after_s:
                 raise Paused(
                     f"paused: the next experiment (about {need / 60:.1f} min with its soak) does not fit the "
