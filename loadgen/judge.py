@@ -10,17 +10,25 @@ times tighter where the queue sets capacity (docs/measurement.md); the crossing 
 where both are decided the crossing's verdict stands: a change that raises throughput but breaks an ITL
 limit is judged by what the SLA sees. Where no step of a side queued, the service rate has nothing to
 say and the crossing judges alone, at the full alpha.
+
+The service rate speaks for capacity within the SLA only through a queue. No engine holds the SLA above
+what it serves, and one whose SLA limit a queue sets (TTFT, E2E, errors) holds it in proportion to what it
+serves. So a candidate that serves more has more capacity only if a queue sets its own limit, and one
+that serves less has less only if a queue sets the baseline's. Where ITL sets that side's limit (a bigger
+batch that drains the queue faster and stalls every decode), the crossing judges alone, at the full alpha.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from loadgen.noise_prior import limiting_target
 from loadgen.results import StepResult
 from loadgen.verdict import ALPHA, VerdictStats, judge_rounds, judge_service_rates
 
 Estimator = Literal["crossing", "service_rate"]
 DECIDED = ("better", "worse")
+QUEUE_TARGETS = ("ttft", "e2e", "errors")  # the SLA targets a queue raises (ITL it does not)
 
 
 def judge(
@@ -56,6 +64,18 @@ def judge(
         alone = by_crossing(alpha)
         why = f"no service rate ({service.reason}): judged by the SLA crossing alone"
         return alone.model_copy(update={"decided_by": "SLA crossing", "reason": _join(alone.reason, why)})
+    latency_bound = _latency_bound(service, a_rounds, b_rounds)
+    if latency_bound:
+        alone = by_crossing(alpha)
+        why = f"{latency_bound}: judged by the SLA crossing alone (service rate: {service.sentence()})"
+        split = service.verdict in DECIDED and not (alone.verdict in DECIDED and _agrees(service, alone))
+        return alone.model_copy(
+            update={
+                "decided_by": "SLA crossing",
+                "reason": _join(alone.reason, why),
+                "disagreement": _disagreement(service, alone) if split and alone.verdict != "undecided" else None,
+            }
+        )
     crossing = by_crossing(alpha / 2)
     if crossing.verdict == "invalid":
         return crossing
@@ -88,6 +108,23 @@ def judge(
             "reason": _join(chosen.reason, extra, note),
             "disagreement": _disagreement(service, crossing) if split else None,
         }
+    )
+
+
+def _latency_bound(service: VerdictStats, a_rounds, b_rounds) -> str | None:
+    """Why the service rate cannot speak for the SLA in the direction it points, or None where it can:
+    serving more (less) is more (less) capacity only where a queue sets the candidate's (baseline's) SLA
+    limit. A side whose limit is not resolved (its crossing beyond the tested rates) is not held against it."""
+    direction = _direction(service)
+    if direction == 0:
+        return None
+    side, rounds = ("candidate", b_rounds) if direction > 0 else ("baseline", a_rounds)
+    limit = limiting_target(rounds)
+    if limit is None or limit in QUEUE_TARGETS:
+        return None
+    return (
+        f"the {side}'s SLA limit is {limit.upper()}, not a queue, so how fast it serves from its queue is not "
+        f"its capacity within the SLA"
     )
 
 

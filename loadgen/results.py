@@ -201,6 +201,9 @@ class NoiseFloor(BaseModel):
     # the least MDE one more sweep could give: one that adds a df and no spread (research.campaign.bench.tighten
     # takes no sweep that cannot bring the floor under its target)
     mde_next_best: float | None = None
+    # estimator "service_rate": the MDE of a candidate judged by the SLA crossing alone, at the full alpha, as
+    # one is where ITL, not a queue, sets the SLA limit the service rate would speak for (loadgen.judge)
+    mde_crossing_alone: float | None = None
     capacity_fit_rps: float | None = None
     estimator: str = "crossing"  # the sweeps' sweep.estimator (loadgen.judge)
     # the service rate's A/A spread (estimator "service_rate"), as between_var/between_df are the crossing's

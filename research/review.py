@@ -194,6 +194,7 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
             + (
                 f"; verdicts by the service rate {_fmt(n.service_rate_rps)} req/s served, sd "
                 f"{(n.service_between_var or 0) ** 0.5:.1%}, {n.service_between_df} df, with the SLA crossing"
+                + _crossing_alone(n)
                 if getattr(n, "estimator", "crossing") == "service_rate"
                 else ""
             )
@@ -212,6 +213,14 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
         + [f"  - floor: {note}" for note in b.notes]
         + ([f"  - engine internals: {internals_summary(internals)}"] if internals is not None else [])
     )
+
+
+def _crossing_alone(n) -> str:
+    """What a candidate ITL limits is judged at: the service rate does not speak for its SLA (loadgen.judge)."""
+    mde = getattr(n, "mde_crossing_alone", None)
+    if mde is None:
+        return ""
+    return f"; a change where ITL, not a queue, sets the SLA limit is judged by the crossing alone: MDE {mde:.1%}"
 
 
 def _own_evidence(evidence) -> str:

@@ -42,7 +42,13 @@ def test_both_estimators_keep_the_aa_error_rate_and_see_a_planted_gain_at_least_
     seeds = range(1, 9)
     aa = [_verdict(BASE, s, rates, "service_rate") for s in seeds]
     assert sum(v.verdict in ("better", "worse") for v in aa) <= 1, [v.sentence() for v in aa]
-    assert all(v.confidence == pytest.approx(0.975) and v.mde is not None for v in aa)
+    assert all(v.mde is not None for v in aa)
+    # both tests at alpha / 2, or the crossing alone at alpha where ITL limits the side the service rate
+    # points to (BASE's ITL and TTFT crossings lie close: which one limits varies by seed)
+    assert all(
+        v.confidence == pytest.approx(0.975) or (v.confidence == pytest.approx(0.95) and "SLA limit is ITL" in v.reason)
+        for v in aa
+    ), [v.sentence() for v in aa]
     both = [_verdict(BASE.planted(0.1), s, rates, "service_rate") for s in seeds]
     alone = [_verdict(BASE.planted(0.1), s, rates, "crossing") for s in seeds]
     n_both, n_alone = (sum(v.verdict == "better" for v in vs) for vs in (both, alone))
@@ -57,14 +63,15 @@ def test_more_throughput_that_the_sla_crossing_does_not_follow_is_not_better(rat
     big = replace(BASE, max_batch=96)
     verdicts = [_verdict(big, s, rates, "service_rate") for s in range(1, 5)]
     assert all(v.verdict != "better" for v in verdicts), [v.sentence() for v in verdicts]
-    split = [v for v in verdicts if "excludes that change" in (v.reason or "")]
-    assert split  # the service rate did move
+    # the service rate did move: the crossing's interval excludes it, or ITL sets the candidate's limit
+    split = [v for v in verdicts if any(w in (v.reason or "") for w in ("excludes that change", "SLA limit is ITL"))]
+    assert split, [v.sentence() for v in verdicts]
     # where the verdict is final, a person is told in one sentence what each estimator saw (the campaign
     # makes it an open question); where the estimators agree there is nothing to tell
-    final = [v for v in split if v.stopped == "disagree"]
-    assert final and all(v.disagreement and "service rate says +" in v.disagreement for v in final)
+    final = [v for v in split if v.disagreement]
+    assert final and all("service rate says +" in v.disagreement for v in final)
     assert all("latency target, not the queue" in v.disagreement for v in final)
-    assert all(v.disagreement is None for v in verdicts if v.stopped not in ("disagree", "decided"))
+    assert all(v.disagreement is None for v in verdicts if v not in split)
     aa = _verdict(BASE, 1, rates, "service_rate")
     assert aa.disagreement is None, aa.sentence()
     # the campaign asks a person about the split, and about nothing where the estimators agreed
@@ -100,6 +107,36 @@ def test_a_crossing_decided_against_the_service_rate_is_said_as_a_split(rates):
         v.sentence() for v in verdicts
     ]
     assert all("SLA crossing says -" in v.disagreement for v in verdicts)
+
+
+def test_serving_more_is_more_capacity_only_where_a_queue_sets_the_limit(rates):
+    """The main job's --max-num-seqs 4 (2026-12-06, run 15): on a host where the ITL crossing moves between
+    launches, a bigger batch that drains the queue faster while ITL sets its SLA limit was judged better by
+    the service rate, its estimate inside the crossing's wide interval. Here that crossing noise is planted as
+    the crossing's prior (an sd of 25%, as ITL-limited floors read on the host): the batch of 96 serves +12-19%
+    more, ITL limits it, so the crossing judges alone and the person is told why. Served less by a baseline
+    that ITL limits is no loss either; a planted +10% or -10% where a queue sets the limit still decides."""
+    noisy = dict(crossing_prior=(0.25**2, 4), service_prior=PRIOR)
+
+    def verdict(a_model, b_model, seed):
+        a = [_sweep(a_model, rates, i, seed, "A") for i in range(2)]
+        b = [_sweep(b_model, rates, i, seed, "B") for i in range(2)]
+        return judge(a, b, estimator="service_rate", final=True, max_rounds=2, looks=LOOKS, **noisy)
+
+    big = replace(BASE, max_batch=96)
+    for a_model, b_model, said in ((BASE, big, "candidate"), (big, BASE, "baseline")):
+        verdicts = [verdict(a_model, b_model, s) for s in (1, 2, 3)]
+        assert all(v.verdict == "same" and v.decided_by == "SLA crossing" for v in verdicts), [
+            v.sentence() for v in verdicts
+        ]
+        assert all(f"the {said}'s SLA limit is ITL" in v.reason for v in verdicts)
+        assert all(v.disagreement and "a latency target, not the queue" in v.disagreement for v in verdicts)
+        assert all(v.mde > 0.3 for v in verdicts)  # the crossing's own MDE: what this verdict could see
+    for b_model, expected in ((BASE.planted(0.1), "better"), (BASE.planted(-0.1), "worse")):
+        decided = [verdict(BASE.planted(0.1) if expected == "worse" else BASE, b_model, s) for s in (1, 2, 3)]
+        assert all(v.verdict == expected and v.decided_by == "service rate" for v in decided), [
+            v.sentence() for v in decided
+        ]
 
 
 def _sweeps(model, rates, seed, side, estimator):
