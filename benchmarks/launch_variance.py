@@ -3,6 +3,11 @@
     .venv/bin/python benchmarks/launch_variance.py run --launches 4 --sweeps 2 --out .autoresearch/launch_variance
     .venv/bin/python benchmarks/launch_variance.py report --out .autoresearch/launch_variance
 
+``--engine-args "..."`` sweeps another configuration of the endpoint (the whole argument list, e.g. the
+main job's working baseline with ``--enable-prefix-caching``). Each sweep's engine CPU seconds per wall
+second and the host's stolen CPU share (loadgen.watch) are reported beside its estimates: a sweep slower
+than its repeat either had less CPU or a slower one.
+
 ``--slowdown 0.1`` plants a known effect (engines/patches/planted_slowdown) in every launch, and
 ``--max-step-s`` lets the steps be stretched longer (the steps past capacity among them; the recorded
 ``launch_variance_q36`` launches used ``--queued-step-s 36``, removed with ``sweep.queued_step_s``):
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -45,7 +51,15 @@ def _estimates(sweep) -> dict[str, float | None]:
         "valid": sweep.validity == "valid",
         "steps": [[s.target_rate, s.within_sla] for s in sweep.steps],
         "wall_s": sweep.wall_s,
+        # what CPU the engine got (loadgen.watch): the mean over the sweep's valid steps, None where unmeasured
+        "engine_cpu_util": _mean_metric(sweep, "engine_cpu_util"),
+        "host_steal_fraction": _mean_metric(sweep, "host_steal_fraction"),
     }
+
+
+def _mean_metric(sweep, name: str) -> float | None:
+    values = [s.engine_metrics[name] for s in sweep.steps if s.validity == "valid" and name in s.engine_metrics]
+    return sum(values) / len(values) if values else None
 
 
 def components(groups: list[list[float]]) -> dict[str, float] | None:
@@ -102,13 +116,15 @@ def report(out: Path) -> dict:
 
 
 def _text(result: dict) -> str:
-    lines = ["launch  sweep  service rate  crossing  steps (rate, within SLA)"]
+    lines = ["launch  sweep  service rate  crossing  engine CPU  stolen  steps (rate, within SLA)"]
     for launch, sweeps in result["launches"].items():
         for s in sorted(sweeps, key=lambda s: s["sweep"]):
             sr = f"{s['service_rate']:.3f}" if s["service_rate"] else "-"
             cr = f"{s['crossing']:.3f}" if s["crossing"] else "-"
             steps = " ".join(f"{r:g}{'+' if ok else 'x'}" for r, ok in s["steps"])
-            lines.append(f"{launch:>6}  {s['sweep']:>5}  {sr:>12}  {cr:>8}  {steps}")
+            cpu = f"{s['engine_cpu_util']:.2f}" if s.get("engine_cpu_util") is not None else "-"
+            steal = f"{s['host_steal_fraction']:.1%}" if s.get("host_steal_fraction") is not None else "-"
+            lines.append(f"{launch:>6}  {s['sweep']:>5}  {sr:>12}  {cr:>8}  {cpu:>10}  {steal:>6}  {steps}")
     for est, c in result["estimators"].items():
         if c is None:
             lines.append(f"{est}: too few launches with two valid sweeps")
@@ -131,6 +147,10 @@ def run(args) -> None:
     from specs.paths import definitions_dir
 
     spec = load_definitions(definitions_dir()).endpoint(args.endpoint)
+    if args.engine_args is not None:  # another configuration of the endpoint: its whole argument list
+        spec = spec.model_copy(
+            update={"engine": spec.engine.model_copy(update={"args": shlex.split(args.engine_args)})}
+        )
     if args.max_step_s:  # every step, the ones the service rate reads among them, held up to this long
         sweep = spec.sweep.model_copy(update={"max_step_s": args.max_step_s})
         spec = spec.model_copy(update={"sweep": sweep})
@@ -170,6 +190,7 @@ def main() -> None:
     r.add_argument("--sweeps", type=int, default=2)
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--max-step-s", type=float, help="override sweep.max_step_s (how long a step may be stretched)")
+    r.add_argument("--engine-args", help="the engine's whole argument list instead of the endpoint's (one string)")
     r.add_argument("--slowdown", type=float, help="plant a slowdown: every engine step (1 + s) times as long")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, required=True)

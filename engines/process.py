@@ -122,6 +122,30 @@ def group_rss_bytes(pgid: int) -> int:
     return total
 
 
+def group_cpu_seconds(pgid: int) -> float | None:
+    """CPU seconds (user + system) spent so far by the live processes of group ``pgid``; None without /proc.
+    A process that ended between two readings drops out of the sum: compare readings of a running engine."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    ticks = 0
+    for pid in group_members(pgid):
+        fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+        if len(fields) > 12:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu_ticks() -> tuple[int, int] | None:
+    """(stolen, total) CPU ticks of the whole host since boot (/proc/stat: the hypervisor's "steal" is time a
+    virtual CPU was ready to run and another guest ran instead); None where there is no /proc/stat."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in first[1:9]]  # user nice system idle iowait irq softirq steal
+    return (values[7] if len(values) > 7 else 0), sum(values)
+
+
 def available_memory_bytes() -> int | None:
     """MemAvailable from /proc/meminfo, or None where there is none."""
     try:

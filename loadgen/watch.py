@@ -4,6 +4,11 @@ The sampler scrapes ``engine.metrics()`` and calls ``engine.check_alive()`` ever
 crash (``EngineCrashed``, or repeated failed scrapes) is remembered as a reason that the runner
 polls through ``stop_check``, so a dead server ends the step at once and invalidates it.
 
+Where the engine runs on this host, the step also records how much CPU it got: the engine process group's
+CPU seconds per wall second (``engine_cpu_util``) and the share of the host's CPU time its hypervisor gave
+to other guests (``host_steal_fraction``). An engine that ran slower in one sweep than in the next, serving
+the same requests, either had less CPU or a slower one: these say which.
+
 Beside it, an ``engines.gpu.GpuSampler`` samples the engine's GPUs through NVML (utilisation,
 memory, power) for the same interval; ``device_summary()`` is the step's ``device_metrics`` and
 ``device_note`` says why there are none (no NVML on this host, an engine on another host).
@@ -65,6 +70,19 @@ def _gpu_sampler(engine: Engine, interval_s: float) -> tuple[Any | None, str | N
     return GpuSampler(visible_devices(env), interval_s=interval_s), None
 
 
+def _cpu_reading(engine: Engine) -> tuple[float, float | None, tuple[int, int] | None]:
+    """(wall clock, the engine group's CPU seconds, the host's (stolen, total) ticks) now; None where unknown."""
+    from engines.process import group_cpu_seconds, host_cpu_ticks
+
+    process = getattr(engine, "process", None)
+    pgid = getattr(process, "pgid", None) if process is not None else None
+    try:
+        engine_s = group_cpu_seconds(pgid) if isinstance(pgid, int) else None
+    except (OSError, ValueError):
+        engine_s = None
+    return time.time(), engine_s, host_cpu_ticks()
+
+
 class EngineWatch:
     """Context manager: samples metrics and liveness until exit; ``crash`` holds the reason if it died."""
 
@@ -78,6 +96,7 @@ class EngineWatch:
         self.samples: list[Any] = []
         self.crash: str | None = None
         self.t0 = time.time()
+        self._cpu: list[tuple[float, float | None, tuple[int, int] | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="engine-watch", daemon=True)
 
@@ -106,6 +125,7 @@ class EngineWatch:
 
     def __enter__(self) -> "EngineWatch":
         self.t0 = time.time()
+        self._cpu = [_cpu_reading(self.engine)]
         if self.gpu is not None:
             self.gpu.start()
             self.device_note = self.gpu.note
@@ -113,6 +133,7 @@ class EngineWatch:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._cpu.append(_cpu_reading(self.engine))
         self._stop.set()
         if self.gpu is not None:
             self.gpu.stop()
@@ -162,4 +183,17 @@ class EngineWatch:
         if d:
             out["spec_decode_acceptance_rate"] = (a or 0.0) / d
         timeline = [{k: v for k, v in r.items() if k == "t" or k in GAUGES} for r in rows]
-        return out, timeline
+        return out | self._cpu_summary(), timeline
+
+    def _cpu_summary(self) -> dict[str, float]:
+        """The engine's CPU seconds per wall second and the host's stolen share over the step (see module doc)."""
+        readings = self._cpu
+        if len(readings) < 2:
+            return {}
+        (t0, e0, h0), (t1, e1, h1) = readings[0], readings[-1]
+        out = {}
+        if e0 is not None and e1 is not None and t1 > t0 and e1 >= e0:
+            out["engine_cpu_util"] = (e1 - e0) / (t1 - t0)
+        if h0 is not None and h1 is not None and h1[1] > h0[1]:
+            out["host_steal_fraction"] = (h1[0] - h0[0]) / (h1[1] - h0[1])
+        return out

@@ -176,6 +176,31 @@ def test_engine_watch_does_not_read_local_gpus_for_a_remote_engine():
     assert watch.device_summary() == {} and watch.device_note == "no GPU telemetry: the engine is not on this host"
 
 
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="no /proc: the step's CPU accounting is unmeasured")
+def test_a_step_records_how_much_cpu_the_engine_got_and_what_the_host_stole(tmp_path):
+    """A real process group as the engine: one that spins a core gets about a CPU second per second, one
+    that sleeps next to nothing; the host's stolen share is a fraction. (Why: a sweep that ran slower
+    than its repeat, serving the same requests, had less CPU or a slower one.)"""
+    readings = {}
+    for name, code in (("busy", "while True: pass"), ("idle", "import time; time.sleep(60)")):
+        engine = _StubEngine()
+        engine.process = ManagedProcess([sys.executable, "-c", code], tmp_path / f"{name}.log").start()
+        try:
+            time.sleep(0.3)  # started
+            with EngineWatch(engine, interval_s=0.05) as watch:
+                time.sleep(1.5)
+            readings[name], _ = watch.summary()
+        finally:
+            engine.process.kill()
+    busy, idle = readings["busy"]["engine_cpu_util"], readings["idle"]["engine_cpu_util"]
+    assert busy > idle + 0.3 and idle < 0.2, readings
+    assert all(0.0 <= r["host_steal_fraction"] <= 1.0 for r in readings.values())
+    # an engine this project did not start has no process to read: unmeasured, not zero
+    with EngineWatch(_StubEngine(), interval_s=0.05) as watch:
+        time.sleep(0.1)
+    assert "engine_cpu_util" not in watch.summary()[0]
+
+
 # -- stop: leftovers and the GPU check -----------------------------------------------------------
 
 LEADER = textwrap.dedent("""
