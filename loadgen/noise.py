@@ -158,14 +158,13 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
         "limiting": limiting,
     }
     if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
-        crossing_mde = mde
+        out["mde_crossing_alone"] = mde  # the crossing's alone, at the full alpha (a change ITL limits)
         matched = matched_steps(steps)  # what a candidate swept like this baseline is compared on
         served = service_rate([st for r in (matched or steps) for st in r], matched=bool(matched))
         own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)
         mde, mde_next = mdes(ALPHA / 2, (fit, var, df), (served, s_var, s_df))
         out |= {
-            "mde_crossing_alone": crossing_mde,
             "service_between_var": s_var,
             "service_between_df": s_df,
             "service_rate_rps": served.rate if served else None,
