@@ -8,6 +8,10 @@ main job's working baseline with ``--enable-prefix-caching``). Each sweep's engi
 second and the host's stolen CPU share (loadgen.watch) are reported beside its estimates: a sweep slower
 than its repeat either had less CPU or a slower one.
 
+``--host-speed-probe`` times one core's pass over memory before each step (sweep.host_speed_probe,
+loadgen.host_speed); the report then also states each sweep's service rate at one host speed common to
+all sweeps (``service_rate_at_host``): what a verdict between them compares.
+
 ``--slowdown 0.1`` plants a known effect (engines/patches/planted_slowdown) in every launch, and
 ``--max-step-s`` lets the steps be stretched longer (the steps past capacity among them; the recorded
 ``launch_variance_q36`` launches used ``--queued-step-s 36``, removed with ``sweep.queued_step_s``):
@@ -38,13 +42,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _estimates(sweep) -> dict[str, float | None]:
-    """One sweep's capacity by each estimator, and what it tested."""
+def _estimates(sweep, at_host_s: float | None = None) -> dict[str, float | None]:
+    """One sweep's capacity by each estimator, and what it tested; ``at_host_s``: also its service rate at
+    that host speed (loadgen.queue_rate.common_host_s of every sweep compared)."""
     from loadgen.queue_rate import service_rate
 
-    served = service_rate([s for s in sweep.steps if s.validity == "valid"])
+    valid = [s for s in sweep.steps if s.validity == "valid"]
+    served = service_rate(valid)
+    at_host = service_rate(valid, at_host_s=at_host_s) if at_host_s else None
     return {
         "service_rate": served.rate if served is not None else None,
+        "service_rate_at_host": at_host.rate if at_host is not None else None,
         # the slopes' own standard error of log(service rate): what a verdict takes when it exceeds the spread
         "service_rate_own_se": served.log_se if served is not None and served.rate else None,
         "crossing": sweep.capacity_fit_rps,
@@ -95,15 +103,20 @@ def components(groups: list[list[float]]) -> dict[str, float] | None:
 def report(out: Path) -> dict:
     from scipy.stats import f as f_dist
 
+    from loadgen.queue_rate import common_host_s
     from loadgen.results import SweepResult
 
-    by_launch: dict[int, list[dict]] = {}
+    measured = {}
     for path in sorted(out.glob("l*-s*.json")):
         launch, sweep = (int(p[1:]) for p in path.stem.split("-"))
-        measured = SweepResult.model_validate_json(path.read_text())
-        by_launch.setdefault(launch, []).append({"sweep": sweep, **_estimates(measured)})
-    result = {"launches": {str(k): v for k, v in sorted(by_launch.items())}, "estimators": {}}
-    for est in ("service_rate", "crossing"):
+        measured[launch, sweep] = SweepResult.model_validate_json(path.read_text())
+    # one host speed for every sweep (None when any queued step lacks a reading: nothing is adjusted)
+    host = common_host_s([st for m in measured.values() if m.validity == "valid" for st in m.steps])
+    by_launch: dict[int, list[dict]] = {}
+    for (launch, sweep), m in measured.items():
+        by_launch.setdefault(launch, []).append({"sweep": sweep, **_estimates(m, host)})
+    result = {"launches": {str(k): v for k, v in sorted(by_launch.items())}, "estimators": {}, "at_host_s": host}
+    for est in ("service_rate", "service_rate_at_host", "crossing"):
         groups = [
             [s[est] for s in sorted(v, key=lambda s: s["sweep"]) if s["valid"] and s[est]] for v in by_launch.values()
         ]
@@ -116,16 +129,19 @@ def report(out: Path) -> dict:
 
 
 def _text(result: dict) -> str:
-    lines = ["launch  sweep  service rate  crossing  engine CPU  stolen  steps (rate, within SLA)"]
+    lines = ["launch  sweep  service rate  at host  crossing  engine CPU  stolen  steps (rate, within SLA)"]
     for launch, sweeps in result["launches"].items():
         for s in sorted(sweeps, key=lambda s: s["sweep"]):
             sr = f"{s['service_rate']:.3f}" if s["service_rate"] else "-"
+            at = f"{s['service_rate_at_host']:.3f}" if s.get("service_rate_at_host") else "-"
             cr = f"{s['crossing']:.3f}" if s["crossing"] else "-"
             steps = " ".join(f"{r:g}{'+' if ok else 'x'}" for r, ok in s["steps"])
             cpu = f"{s['engine_cpu_util']:.2f}" if s.get("engine_cpu_util") is not None else "-"
             steal = f"{s['host_steal_fraction']:.1%}" if s.get("host_steal_fraction") is not None else "-"
-            lines.append(f"{launch:>6}  {s['sweep']:>5}  {sr:>12}  {cr:>8}  {cpu:>10}  {steal:>6}  {steps}")
+            lines.append(f"{launch:>6}  {s['sweep']:>5}  {sr:>12}  {at:>7}  {cr:>8}  {cpu:>10}  {steal:>6}  {steps}")
     for est, c in result["estimators"].items():
+        if c is None and est == "service_rate_at_host":
+            continue  # sweeps without host readings
         if c is None:
             lines.append(f"{est}: too few launches with two valid sweeps")
             continue
@@ -153,6 +169,9 @@ def run(args) -> None:
         )
     if args.max_step_s:  # every step, the ones the service rate reads among them, held up to this long
         sweep = spec.sweep.model_copy(update={"max_step_s": args.max_step_s})
+        spec = spec.model_copy(update={"sweep": sweep})
+    if args.host_speed_probe:  # each step times the host's memory first (loadgen.host_speed)
+        sweep = spec.sweep.model_copy(update={"host_speed_probe": True, "estimator": "service_rate"})
         spec = spec.model_copy(update={"sweep": sweep})
     if args.slowdown:  # a planted effect of known size: every engine step (1 + s) times as long
         patch = str(ROOT / "engines" / "patches" / "planted_slowdown")
@@ -191,6 +210,7 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--max-step-s", type=float, help="override sweep.max_step_s (how long a step may be stretched)")
     r.add_argument("--engine-args", help="the engine's whole argument list instead of the endpoint's (one string)")
+    r.add_argument("--host-speed-probe", action="store_true", help="time the host's memory before each step")
     r.add_argument("--slowdown", type=float, help="plant a slowdown: every engine step (1 + s) times as long")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, required=True)

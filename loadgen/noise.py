@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from loadgen.noise_prior import NoisePrior, noise_class, pool, repeat_evidence
+from loadgen.noise_prior import NoisePrior, noise_class, pool, repeat_evidence, sweeps_host_s
 from loadgen.results import AAEvidence, NoiseFloor, SweepResult
 
 MIN_REL = 0.05
@@ -160,7 +160,10 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
     if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
         out["mde_crossing_alone"] = mde  # the crossing's alone, at the full alpha (a change ITL limits)
         matched = matched_steps(steps)  # what a candidate swept like this baseline is compared on
-        served = service_rate([st for r in (matched or steps) for st in r], matched=bool(matched))
+        compared = matched or steps
+        served = service_rate(
+            [st for r in compared for st in r], matched=bool(matched), at_host_s=sweeps_host_s(compared)
+        )
         own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)
         mde, mde_next = mdes(ALPHA / 2, (fit, var, df), (served, s_var, s_df))

@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from loadgen.capacity import CapacityEstimate, estimate
-from loadgen.queue_rate import matched_steps, service_rate
+from loadgen.queue_rate import common_host_s, matched_steps, service_rate
 from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 
 #: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
@@ -38,20 +38,26 @@ from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 PRIOR_SD, PRIOR_DF = 0.03, 4
 
 
-def _log_crossing(steps: list[StepResult]) -> float | None:
+def _log_crossing(steps: list[StepResult], at_host_s: float | None = None) -> float | None:
     est = estimate(steps, boot=0)
     return math.log(est.capacity) if est and not est.censored and est.capacity > 0 else None
 
 
-def _log_service_rate(steps: list[StepResult]) -> float | None:
-    served = service_rate(steps)
+def _log_service_rate(steps: list[StepResult], at_host_s: float | None = None) -> float | None:
+    served = service_rate(steps, at_host_s=at_host_s)
     return math.log(served.rate) if served and served.rate else None
 
 
-PER_SWEEP: dict[str, Callable[[list[StepResult]], float | None]] = {
+#: One sweep's log estimate, given the host speed its comparison is stated at (the crossing ignores it).
+PER_SWEEP: dict[str, Callable[[list[StepResult], float | None], float | None]] = {
     "crossing": _log_crossing,
     "service_rate": _log_service_rate,
 }
+
+
+def sweeps_host_s(sweeps_steps: list[list[StepResult]]) -> float | None:
+    """The host speed every sweep of one comparison is stated at (loadgen.queue_rate.common_host_s)."""
+    return common_host_s([st for steps in sweeps_steps for st in steps])
 
 
 def noise_class(fit: CapacityEstimate | None) -> str | None:
@@ -75,7 +81,8 @@ def repeat_evidence(
     configuration's noise class (:func:`limiting_target`, computed once by the caller for both estimators)."""
     if estimator == "service_rate":  # the steps every repeat queued at, as a matched verdict reads them
         sweeps_steps = matched_steps(sweeps_steps) or sweeps_steps
-    logs = [x for x in (PER_SWEEP[estimator](steps) for steps in sweeps_steps) if x is not None]
+    host = sweeps_host_s(sweeps_steps) if estimator == "service_rate" else None
+    logs = [x for x in (PER_SWEEP[estimator](steps, host) for steps in sweeps_steps) if x is not None]
     evidence = log_evidence(logs, estimator)
     return evidence.model_copy(update={"limiting": limiting}) if evidence.df else evidence
 

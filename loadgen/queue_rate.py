@@ -57,12 +57,16 @@ class ServiceRate(BaseModel):
     # read from matched steps only (matched_steps): the slopes' own error is the requests' heterogeneity,
     # the same in every sweep compared, so a paired difference is judged by the runs' spread instead
     matched: bool = False
+    # the host speed the rate is stated at (seconds of one memory pass, loadgen.host_speed), common to
+    # everything compared with it; None: as measured
+    at_host_s: float | None = None
 
     def describe(self) -> str:
         if self.rate is None:
             return f"served every tested rate (up to {self.max_rate:.3g} req/s) without queueing"
         where = f"{self.steps} matched step(s)" if self.matched else f"{self.steps} step(s)"
-        return f"{self.rate:.3g} req/s served (queue growth over {where}, +-{self.log_se:.1%})"
+        host = f", at a common host speed ({self.at_host_s * 1e3:.3g} ms per memory pass)" if self.at_host_s else ""
+        return f"{self.rate:.3g} req/s served (queue growth over {where}{host}, +-{self.log_se:.1%})"
 
 
 def queued(step, min_growth: float = MIN_GROWTH) -> bool:
@@ -96,24 +100,49 @@ def matched_steps(sweeps, min_growth: float = MIN_GROWTH) -> list[list] | None:
     return [[s for s in sweep if queued(s, min_growth) and _schedule(s) in keys] for sweep in sweeps]
 
 
-def service_rate(steps, min_growth: float = MIN_GROWTH, *, matched: bool = False) -> ServiceRate | None:
+def step_host_s(step) -> float | None:
+    """The host's memory-pass time at a step (loadgen.host_speed): the geometric mean of its readings on
+    either side of it, or None when it has none."""
+    readings = [r for r in step.host_memory_pass_s if r > 0]
+    return float(math.exp(np.mean(np.log(readings)))) if readings else None
+
+
+def common_host_s(steps, min_growth: float = MIN_GROWTH) -> float | None:
+    """The host speed to compare service rates at: the geometric mean memory-pass time over the queued
+    steps given (every side and repeat of one comparison), or None when any of them lacks one (then
+    nothing is adjusted: a comparison is adjusted everywhere or nowhere)."""
+    times = [step_host_s(s) for s in steps if queued(s, min_growth)]
+    if not times or any(t is None for t in times):
+        return None
+    return float(math.exp(np.mean(np.log(times))))
+
+
+def service_rate(
+    steps, min_growth: float = MIN_GROWTH, *, matched: bool = False, at_host_s: float | None = None
+) -> ServiceRate | None:
     """The request-weighted geometric mean of lam / (1 + k) over the valid steps that queued, or None when
     no step carries a growth (results recorded before it was measured). ``matched``: the steps are
-    :func:`matched_steps` (said in the result, and in how a verdict takes its error)."""
+    :func:`matched_steps` (said in the result, and in how a verdict takes its error). ``at_host_s``
+    (:func:`common_host_s`): each step's rate is stated at that host speed, in proportion to how much
+    faster or slower the host's memory was just before it (:mod:`loadgen.host_speed`), so the host's
+    drift between the sweeps compared leaves the difference."""
     valid = [s for s in steps if s.validity == "valid"]
-    measured = [(s.target_rate, s.ttft_growth) for s in valid if s.ttft_growth]
+    measured = [s for s in valid if s.ttft_growth]
     if not measured:
         return None
     logs, ses, weights = [], [], []
-    for lam, g in measured:
+    for step in measured:
+        lam, g = step.target_rate, step.ttft_growth
         k = g["slope"]
         if k <= min_growth:
             continue
         logs.append(math.log(lam / (1 + k)))
+        if at_host_s:
+            logs[-1] += math.log(step_host_s(step) / at_host_s)
         # the slope's interval as a normal one, carried to log(mu) = log(lam) - log(1 + k)
         ses.append(max(g["high"] - g["low"], 1e-6) / (2 * 1.96) / (1 + k))
         weights.append(g["n"])
-    top = max(lam for lam, _ in measured)
+    top = max(s.target_rate for s in measured)
     if not logs:
         return ServiceRate(rate=None, max_rate=top)
     w = np.array(weights) / np.sum(weights)
@@ -123,4 +152,5 @@ def service_rate(steps, min_growth: float = MIN_GROWTH, *, matched: bool = False
         steps=len(logs),
         max_rate=top,
         matched=matched,
+        at_host_s=at_host_s,
     )

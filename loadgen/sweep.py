@@ -27,6 +27,10 @@ An endpoint judged by its service rate (``sweep.estimator: service_rate``, :mod:
 steps whose queue grew: a sweep on the endpoint's own ladder that ends with fewer than two goes on above
 its highest rate (the ladder's next rungs, else x1.4), at most three steps more.
 
+With ``sweep.host_speed_probe``, each step first times one core's pass over memory with the engine idle
+(:mod:`loadgen.host_speed`), and so does the sweep after its last step: each step keeps the readings on
+either side of it, and service rates are compared at a common host speed.
+
 With ``sweep.engine_warmup_s``, the first sweep on an engine is preceded by an uncounted open-loop
 run (:func:`warm_engine`), so engines that build CUDA graphs or compiled kernels per shape as they
 first meet it are measured in their steady state, not while they build.
@@ -56,6 +60,7 @@ import polars as pl
 from specs.config import SweepSpec, EndpointSpec, SLASpec
 from loadgen import arrivals
 from loadgen.capacity import estimate as estimate_capacity
+from loadgen.host_speed import memory_pass_s
 from loadgen.step import (
     advance_cursor,
     ProgressFn,
@@ -250,6 +255,7 @@ def run_sweep(
         emit("warmup", rate, f"step {len(steps) + 1}: warm-up and prefix-cache reset")
         step_began = time.monotonic()
         warmup_wall = warm_up_and_reset(runner, engine, cfg, idle_timeout_s, notes, f"{rate:g} req/s")
+        host_s = memory_pass_s() if cfg.host_speed_probe else None  # the engine idle, just before the step
         emit("step", rate, f"step {len(steps) + 1}: {rate:g} req/s for {duration:g}s")
         step_s = max(duration, min(min_requests / rate, cfg.max_step_s or 4 * duration))  # the rate's alone
         past_a_break = any(rate > tried and not ok for tried, ok in history)  # a lower rate broke the SLA
@@ -281,7 +287,13 @@ def run_sweep(
             notes,
             f"{rate:g} req/s",
         )
-        step = step.model_copy(update={"wall_s": time.monotonic() - step_began, "warmup_wall_s": warmup_wall})
+        step = step.model_copy(
+            update={
+                "wall_s": time.monotonic() - step_began,
+                "warmup_wall_s": warmup_wall,
+                "host_memory_pass_s": [host_s] if host_s else [],
+            }
+        )
         if step.cut_requests:
             notes.append(
                 f"{rate:g} req/s: {step.cut_requests} of {step.requests} requests cut {drain:g}s after "
@@ -331,6 +343,8 @@ def run_sweep(
             + (notes[-1] if notes else "the first rate was refused")
             + "; nothing about the engine was measured"
         )
+    if cfg.host_speed_probe:
+        steps = _bracket_host_readings(steps, engine, idle_timeout_s)
     tested, bounded = capacity(steps)
     cap, method = interpolated_capacity(steps, sla)
     below = None
@@ -384,6 +398,17 @@ def run_sweep(
     text = f"below {below:g} req/s" if below is not None else f"{cap:.3g} req/s ({cap / divisor:.3g} per GPU)"
     emit("done", None, f"capacity {text}, knee {result.knee_rate}")
     return result
+
+
+def _bracket_host_readings(steps: list[StepResult], engine: Engine, idle_timeout_s: float) -> list[StepResult]:
+    """Each step's host reading from before it, joined by the next step's (or, after the last, one taken
+    now with the engine idle again): the host's speed on both sides of the step, at one probe per step."""
+    if not steps:
+        return steps
+    wait_idle(engine, idle_timeout_s)
+    last = memory_pass_s()
+    after = [s.host_memory_pass_s[:1] for s in steps[1:]] + [[last] if last else []]
+    return [s.model_copy(update={"host_memory_pass_s": s.host_memory_pass_s[:1] + a}) for s, a in zip(steps, after)]
 
 
 def _internals(engine) -> dict | None:

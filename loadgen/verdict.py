@@ -36,7 +36,7 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from loadgen.capacity import CapacityEstimate, estimate
-from loadgen.noise_prior import PER_SWEEP
+from loadgen.noise_prior import PER_SWEEP, sweeps_host_s
 from loadgen.queue_rate import matched_steps, service_rate
 from loadgen.results import StepResult
 
@@ -102,8 +102,10 @@ def _crit(alpha: float, looks: int, df: int | None, final: bool = True) -> float
     return float(norm.ppf(q)) if df is None else float(student_t.ppf(q, df))
 
 
-def _differences(per_sweep, a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
-    pairs = ((per_sweep(a), per_sweep(b)) for a, b in zip(a_rounds, b_rounds))
+def _differences(
+    per_sweep, a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]], at_host_s: float | None = None
+) -> list[float]:
+    pairs = ((per_sweep(a, at_host_s), per_sweep(b, at_host_s)) for a, b in zip(a_rounds, b_rounds))
     return [lb - la for la, lb in pairs if la is not None and lb is not None]
 
 
@@ -113,8 +115,10 @@ def round_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[Step
 
 
 def service_rate_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
-    """log(service rate B / service rate A) of each round on its own (rounds where both sides queued)."""
-    return _differences(PER_SWEEP["service_rate"], a_rounds, b_rounds)
+    """log(service rate B / service rate A) of each round on its own (rounds where both sides queued), at
+    one host speed for all of them where every step measured it (loadgen.queue_rate.common_host_s)."""
+    host = sweeps_host_s(a_rounds + b_rounds)
+    return _differences(PER_SWEEP["service_rate"], a_rounds, b_rounds, host)
 
 
 def between_variance(diffs: list[float], prior_var: float = 0.0, prior_df: int = 0) -> tuple[float | None, int]:
@@ -308,8 +312,9 @@ def judge_service_rates(
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
     looks = looks or max_rounds
-    sa = service_rate([s for r in a_rounds for s in r])
-    sb = service_rate([s for r in b_rounds for s in r])
+    host = sweeps_host_s(a_rounds + b_rounds)  # both sides at one host speed (None: as measured)
+    sa = service_rate([s for r in a_rounds for s in r], at_host_s=host)
+    sb = service_rate([s for r in b_rounds for s in r], at_host_s=host)
     if sa is None or sb is None:
         return VerdictStats(
             verdict="invalid", rounds=k, stopped="invalid", reason="no TTFT growth measured (steps without records)"
@@ -341,8 +346,8 @@ def judge_service_rates(
     matched = matched_steps(a_rounds + b_rounds) if match else None
     if matched:  # the same requests on both sides: their heterogeneity cancels (queue_rate.matched_steps)
         a_rounds, b_rounds = matched[:ka], matched[ka:]
-        sa = service_rate([s for r in a_rounds for s in r], matched=True)
-        sb = service_rate([s for r in b_rounds for s in r], matched=True)
+        sa = service_rate([s for r in a_rounds for s in r], matched=True, at_host_s=host)
+        sb = service_rate([s for r in b_rounds for s in r], matched=True, at_host_s=host)
         common |= dict(baseline=sa.describe(), candidate=sb.describe(), baseline_rps=sa.rate, candidate_rps=sb.rate)
     d = math.log(sb.rate / sa.rate)
     diffs = service_rate_differences(a_rounds[:k], b_rounds[:k])

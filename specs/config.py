@@ -288,6 +288,11 @@ class SweepSpec(Strict):
     # configuration's first sweep held 3.6 req/s and its second 5.1 (docs/gpu.md). 0 = none.
     engine_warmup_s: float = Field(default=0.0, ge=0)
     engine_warmup_rps: float | None = Field(default=None, gt=0)
+    # Before each step, with the engine idle: how long one core takes to read a buffer past the caches
+    # (loadgen.host_speed, about 1 s per step), and service rates compared at a common host speed. For an
+    # engine that computes on the CPU of a shared host, whose rate follows the host's memory speed; a GPU
+    # engine's does not. Only the service rate uses it (estimator: service_rate).
+    host_speed_probe: bool = False
     # Concurrency mode (loadgen.closedloop): numbers of concurrent users, each sending its next
     # request when its previous reply ended plus a think time; swept after the open-loop rates.
     # None = no concurrency sweep. The open-loop capacity stays the basis of verdicts.
@@ -306,6 +311,15 @@ class SweepSpec(Strict):
                 "(up to max_step_s) to lengthen the steps past capacity"
             )
         return data
+
+    @model_validator(mode="after")
+    def _probe_needs_service_rate(self):
+        if self.host_speed_probe and self.estimator != "service_rate":
+            raise ValueError(
+                "sweep.host_speed_probe adjusts the service rate only, and this sweep judges by the SLA "
+                "crossing: set sweep.estimator: service_rate, or remove host_speed_probe"
+            )
+        return self
 
     @field_validator("users")
     @classmethod

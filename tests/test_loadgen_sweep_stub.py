@@ -268,6 +268,29 @@ def test_a_verdict_round_holds_every_rate_and_its_queue_growth_gives_the_service
 
 
 @pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
+def test_a_sweep_with_the_host_probe_brackets_every_step_with_the_hosts_memory_speed(stub):
+    """sweep.host_speed_probe: each step records the host's memory-pass time just before it and just before
+    the next step (after the last: once more, the engine idle), and its service rate is stated at a common
+    host speed; without it, no step records a reading and nothing is adjusted."""
+    from loadgen.queue_rate import common_host_s, service_rate
+
+    sla = {"ttft_ms": 500, "max_error_rate": 0.01}
+    spec = endpoint(stub.url, sla, step_duration_s=2.0, refine_steps=0, estimator="service_rate", host_speed_probe=True)
+    rates = [3.0, 13.0, 15.0]
+    probed = run_sweep(_attach(spec), pool(), spec, rates=rates, lag_bounds=LENIENT, stop_when_broken=False)
+    assert probed.validity == "valid", probed.invalid_reason
+    readings = [st.host_memory_pass_s for st in probed.steps]
+    assert all(len(r) == 2 and all(0 < x < 1.0 for x in r) for r in readings), readings
+    assert all(r[1] == nxt[0] for r, nxt in zip(readings, readings[1:]))  # one probe between two steps
+    host = common_host_s(probed.steps)
+    assert host is not None and "common host speed" in service_rate(probed.steps, at_host_s=host).describe()
+    plain = endpoint(stub.url, sla, step_duration_s=2.0, refine_steps=0, estimator="service_rate")
+    unprobed = run_sweep(_attach(plain), pool(), plain, rates=rates, lag_bounds=LENIENT, stop_when_broken=False)
+    assert all(st.host_memory_pass_s == [] for st in unprobed.steps)
+    assert common_host_s(unprobed.steps) is None
+
+
+@pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
 def test_a_verdict_round_whose_lowest_rate_breaks_the_sla_still_holds_every_rate_before_going_down(stub):
     """A slowed side can be past the SLA at the round's lowest rate: a ladder then goes down to find a rate
     that holds; a verdict's round first holds the rest of its rates, which are the queued steps the
