@@ -106,7 +106,8 @@ class StepResult(BaseModel):
     ttft_growth: dict[str, float] | None = None
     # Seconds one core took to read a buffer past the caches, with the engine idle, just before the step and
     # just before the next one (or after the last) (loadgen.host_speed; sweeps with sweep.host_speed_probe):
-    # how fast the shared host ran on either side of the step. Empty: not measured.
+    # how fast the shared host ran on either side of the step (the faster stands for it:
+    # loadgen.queue_rate.step_host_s). Empty: not measured.
     host_memory_pass_s: list[float] = Field(default_factory=list)
 
 
