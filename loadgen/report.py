@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loadgen.queue_rate import step_host_s
 from loadgen.results import SweepResult
 
 
@@ -35,6 +36,8 @@ def step_table(sweep: SweepResult) -> list[dict]:
                 "waiting_max": s.engine_metrics.get("requests_waiting_max"),
                 "preemptions": s.engine_metrics.get("preemptions_delta"),
                 "prefix_hit_rate": s.engine_metrics.get("prefix_cache_hit_rate"),
+                # the host's memory-pass time at the step (sweep.host_speed_probe): a slow host, not a slow engine
+                "host_pass_ms": round(host * 1e3, 3) if (host := step_host_s(s)) else None,
                 "within_sla": s.within_sla,
                 "validity": s.validity,
                 "note": s.invalid_reason or "; ".join(s.sla_violations),
