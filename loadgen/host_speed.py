@@ -3,9 +3,10 @@
 On a shared 2-core VM the vLLM CPU engine's service rate drifts with the host by several percent over a
 minute, for the same requests at the same CPU share (benchmarks/results/host_speed/): its neighbours
 take memory bandwidth the hypervisor does not report as steal. The time one core takes to read a
-buffer larger than the caches follows that drift, and the engine's rate follows it in proportion
-(a fitted exponent of about -1). So a step records that time, measured with the engine idle just
-before the step (a reading during the step would also hear the engine's own traffic, which a
+buffer larger than the caches follows that drift; on prefix caching the engine's rate followed it with
+an exponent of about -1 on average, though a prefill-bound reference did not and a 23% swing was followed
+by about half (docs/measurement.md, runs 17-18). So a step records that time with the engine idle before
+it and before the next step (a reading during the step would also hear the engine's own traffic, which a
 candidate changes), and :mod:`loadgen.queue_rate` compares service rates at a common host speed.
 """
 
