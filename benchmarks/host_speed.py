@@ -13,8 +13,9 @@ which is why the product takes its readings with the engine idle.
 
 ``report`` fits, over the steps that queued, log(service rate) on log(host memory-pass time) with one
 level per rate, and states the residual sd of one step's rate with no covariate, with the exponent fixed at
--1 (what the product does) and with it fitted, for the readings on either side of the step and for those
-during it; then the sd of three-step groups' service rates as measured and at one host speed.
+-1 and with it fitted, for the readings on either side of the step and for those during it; then the sd of
+three-step groups' service rates as measured and at one host speed (with the exponent the groups fit, as
+the product does: loadgen.host_elasticity).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def _fit(y: np.ndarray, levels: list[np.ndarray], x: np.ndarray | None, fixed: b
 
 
 def report(out: Path) -> dict:
-    from loadgen.queue_rate import common_host_s, queued, service_rate, step_host_s
+    from loadgen.host_elasticity import host_adjustment
+    from loadgen.queue_rate import queued, service_rate, step_host_s
     from loadgen.results import SweepResult
 
     sweeps = [SweepResult.model_validate_json(p.read_text()) for p in sorted(out.glob("l*-s*.json"))]
@@ -130,9 +132,9 @@ def report(out: Path) -> dict:
     ordered = [st for s in sweeps for st in s.steps]
     width = len(levels)
     groups = [ordered[i : i + width] for i in range(0, len(ordered) - width + 1, width)]
-    host = common_host_s(ordered)
+    host = host_adjustment(groups, groups)  # the exponent the groups' repeated rates fit
     raw = [service_rate(g) for g in groups]
-    at = [service_rate(g, at_host_s=host) for g in groups] if host else []
+    at = [service_rate(g, host=host) for g in groups] if host else []
     logs_raw = [math.log(r.rate) for r in raw if r and r.rate]
     logs_at = [math.log(r.rate) for r in at if r and r.rate]
     result["groups"] = {

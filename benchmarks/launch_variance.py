@@ -10,7 +10,8 @@ than its repeat either had less CPU or a slower one.
 
 ``--host-speed-probe`` times one core's pass over memory before each step (sweep.host_speed_probe,
 loadgen.host_speed); the report then also states each sweep's service rate at one host speed common to
-all sweeps (``service_rate_at_host``): what a verdict between them compares.
+all sweeps (``service_rate_at_host``), with the exponent all the sweeps fit (loadgen.host_elasticity):
+what a verdict between them compares.
 
 ``--slowdown 0.1`` plants a known effect (engines/patches/planted_slowdown) in every launch, and
 ``--max-step-s`` lets the steps be stretched longer (the steps past capacity among them; the recorded
@@ -42,14 +43,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _estimates(sweep, at_host_s: float | None = None) -> dict[str, float | None]:
-    """One sweep's capacity by each estimator, and what it tested; ``at_host_s``: also its service rate at
-    that host speed (loadgen.queue_rate.common_host_s of every sweep compared)."""
+def _estimates(sweep, host=None) -> dict[str, float | None]:
+    """One sweep's capacity by each estimator, and what it tested; ``host``: also its service rate at the
+    host speed common to every sweep compared (loadgen.host_elasticity.host_adjustment)."""
     from loadgen.queue_rate import service_rate
 
     valid = [s for s in sweep.steps if s.validity == "valid"]
     served = service_rate(valid)
-    at_host = service_rate(valid, at_host_s=at_host_s) if at_host_s else None
+    at_host = service_rate(valid, host=host) if host else None
     return {
         "service_rate": served.rate if served is not None else None,
         "service_rate_at_host": at_host.rate if at_host is not None else None,
@@ -103,19 +104,26 @@ def components(groups: list[list[float]]) -> dict[str, float] | None:
 def report(out: Path) -> dict:
     from scipy.stats import f as f_dist
 
-    from loadgen.queue_rate import common_host_s
+    from loadgen.host_elasticity import host_adjustment
     from loadgen.results import SweepResult
 
     measured = {}
     for path in sorted(out.glob("l*-s*.json")):
         launch, sweep = (int(p[1:]) for p in path.stem.split("-"))
         measured[launch, sweep] = SweepResult.model_validate_json(path.read_text())
-    # one host speed for every sweep (None when any queued step lacks a reading: nothing is adjusted)
-    host = common_host_s([st for m in measured.values() if m.validity == "valid" for st in m.steps])
+    # one host speed for every sweep, with the exponent the sweeps fit (None when any queued step lacks a
+    # reading: nothing is adjusted)
+    valid = [[st for st in m.steps if st.validity == "valid"] for m in measured.values() if m.validity == "valid"]
+    host = host_adjustment(valid, valid)
     by_launch: dict[int, list[dict]] = {}
     for (launch, sweep), m in measured.items():
         by_launch.setdefault(launch, []).append({"sweep": sweep, **_estimates(m, host)})
-    result = {"launches": {str(k): v for k, v in sorted(by_launch.items())}, "estimators": {}, "at_host_s": host}
+    result = {"launches": {str(k): v for k, v in sorted(by_launch.items())}, "estimators": {}}
+    result |= (
+        {"at_host_s": host.at_host_s, "host_exponent": host.exponent, "host_exponent_se": host.exponent_se}
+        if host
+        else {}
+    )
     for est in ("service_rate", "service_rate_at_host", "crossing"):
         groups = [
             [s[est] for s in sorted(v, key=lambda s: s["sweep"]) if s["valid"] and s[est]] for v in by_launch.values()
@@ -152,6 +160,8 @@ def _text(result: dict) -> str:
             f"launches {c['sd_pair_two_launches']:.1%}; F = {c['f_ratio']:.2f}"
             + (f", p = {c['p_launches_differ']:.3f}" if "p_launches_differ" in c else "")
         )
+    if result.get("host_exponent") is not None:
+        lines.append(f"at host: rate ~ host^{result['host_exponent']:+.2f} +-{result['host_exponent_se']:.2f} (fitted)")
     return "\n".join(lines)
 
 

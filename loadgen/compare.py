@@ -133,7 +133,7 @@ def _has_samples(sweeps: list[SweepResult]) -> bool:
     return bool(steps) and all(st.sla_samples for st in steps)
 
 
-def _priors(floor: NoiseFloor, cand_steps: list[list]) -> tuple[dict[str, tuple[float, int]], str | None]:
+def _priors(floor: NoiseFloor, cand_steps: list[list]) -> tuple[dict[str, tuple[float, float]], str | None]:
     """The between-run variance each estimator's verdict starts from, and what it says of the noise classes.
     A candidate the baseline's own SLA target limits has the baseline's class noise; one another target
     limits (or whose class is not resolved: "any") adds its class's variance to the baseline's
@@ -210,10 +210,12 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
     evidence = (
         f"{head}. baseline {stats.baseline} over {len(noise_floor.steps)} sweep(s); candidate "
         f"{stats.candidate} over {len(cand_steps)} sweep(s); between-run sd of a paired difference "
-        f"{math.sqrt(priors['crossing'][0]):.1%} ({priors['crossing'][1]} df)"
+        f"{math.sqrt(priors['crossing'][0]):.1%} ({priors['crossing'][1]:.3g} df)"
     )
     if noise_floor.estimator == "service_rate":
-        evidence += f", of the service rate {math.sqrt(priors['service_rate'][0]):.1%} ({priors['service_rate'][1]} df)"
+        evidence += (
+            f", of the service rate {math.sqrt(priors['service_rate'][0]):.1%} ({priors['service_rate'][1]:.3g} df)"
+        )
     if noise_said:
         evidence += f" ({noise_said})"
     if stats.reason:

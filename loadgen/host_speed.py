@@ -3,11 +3,12 @@
 On a shared 2-core VM the vLLM CPU engine's service rate drifts with the host by several percent over a
 minute, for the same requests at the same CPU share (benchmarks/results/host_speed/): its neighbours
 take memory bandwidth the hypervisor does not report as steal. The time one core takes to read a
-buffer larger than the caches follows that drift; on prefix caching the engine's rate followed it with
-an exponent of about -1 on average, though a prefill-bound reference did not and a 23% swing was followed
-by about half (docs/measurement.md, runs 17-18). So a step records that time with the engine idle before
-it and before the next step (a reading during the step would also hear the engine's own traffic, which a
-candidate changes), and :mod:`loadgen.queue_rate` compares service rates at a common host speed.
+buffer larger than the caches follows that drift: on prefix caching (decode-bound) the engine's rate
+followed it with an exponent of about -1, while the prefill-bound reference did not follow it at all
+(benchmarks/results/host_elasticity/). So a step records that time with the engine idle before it and
+before the next step (a reading during the step would also hear the engine's own traffic, which a
+candidate changes), and service rates are compared at a common host speed with each configuration's own
+exponent (:mod:`loadgen.host_elasticity`).
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ def judge(
     max_rounds: int = 4,
     final: bool = False,
     looks: int | None = None,
-    crossing_prior: tuple[float, int] = (0.0, 0),
-    service_prior: tuple[float, int] = (0.0, 0),
+    crossing_prior: tuple[float, float] = (0.0, 0),
+    service_prior: tuple[float, float] = (0.0, 0),
     futility: bool = False,
 ) -> VerdictStats:
     """The verdict on rounds of A (baseline) and B (candidate) by ``estimator``; priors are (variance of a

@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from loadgen.noise_prior import NoisePrior, noise_class, pool, repeat_evidence, sweeps_host_s
+from loadgen.host_elasticity import host_adjustment
+from loadgen.noise_prior import NoisePrior, noise_class, pool, repeat_evidence
 from loadgen.results import AAEvidence, NoiseFloor, SweepResult
 
 MIN_REL = 0.05
@@ -162,7 +163,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
         matched = matched_steps(steps)  # what a candidate swept like this baseline is compared on
         compared = matched or steps
         served = service_rate(
-            [st for r in compared for st in r], matched=bool(matched), at_host_s=sweeps_host_s(compared)
+            [st for r in compared for st in r], matched=bool(matched), host=host_adjustment(compared, compared)
         )
         own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)

@@ -29,7 +29,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from loadgen.capacity import CapacityEstimate, estimate
-from loadgen.queue_rate import common_host_s, matched_steps, service_rate
+from loadgen.host_elasticity import host_adjustment
+from loadgen.queue_rate import HostAdjustment, matched_steps, service_rate
 from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 
 #: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
@@ -38,26 +39,22 @@ from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 PRIOR_SD, PRIOR_DF = 0.03, 4
 
 
-def _log_crossing(steps: list[StepResult], at_host_s: float | None = None) -> float | None:
+def _log_crossing(steps: list[StepResult], host: HostAdjustment | None = None) -> float | None:
     est = estimate(steps, boot=0)
     return math.log(est.capacity) if est and not est.censored and est.capacity > 0 else None
 
 
-def _log_service_rate(steps: list[StepResult], at_host_s: float | None = None) -> float | None:
-    served = service_rate(steps, at_host_s=at_host_s)
+def _log_service_rate(steps: list[StepResult], host: HostAdjustment | None = None) -> float | None:
+    served = service_rate(steps, host=host)
     return math.log(served.rate) if served and served.rate else None
 
 
-#: One sweep's log estimate, given the host speed its comparison is stated at (the crossing ignores it).
-PER_SWEEP: dict[str, Callable[[list[StepResult], float | None], float | None]] = {
+#: One sweep's log estimate, given how its side is stated at its comparison's host speed (the crossing
+#: ignores it).
+PER_SWEEP: dict[str, Callable[[list[StepResult], HostAdjustment | None], float | None]] = {
     "crossing": _log_crossing,
     "service_rate": _log_service_rate,
 }
-
-
-def sweeps_host_s(sweeps_steps: list[list[StepResult]]) -> float | None:
-    """The host speed every sweep of one comparison is stated at (loadgen.queue_rate.common_host_s)."""
-    return common_host_s([st for steps in sweeps_steps for st in steps])
 
 
 def noise_class(fit: CapacityEstimate | None) -> str | None:
@@ -78,21 +75,26 @@ def repeat_evidence(
     """A/A evidence from K repeats of one configuration: the sample variance of their log estimates
     (K - 1 df) times 2, the variance of a difference of two runs. K = 2 gives the pair's squared
     difference, as disjoint pairs do; K = 4 gives 3 df where pairs give 2. ``limiting``: the
-    configuration's noise class (:func:`limiting_target`, computed once by the caller for both estimators)."""
+    configuration's noise class (:func:`limiting_target`, computed once by the caller for both estimators).
+    The service rate is stated at one host speed where every step has a reading, with the exponent fitted
+    on these repeats (loadgen.host_elasticity), and the df that fit took are not counted."""
+    host = None
     if estimator == "service_rate":  # the steps every repeat queued at, as a matched verdict reads them
         sweeps_steps = matched_steps(sweeps_steps) or sweeps_steps
-    host = sweeps_host_s(sweeps_steps) if estimator == "service_rate" else None
+        host = host_adjustment(sweeps_steps, sweeps_steps)
     logs = [x for x in (PER_SWEEP[estimator](steps, host) for steps in sweeps_steps) if x is not None]
-    evidence = log_evidence(logs, estimator)
+    evidence = log_evidence(logs, estimator, taken_df=host.sweep_df if host else 0.0)
     return evidence.model_copy(update={"limiting": limiting}) if evidence.df else evidence
 
 
-def log_evidence(logs: list[float], estimator: Estimator) -> AAEvidence:
-    """A/A evidence from the log estimates of K runs of one configuration (see :func:`repeat_evidence`)."""
+def log_evidence(logs: list[float], estimator: Estimator, taken_df: float = 0.0) -> AAEvidence:
+    """A/A evidence from the log estimates of K runs of one configuration (see :func:`repeat_evidence`);
+    ``taken_df``: degrees of freedom a fit on these runs took (their K - 1 less that, never below 0)."""
     if len(logs) < 2:
         return AAEvidence(estimator=estimator, sweeps=len(logs))
     dev = np.asarray(logs) - np.mean(logs)
-    return AAEvidence(estimator=estimator, sum_sq=2 * float(np.sum(dev**2)), df=len(logs) - 1, sweeps=len(logs))
+    df = max(0.0, len(logs) - 1 - taken_df)
+    return AAEvidence(estimator=estimator, sum_sq=2 * float(np.sum(dev**2)), df=df, sweeps=len(logs))
 
 
 def sweeps_evidence(sweeps: list[SweepResult]) -> list[AAEvidence]:
@@ -135,7 +137,7 @@ class NoisePrior(BaseModel):
         source = cls.model_fields["source"].default
         if floors:
             extra = ", ".join(
-                f"{name} {pooled[e].df - PRIOR_DF} df"
+                f"{name} {pooled[e].df - PRIOR_DF:.3g} df"
                 for e, name in (("crossing", "crossing"), ("service_rate", "service rate"))
             )
             source += f" + {floors} {where}{f' that {limiting} limits' if limiting else ''} ({extra})"
@@ -159,13 +161,13 @@ def _default(estimator: Estimator) -> AAEvidence:
     return AAEvidence(estimator=estimator, sum_sq=PRIOR_DF * PRIOR_SD**2, df=PRIOR_DF)
 
 
-def pool(own: AAEvidence, prior: AAEvidence) -> tuple[float, int]:
+def pool(own: AAEvidence, prior: AAEvidence) -> tuple[float, float]:
     """(variance of a paired difference, df): a floor's own evidence pooled with its prior."""
     df = prior.df + own.df
     return ((prior.sum_sq + own.sum_sq) / df if df else 0.0), df
 
 
-def combine(a: tuple[float, int], b: tuple[float, int], *, shared: bool = False) -> tuple[float, int]:
+def combine(a: tuple[float, float], b: tuple[float, float], *, shared: bool = False) -> tuple[float, float]:
     """(variance of a paired difference, df) between a run of class A and one of class B, from each class's
     variance of a paired difference of its own runs (2 sigma^2): sigma_A^2 + sigma_B^2 = (v_A + v_B) / 2,
     on Welch-Satterthwaite's degrees of freedom (never more than the two together). ``shared``: b's evidence

@@ -47,6 +47,29 @@ def ttft_growth(records) -> dict[str, float] | None:
     return {"slope": float(slope), "low": float(low), "high": float(high), "n": float(len(pts))}
 
 
+class HostAdjustment(BaseModel):
+    """How one side's service rate is restated at a common host speed: each step's rate times
+    (``at_host_s`` / the step's memory-pass time) ** ``exponent``, the side's elasticity to the host's memory
+    (loadgen.host_elasticity fits it: about -1 for a decode-bound configuration, 0 for a prefill-bound one)."""
+
+    at_host_s: float  # seconds of one memory pass (loadgen.host_speed), common to every side compared
+    exponent: float = -1.0
+    exponent_se: float = 0.0
+    contrasts: int = 0  # the repeated steps it was fitted on (0: the prior alone)
+    sweep_df: float = 0.0  # the degrees of freedom the fit took from these sweeps' A/A evidence
+
+    def log_factor(self, step_host_s: float) -> float:
+        """What the step's log rate gains when stated at the common host speed."""
+        return -self.exponent * math.log(step_host_s / self.at_host_s)
+
+    def describe(self) -> str:
+        fitted = f"fitted on {self.contrasts} repeated step(s)" if self.contrasts else "the prior alone"
+        return (
+            f"at a common host speed ({self.at_host_s * 1e3:.3g} ms per memory pass; rate ~ host^"
+            f"{self.exponent:+.2f} +-{self.exponent_se:.2f}, {fitted})"
+        )
+
+
 class ServiceRate(BaseModel):
     """A side's service rate (req/s) over the steps that queued, with the standard error of its log."""
 
@@ -57,15 +80,14 @@ class ServiceRate(BaseModel):
     # read from matched steps only (matched_steps): the slopes' own error is the requests' heterogeneity,
     # the same in every sweep compared, so a paired difference is judged by the runs' spread instead
     matched: bool = False
-    # the host speed the rate is stated at (seconds of one memory pass, loadgen.host_speed), common to
-    # everything compared with it; None: as measured
-    at_host_s: float | None = None
+    # the host speed the rate is stated at, common to everything compared with it; None: as measured
+    host: HostAdjustment | None = None
 
     def describe(self) -> str:
         if self.rate is None:
             return f"served every tested rate (up to {self.max_rate:.3g} req/s) without queueing"
         where = f"{self.steps} matched step(s)" if self.matched else f"{self.steps} step(s)"
-        host = f", at a common host speed ({self.at_host_s * 1e3:.3g} ms per memory pass)" if self.at_host_s else ""
+        host = f", {self.host.describe()}" if self.host else ""
         return f"{self.rate:.3g} req/s served (queue growth over {where}{host}, +-{self.log_se:.1%})"
 
 
@@ -74,7 +96,7 @@ def queued(step, min_growth: float = MIN_GROWTH) -> bool:
     return step.validity == "valid" and bool(step.ttft_growth) and step.ttft_growth["slope"] > min_growth
 
 
-def _schedule(step) -> tuple[float, float]:
+def step_schedule(step) -> tuple[float, float]:
     """What fixes a step's requests and arrival times: its rate and its length."""
     return round(step.target_rate, 6), round(step.duration_s, 3)
 
@@ -93,11 +115,11 @@ def matched_steps(sweeps, min_growth: float = MIN_GROWTH) -> list[list] | None:
     carries that heterogeneity: there the intervals stand."""
     keys = None
     for sweep in sweeps:
-        have = {_schedule(s) for s in sweep if queued(s, min_growth)}
+        have = {step_schedule(s) for s in sweep if queued(s, min_growth)}
         keys = have if keys is None else keys & have
     if not keys:
         return None
-    return [[s for s in sweep if queued(s, min_growth) and _schedule(s) in keys] for sweep in sweeps]
+    return [[s for s in sweep if queued(s, min_growth) and step_schedule(s) in keys] for sweep in sweeps]
 
 
 def step_host_s(step) -> float | None:
@@ -120,14 +142,15 @@ def common_host_s(steps, min_growth: float = MIN_GROWTH) -> float | None:
 
 
 def service_rate(
-    steps, min_growth: float = MIN_GROWTH, *, matched: bool = False, at_host_s: float | None = None
+    steps, min_growth: float = MIN_GROWTH, *, matched: bool = False, host: HostAdjustment | None = None
 ) -> ServiceRate | None:
     """The request-weighted geometric mean of lam / (1 + k) over the valid steps that queued, or None when
     no step carries a growth (results recorded before it was measured). ``matched``: the steps are
-    :func:`matched_steps` (said in the result, and in how a verdict takes its error). ``at_host_s``
-    (:func:`common_host_s`): each step's rate is stated at that host speed, in proportion to how much
-    faster or slower the host's memory was just before it (:mod:`loadgen.host_speed`), so the host's
-    drift between the sweeps compared leaves the difference."""
+    :func:`matched_steps` (said in the result, and in how a verdict takes its error). ``host``
+    (loadgen.host_elasticity.host_adjustment): each step's rate is stated at the comparison's common host
+    speed, by how much faster or slower the host's memory was around it (:mod:`loadgen.host_speed`) and
+    how much this configuration follows it, so the host's drift between the sweeps compared leaves the
+    difference."""
     valid = [s for s in steps if s.validity == "valid"]
     measured = [s for s in valid if s.ttft_growth]
     if not measured:
@@ -139,8 +162,8 @@ def service_rate(
         if k <= min_growth:
             continue
         logs.append(math.log(lam / (1 + k)))
-        if at_host_s:
-            logs[-1] += math.log(step_host_s(step) / at_host_s)
+        if host:
+            logs[-1] += host.log_factor(step_host_s(step))
         # the slope's interval as a normal one, carried to log(mu) = log(lam) - log(1 + k)
         ses.append(max(g["high"] - g["low"], 1e-6) / (2 * 1.96) / (1 + k))
         weights.append(g["n"])
@@ -154,5 +177,5 @@ def service_rate(
         steps=len(logs),
         max_rate=top,
         matched=matched,
-        at_host_s=at_host_s,
+        host=host,
     )

@@ -172,7 +172,7 @@ class AAEvidence(BaseModel):
 
     estimator: Estimator
     sum_sq: float = 0.0
-    df: int = 0
+    df: float = 0.0  # fractional where a fit on the same runs took some (loadgen.host_elasticity)
     sweeps: int = 0  # repeats with an estimate
     # the SLA target whose crossing limits the configuration (None: not resolved): what its noise is pooled by
     limiting: str | None = None
@@ -201,7 +201,7 @@ class NoiseFloor(BaseModel):
     # of a paired log-capacity difference (A/A pairs of these repeats pooled with the endpoint's prior).
     steps: list[list[StepResult]] = Field(default_factory=list)
     between_var: float | None = None
-    between_df: int = 0
+    between_df: float = 0
     mde: float | None = None  # minimum detectable effect of a candidate measured like this baseline
     # the least MDE one more sweep could give: one that adds a df and no spread (research.campaign.bench.tighten
     # takes no sweep that cannot bring the floor under its target)
@@ -213,7 +213,7 @@ class NoiseFloor(BaseModel):
     estimator: str = "crossing"  # the sweeps' sweep.estimator (loadgen.judge)
     # the service rate's A/A spread (estimator "service_rate"), as between_var/between_df are the crossing's
     service_between_var: float | None = None
-    service_between_df: int = 0
+    service_between_df: float = 0
     service_rate_rps: float | None = None
     # the floor's own A/A evidence per estimator (loadgen.noise_prior), which later floors of the endpoint pool
     # in, and where its prior came from
@@ -222,7 +222,7 @@ class NoiseFloor(BaseModel):
     # the SLA target that limits this baseline (its noise class: loadgen.noise_prior), and the endpoint's
     # between-run variance per class and estimator, [var, df], for a candidate another target limits
     limiting: str | None = None
-    class_noise: dict[str, dict[str, tuple[float, int]]] = Field(default_factory=dict)
+    class_noise: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
 
 
 class Comparison(BaseModel):

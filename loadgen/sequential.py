@@ -51,7 +51,7 @@ def sequential_verdict(
     equivalence: float = 0.02,
     seed: int = 0,
     prior_var: float = 0.0,
-    prior_df: int = 0,
+    prior_df: float = 0,
     progress: Callable[[str], None] | None = None,
     time_left: Callable[[], float] | None = None,
     measured: dict[str, list[list[StepResult]]] | None = None,

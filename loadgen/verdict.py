@@ -36,8 +36,9 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from loadgen.capacity import CapacityEstimate, estimate
-from loadgen.noise_prior import PER_SWEEP, sweeps_host_s
-from loadgen.queue_rate import matched_steps, service_rate
+from loadgen.host_elasticity import host_adjustment
+from loadgen.noise_prior import PER_SWEEP
+from loadgen.queue_rate import HostAdjustment, matched_steps, service_rate
 from loadgen.results import StepResult
 
 ALPHA = 0.05
@@ -97,15 +98,18 @@ def spent_alpha(alpha: float, looks: int, final: bool) -> float:
     return 0.75 * alpha if final else 0.25 * alpha / (looks - 1)
 
 
-def _crit(alpha: float, looks: int, df: int | None, final: bool = True) -> float:
+def _crit(alpha: float, looks: int, df: float | None, final: bool = True) -> float:
     q = 1 - spent_alpha(alpha, looks, final) / 2
     return float(norm.ppf(q)) if df is None else float(student_t.ppf(q, df))
 
 
 def _differences(
-    per_sweep, a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]], at_host_s: float | None = None
+    per_sweep,
+    a_rounds: list[list[StepResult]],
+    b_rounds: list[list[StepResult]],
+    hosts: tuple[HostAdjustment | None, HostAdjustment | None] = (None, None),
 ) -> list[float]:
-    pairs = ((per_sweep(a, at_host_s), per_sweep(b, at_host_s)) for a, b in zip(a_rounds, b_rounds))
+    pairs = ((per_sweep(a, hosts[0]), per_sweep(b, hosts[1])) for a, b in zip(a_rounds, b_rounds))
     return [lb - la for la, lb in pairs if la is not None and lb is not None]
 
 
@@ -116,15 +120,26 @@ def round_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[Step
 
 def service_rate_differences(a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]) -> list[float]:
     """log(service rate B / service rate A) of each round on its own (rounds where both sides queued), at
-    one host speed for all of them where every step measured it (loadgen.queue_rate.common_host_s)."""
-    host = sweeps_host_s(a_rounds + b_rounds)
-    return _differences(PER_SWEEP["service_rate"], a_rounds, b_rounds, host)
+    one host speed for all of them where every step measured it (:func:`host_adjustments`)."""
+    return _differences(PER_SWEEP["service_rate"], a_rounds, b_rounds, host_adjustments(a_rounds, b_rounds))
 
 
-def between_variance(diffs: list[float], prior_var: float = 0.0, prior_df: int = 0) -> tuple[float | None, int]:
+def host_adjustments(
+    a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]
+) -> tuple[HostAdjustment | None, HostAdjustment | None]:
+    """How each side is stated at the host speed common to both (loadgen.host_elasticity): each with the
+    exponent its own rounds fit, since two configurations follow the host's memory differently."""
+    every = a_rounds + b_rounds
+    return host_adjustment(a_rounds, every), host_adjustment(b_rounds, every)
+
+
+def between_variance(
+    diffs: list[float], prior_var: float = 0.0, prior_df: float = 0, taken_df: float = 0.0
+) -> tuple[float | None, float]:
     """(variance of one round's difference, degrees of freedom): this verdict's rounds pooled with
-    the noise floor's A/A rounds (``prior_var`` over ``prior_df`` degrees of freedom)."""
-    df = prior_df + max(0, len(diffs) - 1)
+    the noise floor's A/A rounds (``prior_var`` over ``prior_df`` degrees of freedom); ``taken_df``: what
+    a fit on these rounds took from their own (loadgen.host_elasticity)."""
+    df = prior_df + max(0.0, len(diffs) - 1 - taken_df)
     if df == 0:
         return None, 0
     own = float(np.var(diffs, ddof=1)) * (len(diffs) - 1) if len(diffs) > 1 else 0.0
@@ -141,7 +156,7 @@ def judge_rounds(
     final: bool = False,
     seed: int = 0,
     prior_var: float = 0.0,
-    prior_df: int = 0,
+    prior_df: float = 0,
     looks: int | None = None,
     futility: bool = False,
 ) -> VerdictStats:
@@ -215,7 +230,7 @@ def judge_rounds(
     )
 
 
-def _standard_error(se_own: float, se_between: float | None, df: int) -> tuple[float, int | None]:
+def _standard_error(se_own: float, se_between: float | None, df: float) -> tuple[float, float | None]:
     """(standard error of the effect, its degrees of freedom): the larger of the estimate's own error and
     the between-run one; Student's t on ``df`` only where the between-run spread decides it, else the
     normal quantile (None). One rule for verdicts and for the floor's MDE that promises what they see."""
@@ -231,7 +246,7 @@ def _interval_verdict(
     ka: int,
     kb: int,
     prior_var: float,
-    prior_df: int,
+    prior_df: float,
     alpha: float,
     looks: int,
     last: bool,
@@ -240,6 +255,7 @@ def _interval_verdict(
     min_diffs: int = 0,
     futility: bool = False,
     max_rounds: int = 0,
+    taken_df: float = 0.0,
 ) -> VerdictStats:
     """The test both estimators share: the effect d = log(B / A) with the larger of its own standard error
     (``se_own``: a bootstrap, or the slopes' intervals) and the between-round one (the rounds' differences
@@ -248,7 +264,7 @@ def _interval_verdict(
     round differences of its own, unless this is its last look; with ``futility``, at the look before the
     last (``kb`` + 1 = ``max_rounds``: one repeat left, the rule's derivation), an effect under
     FUTILITY_SHARE of the MDE stops as ``same`` instead."""
-    var, df = between_variance(diffs, prior_var, prior_df)
+    var, df = between_variance(diffs, prior_var, prior_df, taken_df)
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
     se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
@@ -294,7 +310,7 @@ def judge_service_rates(
     final: bool = False,
     seed: int = 0,
     prior_var: float = 0.0,
-    prior_df: int = 0,
+    prior_df: float = 0,
     looks: int | None = None,
     futility: bool = False,
     match: bool = True,
@@ -312,9 +328,9 @@ def judge_service_rates(
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
     looks = looks or max_rounds
-    host = sweeps_host_s(a_rounds + b_rounds)  # both sides at one host speed (None: as measured)
-    sa = service_rate([s for r in a_rounds for s in r], at_host_s=host)
-    sb = service_rate([s for r in b_rounds for s in r], at_host_s=host)
+    host_a, host_b = host_adjustments(a_rounds, b_rounds)  # both sides at one host speed (None: as measured)
+    sa = service_rate([s for r in a_rounds for s in r], host=host_a)
+    sb = service_rate([s for r in b_rounds for s in r], host=host_b)
     if sa is None or sb is None:
         return VerdictStats(
             verdict="invalid", rounds=k, stopped="invalid", reason="no TTFT growth measured (steps without records)"
@@ -346,15 +362,18 @@ def judge_service_rates(
     matched = matched_steps(a_rounds + b_rounds) if match else None
     if matched:  # the same requests on both sides: their heterogeneity cancels (queue_rate.matched_steps)
         a_rounds, b_rounds = matched[:ka], matched[ka:]
-        sa = service_rate([s for r in a_rounds for s in r], matched=True, at_host_s=host)
-        sb = service_rate([s for r in b_rounds for s in r], matched=True, at_host_s=host)
+        host_a, host_b = host_adjustments(a_rounds, b_rounds)
+        sa = service_rate([s for r in a_rounds for s in r], matched=True, host=host_a)
+        sb = service_rate([s for r in b_rounds for s in r], matched=True, host=host_b)
         common |= dict(baseline=sa.describe(), candidate=sb.describe(), baseline_rps=sa.rate, candidate_rps=sb.rate)
     d = math.log(sb.rate / sa.rate)
-    diffs = service_rate_differences(a_rounds[:k], b_rounds[:k])
+    hosts = host_adjustments(a_rounds[:k], b_rounds[:k])
+    diffs = _differences(PER_SWEEP["service_rate"], a_rounds[:k], b_rounds[:k], hosts)
+    taken = sum(h.sweep_df for h in hosts if h)  # what each side's exponent took from the rounds' spread
     # matched steps: the runs' spread (the rounds' differences and the A/A prior) is the error, once there is
     # any; else the larger of it and the slopes' own. Either way a verdict waits for a second round's spread
     # of its own (the prior alone is not it): queued requests are not independent, so the slopes may be optimistic
-    spread = between_variance(diffs, prior_var, prior_df)[1] > 0
+    spread = between_variance(diffs, prior_var, prior_df, taken)[1] > 0
     return _interval_verdict(
         d,
         0.0 if matched and spread else math.hypot(sa.log_se, sb.log_se),
@@ -371,6 +390,7 @@ def judge_service_rates(
         min_diffs=2,
         futility=futility,
         max_rounds=max_rounds,
+        taken_df=taken,
     )
 
 
@@ -415,7 +435,7 @@ def floor_mde(
     est: CapacityEstimate | None,
     k: int,
     var: float,
-    df: int,
+    df: float,
     *,
     looks: int = 1,
     alpha: float = ALPHA,

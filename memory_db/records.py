@@ -501,7 +501,7 @@ class AAEvidenceRecord(Record):
     protocol: str  # research.campaign.noise.protocol_key: hardware and sweep settings
     estimator: Literal["crossing", "service_rate"]
     sweeps: int
-    df: int
+    df: float  # fractional where a fit on the same runs took some (loadgen.host_elasticity)
     sum_sq: float  # df x the variance of a paired log difference of two runs
     limiting: str | None = None  # the SLA target that limits the configuration: its noise class
     created_at: datetime = Field(default_factory=utcnow)

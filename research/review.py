@@ -190,10 +190,10 @@ def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
         f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
         + (
             f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
-            f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df} df"
+            f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df:.3g} df"
             + (
                 f"; verdicts by the service rate {_fmt(n.service_rate_rps)} req/s served, sd "
-                f"{(n.service_between_var or 0) ** 0.5:.1%}, {n.service_between_df} df, with the SLA crossing"
+                f"{(n.service_between_var or 0) ** 0.5:.1%}, {n.service_between_df:.3g} df, with the SLA crossing"
                 + _crossing_alone(n)
                 if getattr(n, "estimator", "crossing") == "service_rate"
                 else ""
@@ -226,7 +226,7 @@ def _crossing_alone(n) -> str:
 def _own_evidence(evidence) -> str:
     """The floor's own repeats, beside the pooled sd: configurations of one endpoint are not equally noisy
     (docs/measurement.md), so a reader can see when the pool, not this baseline, set its MDE."""
-    own = [f"{ev.estimator.replace('_', ' ')} {ev.sd:.1%} ({ev.df} df)" for ev in evidence if ev.df]
+    own = [f"{ev.estimator.replace('_', ' ')} {ev.sd:.1%} ({ev.df:.3g} df)" for ev in evidence if ev.df]
     return f"; its own repeats alone: {', '.join(own)}" if own else ""
 
 
@@ -237,7 +237,7 @@ def _classes(n) -> str:
         return ""
     estimator = "service_rate" if getattr(n, "estimator", "crossing") == "service_rate" else "crossing"
     others = [
-        f"{cls} {var**0.5:.1%} ({df} df)"
+        f"{cls} {var**0.5:.1%} ({df:.3g} df)"
         for cls, by in sorted(n.class_noise.items())
         if cls != "any" and estimator in by
         for var, df in [by[estimator]]

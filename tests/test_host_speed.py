@@ -1,8 +1,11 @@
-"""Service rates compared at a common host speed (loadgen.host_speed, loadgen.queue_rate.common_host_s).
+"""Service rates compared at a common host speed (loadgen.host_speed, loadgen.host_elasticity).
 
 On the simulated engine of known service rate, each step's host is planted: a slower host stretches every
-service time of that step, and the step records the host's memory-pass time as the probe would. The
-drift then leaves the judged difference, and a planted gain is still found at its size.
+service time of that step by the host's factor to a planted power (the engine's elasticity: -1 for a
+decode-bound configuration, 0 for one the host's memory does not slow), and the step records the host's
+memory-pass time as the probe would. Each side's exponent is fitted from its repeats; the drift then leaves
+the judged difference, a planted gain is still found at its size, and an engine that does not follow the
+host is not "corrected" into noise.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import pytest
 
 from specs.config import SLASpec, SweepSpec
 from loadgen import simengine
+from loadgen.host_elasticity import PRIOR_EXPONENT, PRIOR_EXPONENT_SD, fit_elasticity, host_adjustment
 from loadgen.noise_prior import repeat_evidence
-from loadgen.queue_rate import common_host_s, service_rate, step_host_s
+from loadgen.queue_rate import HostAdjustment, common_host_s, service_rate, step_host_s
 from loadgen.results import StepResult
 from loadgen.verdict import judge_service_rates, service_rate_differences
 
@@ -28,15 +32,19 @@ HOST_CV = 0.08  # the host's speed from step to step (the vLLM CPU steps' was 6-
 PASS_S = 1.0e-3  # one memory pass on the nominal host
 
 
-def _host_drifted_sweep(model, rates, seed: int, *, probe: bool = True) -> list[StepResult]:
-    """One sweep whose every step runs on a host slower or faster by a drawn factor; the step records
-    that host's memory-pass time twice (before and after it, with 1% reading noise) unless ``probe`` is off."""
+def _host_drifted_sweep(
+    model, rates, seed: int, *, probe: bool = True, follows: float = -1.0, level: float = 1.0
+) -> list[StepResult]:
+    """One sweep whose every step runs on a host slower or faster by a drawn factor (around ``level``); the
+    engine's rate goes as that factor to the power ``follows``; the step records the host's memory-pass time
+    twice (before and after it, with 1% reading noise) unless ``probe`` is off. A step's rate fixes its
+    requests (``seed``), as in a real sweep, so repeats share their schedules."""
     rng = np.random.default_rng(seed)
     steps = []
     for k, rate in enumerate(rates):
-        slow = float(rng.lognormal(0.0, HOST_CV))
+        slow = level * float(rng.lognormal(0.0, HOST_CV))
         step = simengine.virtual_step(
-            model.planted(1 / slow - 1), rate, 8.0, PROMPTS, OUTPUTS, SLA, seed=int(rate * 100) + k, run_seed=seed + k
+            model.planted(slow**follows - 1), rate, 8.0, PROMPTS, OUTPUTS, SLA, seed=int(rate * 100), run_seed=seed + k
         )
         readings = [PASS_S * slow * float(rng.lognormal(0.0, 0.01)) for _ in range(2)] if probe else []
         steps.append(step.model_copy(update={"host_memory_pass_s": readings}))
@@ -49,12 +57,16 @@ def rates() -> list[float]:
     return [served * f for f in (1.3, 1.6, 1.9)]
 
 
-def _differences(effect: float, seeds, rates, probe: bool) -> list[float]:
+def _differences(effect: float, seeds, rates, probe: bool, follows: float = -1.0) -> list[float]:
+    """Each seed: two interleaved rounds (A B A B), as a verdict's rounds; the first round's difference."""
     out = []
     for seed in seeds:
-        a = _host_drifted_sweep(ENGINE, rates, 1000 + seed, probe=probe)
-        b = _host_drifted_sweep(ENGINE.planted(effect), rates, 2000 + seed, probe=probe)
-        out += service_rate_differences([a], [b])
+        a = [_host_drifted_sweep(ENGINE, rates, 1000 + 10 * seed + r, probe=probe, follows=follows) for r in (0, 1)]
+        b = [
+            _host_drifted_sweep(ENGINE.planted(effect), rates, 2000 + 10 * seed + r, probe=probe, follows=follows)
+            for r in (0, 1)
+        ]
+        out += service_rate_differences(a, b)[:1]
     return out
 
 
@@ -63,11 +75,57 @@ def test_the_host_drift_leaves_the_difference_and_a_planted_gain_keeps_its_size(
     raw = _differences(0.0, seeds, rates, probe=False)
     held = _differences(0.0, seeds, rates, probe=True)
     assert len(raw) == len(held) == len(seeds)
-    # three steps' drift of 8% each reach a sweep as ~4.6%, a pair's difference as ~6.5%; the probe removes
-    # most of it (what is left is the engine's own jitter and the readings' 1%)
+    # three steps' drift of 8% each reach a sweep as ~4.6%, a pair's difference as ~6.5%; the probe, with
+    # each side's exponent fitted on its two rounds, removes most of it
     assert np.std(held, ddof=1) < 0.6 * np.std(raw, ddof=1), (np.std(held), np.std(raw))
     gained = _differences(0.10, seeds, rates, probe=True)
     assert abs(float(np.mean(gained)) - math.log(1.10)) < 0.03, np.mean(gained)
+
+
+@pytest.mark.parametrize("follows", [-1.0, 0.0])
+def test_each_configuration_s_exponent_is_fitted_from_its_repeats(rates, follows):
+    """Over seeds: four repeats recover the planted exponent (prior -0.5 between them), and an engine the
+    host's memory does not slow is left as measured, where a fixed exponent of -1 would add the host's swing."""
+    fits = [
+        fit_elasticity([_host_drifted_sweep(ENGINE, rates, 300 + 10 * s + r, follows=follows) for r in range(4)])
+        for s in range(6)
+    ]
+    exponents = [f.exponent for f in fits]
+    assert abs(float(np.mean(exponents)) - follows) < 0.25, exponents
+    assert all(f.contrasts == 9 and f.se < 0.6 * PRIOR_EXPONENT_SD for f in fits), fits
+    # one sweep repeats no schedule: the prior alone
+    lone = fit_elasticity([_host_drifted_sweep(ENGINE, rates, 7, follows=follows)])
+    assert lone.contrasts == 0 and lone.exponent == PRIOR_EXPONENT
+    if follows == 0.0:
+        raw = _differences(0.0, range(10), rates, probe=False, follows=0.0)
+        held = _differences(0.0, range(10), rates, probe=True, follows=0.0)
+        fixed = []
+        for seed in range(10):
+            a = _host_drifted_sweep(ENGINE, rates, 1000 + 10 * seed, follows=0.0)
+            b = _host_drifted_sweep(ENGINE, rates, 2000 + 10 * seed, follows=0.0)
+            at = common_host_s(a + b)
+            one = [service_rate(side, host=HostAdjustment(at_host_s=at, exponent=-1.0)).rate for side in (a, b)]
+            fixed.append(math.log(one[1] / one[0]))
+        # a fixed -1 adds the host's whole swing; the fitted exponent (near 0, pulled a little toward the
+        # prior's -0.5 by two rounds) adds a fraction of it
+        assert np.std(fixed, ddof=1) > 1.5 * np.std(raw, ddof=1), (np.std(fixed), np.std(raw))
+        assert np.std(held, ddof=1) < 0.3 * np.std(fixed, ddof=1), (np.std(held), np.std(fixed))
+
+
+def test_a_host_swing_between_two_sweeps_takes_their_evidence_s_degree_of_freedom(rates):
+    """The host 20% slower through all of the second sweep: its own difference is the one thing the fit can
+    explain it with, so the floor keeps almost none of its pair's degree of freedom; a swing within the
+    sweeps leaves most of it."""
+    between = [
+        _host_drifted_sweep(ENGINE, rates, 500, follows=-0.5, level=1.0),
+        _host_drifted_sweep(ENGINE, rates, 501, follows=-0.5, level=1.2),
+    ]
+    within = [_host_drifted_sweep(ENGINE, rates, 500 + r, follows=-0.5) for r in (0, 1)]
+    assert fit_elasticity(between).sweep_df > 0.8
+    assert repeat_evidence(between, "service_rate").df < 0.2
+    assert repeat_evidence(within, "service_rate").df > 2 * repeat_evidence(between, "service_rate").df
+    adjusted = host_adjustment(between, between)
+    assert adjusted is not None and adjusted.sweep_df == pytest.approx(fit_elasticity(between).sweep_df)
 
 
 def test_the_verdict_states_its_rates_at_one_host_speed_and_a_comparison_is_adjusted_everywhere_or_nowhere(rates):
@@ -84,8 +142,8 @@ def test_the_verdict_states_its_rates_at_one_host_speed_and_a_comparison_is_adju
     assert "common host speed" not in stats.baseline + stats.candidate
     # as measured, the rate is the engine's own; at a host speed it moves by the steps' readings
     as_measured = service_rate(a[0])
-    at_host = service_rate(a[0], at_host_s=PASS_S)
-    factor = math.exp(np.mean([math.log(step_host_s(st) / PASS_S) for st in a[0]]))
+    at_host = service_rate(a[0], host=HostAdjustment(at_host_s=PASS_S, exponent=-0.5))
+    factor = math.exp(0.5 * np.mean([math.log(step_host_s(st) / PASS_S) for st in a[0]]))
     assert at_host.rate == pytest.approx(as_measured.rate * factor, rel=0.02)
 
 
@@ -95,8 +153,9 @@ def test_a_floor_from_repeats_on_a_drifting_host_is_smaller_with_the_probe(rates
         return repeat_evidence(sweeps, "service_rate")
 
     with_probe, without = evidence(True), evidence(False)
-    assert with_probe.df == without.df == 5
-    assert with_probe.sum_sq < 0.5 * without.sum_sq, (with_probe.sum_sq, without.sum_sq)
+    # the fit takes a little of the six repeats' 5 df (the host swings within the sweeps, mostly)
+    assert without.df == 5 and 4 < with_probe.df < 5
+    assert with_probe.sd < 0.7 * without.sd, (with_probe.sd, without.sd)
 
 
 def test_the_probe_is_a_sweep_setting_of_the_service_rate_only():

@@ -272,6 +272,7 @@ def test_a_sweep_with_the_host_probe_brackets_every_step_with_the_hosts_memory_s
     """sweep.host_speed_probe: each step records the host's memory-pass time just before it and just before
     the next step (after the last: once more, the engine idle), and its service rate is stated at a common
     host speed; without it, no step records a reading and nothing is adjusted."""
+    from loadgen.host_elasticity import host_adjustment
     from loadgen.queue_rate import common_host_s, service_rate
     from loadgen.report import step_table
 
@@ -283,8 +284,8 @@ def test_a_sweep_with_the_host_probe_brackets_every_step_with_the_hosts_memory_s
     readings = [st.host_memory_pass_s for st in probed.steps]
     assert all(len(r) == 2 and all(0 < x < 1.0 for x in r) for r in readings), readings
     assert all(r[1] == nxt[0] for r, nxt in zip(readings, readings[1:]))  # one probe between two steps
-    host = common_host_s(probed.steps)
-    assert host is not None and "common host speed" in service_rate(probed.steps, at_host_s=host).describe()
+    host = host_adjustment([probed.steps], [probed.steps])  # one sweep: the prior's exponent
+    assert host is not None and "common host speed" in service_rate(probed.steps, host=host).describe()
     assert all(row["host_pass_ms"] for row in step_table(probed))  # people see the host beside each step
     plain = endpoint(stub.url, sla, step_duration_s=2.0, refine_steps=0, estimator="service_rate")
     unprobed = run_sweep(_attach(plain), pool(), plain, rates=rates, lag_bounds=LENIENT, stop_when_broken=False)

@@ -94,7 +94,10 @@ def test_the_review_shows_the_floors_own_repeats_beside_the_pooled_noise(rates):
 
 
 def _memory_rows(endpoint, campaign_id, source, sd, df=3):
-    evs = [AAEvidence(estimator=e, sum_sq=df * sd**2, df=df, sweeps=df + 1) for e in ("crossing", "service_rate")]
+    evs = [
+        AAEvidence(estimator=e, sum_sq=df * sd**2, df=df, sweeps=math.ceil(df) + 1)
+        for e in ("crossing", "service_rate")
+    ]
     return evidence_records(endpoint, campaign_id, source, "cfg", evs)
 
 
@@ -126,6 +129,11 @@ def test_the_memory_pools_the_endpoints_other_campaigns_under_the_same_protocol_
     view = memory.query("SELECT * FROM v_endpoint_noise WHERE estimator = 'service_rate' ORDER BY df")
     assert view["sources"].to_list() == [1, 3] and view["df"].to_list() == [3, 11]
     assert view["between_run_sd"][1] == pytest.approx(0.05)
+    # a floor whose host exponent was fitted on its own pair keeps a fraction of its degree of freedom
+    # (loadgen.host_elasticity), and the memory keeps the fraction
+    for row in _memory_rows(endpoint, "c4", "reference", 0.05, df=0.25):
+        memory.record_aa_evidence(row)
+    assert endpoint_prior(endpoint, memory, exclude_campaign="c2").service_rate.df == pytest.approx(PRIOR_DF + 8.25)
 
 
 def test_a_failing_memory_leaves_the_history_out_and_says_so(tmp_path):
@@ -206,7 +214,7 @@ def test_a_floor_pools_only_its_own_noise_class_and_keeps_the_others_for_candida
     from assets.measurement import noise_floor_metadata
 
     assert noise_floor_metadata(mine)["noise_class"] == "itl"  # what the Dagster UI shows
-    assert f"adds its class's sd: ttft {ttft_var**0.5:.1%} ({ttft_df} df)" in line
+    assert f"adds its class's sd: ttft {ttft_var**0.5:.1%} ({ttft_df:.3g} df)" in line
 
 
 def test_combining_two_classes_adds_their_variances_on_satterthwaite_df():

@@ -1,0 +1,94 @@
+"""How much a configuration's service rate follows the host's memory speed, fitted from its own repeats.
+
+The memory-pass time (loadgen.host_speed) is a covariate, and how much a configuration follows it depends
+on the work it does. On the 2-core VM a decode-bound configuration (prefix caching) followed it with an
+exponent of -1.04 +- 0.21, and the prefill-bound reference with -0.04 +- 0.09 over a 13% host swing
+(benchmarks/results/host_elasticity/). One fixed exponent overcorrected the reference and undercorrected
+large swings (docs/measurement.md, run 18), so each side of a comparison gets its own.
+
+The fit reads each schedule the configuration's sweeps repeated (a step's rate and length fix its requests,
+loadgen.queue_rate.matched_steps): around that schedule's mean, a step's log service rate against its log
+memory-pass time. A ridge toward :data:`PRIOR_EXPONENT` (between the two kinds of work, sd
+:data:`PRIOR_EXPONENT_SD`) keeps two steps from deciding it. A side with no repeated schedule (one sweep)
+takes the prior.
+
+The fit comes from the same sweeps a floor's A/A evidence does. The part of the host's swing that lies
+between the sweeps, not within them, can be fitted away with the sweeps' own difference, so the fit takes
+up to a degree of freedom from the evidence (:attr:`ElasticityFit.sweep_df`). Then the variance a verdict
+starts from is not understated: a large swing between two sweeps leaves the floor's own pair little
+weight, and the endpoint's prior carries it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from pydantic import BaseModel
+
+from loadgen.queue_rate import MIN_GROWTH, HostAdjustment, common_host_s, queued, step_host_s, step_schedule
+
+#: What a configuration's exponent is before its repeats say: between prefill-bound (0) and decode-bound (-1).
+PRIOR_EXPONENT, PRIOR_EXPONENT_SD = -0.5, 0.5
+#: A queued step's residual sd of log service rate at one host speed (measured 2.1-4.4%): with the prior's
+#: sd, how much host swing it takes for the steps to outweigh the prior.
+STEP_SD = 0.04
+
+
+class ElasticityFit(BaseModel):
+    """A configuration's exponent of service rate on memory-pass time, and what it was fitted on."""
+
+    exponent: float = PRIOR_EXPONENT
+    se: float = PRIOR_EXPONENT_SD
+    contrasts: int = 0  # repeated steps beyond one per schedule
+    sweep_df: float = 0.0  # the degrees of freedom it takes from the sweeps' A/A evidence
+
+
+def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH) -> ElasticityFit:
+    """The exponent of one configuration's sweeps (each a list of steps), from their queued steps with a
+    host reading, each schedule's steps around their own mean."""
+    points: dict[tuple, list[tuple[int, float, float]]] = defaultdict(list)
+    for k, sweep in enumerate(sweeps):
+        for step in sweep:
+            host = step_host_s(step) if queued(step, min_growth) else None
+            if host:
+                rate = step.target_rate / (1 + step.ttft_growth["slope"])
+                points[step_schedule(step)].append((k, math.log(rate), math.log(host)))
+    sxx = sxy = 0.0
+    by_sweep: dict[int, list[float]] = defaultdict(list)
+    contrasts = 0
+    for group in points.values():
+        if len(group) < 2:
+            continue
+        contrasts += len(group) - 1
+        my = sum(y for _, y, _ in group) / len(group)
+        mx = sum(x for _, _, x in group) / len(group)
+        for k, y, x in group:
+            sxx += (x - mx) ** 2
+            sxy += (x - mx) * (y - my)
+            by_sweep[k].append(x - mx)
+    prior_weight = (STEP_SD / PRIOR_EXPONENT_SD) ** 2
+    precision = prior_weight + sxx
+    # the fit's leverage on the sweeps' own difference: the share of the host's swing between sweeps. A
+    # ridge of leverage h leaves that difference's residual (1 - h) of itself, so the residual's expected
+    # square is (1 - h)^2 of the variance, and the fit took 1 - (1 - h)^2 degrees of freedom.
+    leverage = sum(sum(xs) ** 2 / len(xs) for xs in by_sweep.values()) / precision
+    return ElasticityFit(
+        exponent=(prior_weight * PRIOR_EXPONENT + sxy) / precision,
+        se=STEP_SD / math.sqrt(precision),
+        contrasts=contrasts,
+        sweep_df=1 - (1 - leverage) ** 2,
+    )
+
+
+def host_adjustment(side, every, min_growth: float = MIN_GROWTH) -> HostAdjustment | None:
+    """How to state the sweeps of one configuration (``side``) at the host speed common to ``every`` sweep
+    of the comparison (both sides, every repeat), or None when some queued step has no reading (then no side
+    is adjusted: a comparison is adjusted everywhere or nowhere)."""
+    at = common_host_s([st for sweep in every for st in sweep], min_growth)
+    if at is None:
+        return None
+    fit = fit_elasticity(side, min_growth)
+    return HostAdjustment(
+        at_host_s=at, exponent=fit.exponent, exponent_se=fit.se, contrasts=fit.contrasts, sweep_df=fit.sweep_df
+    )
