@@ -84,7 +84,7 @@ def main() -> None:
     args.out.with_suffix(".json").write_text(json.dumps({"target": TARGET, "runs": runs}, indent=2) + "\n")
     rows = [
         f"| {label} | {f['floor']} | {f['limiting']} | {f['sweeps']} | "
-        f"{f['recorded_mde']:.1%} | **{f['mde']:.1%}** | {_pct(f['mde_crossing_alone'])} | {f['service_df']} | "
+        f"{f['recorded_mde']:.1%} | **{f['mde']:.1%}** | {_pct(f['mde_crossing_alone'])} | {f['service_df']:.3g} | "
         f"{f['prior']} |"
         for label, run in runs.items()
         for f in run["floors"]
