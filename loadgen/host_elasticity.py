@@ -10,7 +10,8 @@ The fit reads each schedule the configuration's sweeps repeated (a step's rate a
 loadgen.queue_rate.matched_steps): around that schedule's mean, a step's log service rate against its log
 memory-pass time. A ridge toward :data:`PRIOR_EXPONENT` (between the two kinds of work, sd
 :data:`PRIOR_EXPONENT_SD`) keeps two steps from deciding it. A side with no repeated schedule (one sweep)
-takes the prior.
+takes the prior; a candidate's prior is its baseline's exponent, since a candidate is mostly one setting
+away from it.
 
 The fit comes from the same sweeps a floor's A/A evidence does. The part of the host's swing that lies
 between the sweeps, not within them, can be fitted away with the sweeps' own difference, so the fit takes
@@ -44,9 +45,9 @@ class ElasticityFit(BaseModel):
     sweep_df: float = 0.0  # the degrees of freedom it takes from the sweeps' A/A evidence
 
 
-def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH) -> ElasticityFit:
+def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH, prior: float = PRIOR_EXPONENT) -> ElasticityFit:
     """The exponent of one configuration's sweeps (each a list of steps), from their queued steps with a
-    host reading, each schedule's steps around their own mean."""
+    host reading, each schedule's steps around their own mean, shrunk toward ``prior``."""
     points: dict[tuple, list[tuple[int, float, float]]] = defaultdict(list)
     for k, sweep in enumerate(sweeps):
         for step in sweep:
@@ -74,21 +75,31 @@ def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH) -> ElasticityFit:
     # square is (1 - h)^2 of the variance, and the fit took 1 - (1 - h)^2 degrees of freedom.
     leverage = sum(sum(xs) ** 2 / len(xs) for xs in by_sweep.values()) / precision
     return ElasticityFit(
-        exponent=(prior_weight * PRIOR_EXPONENT + sxy) / precision,
+        exponent=(prior_weight * prior + sxy) / precision,
         se=STEP_SD / math.sqrt(precision),
         contrasts=contrasts,
         sweep_df=1 - (1 - leverage) ** 2,
     )
 
 
-def host_adjustment(side, every, min_growth: float = MIN_GROWTH) -> HostAdjustment | None:
+def host_adjustment(
+    side, every, min_growth: float = MIN_GROWTH, baseline: HostAdjustment | None = None
+) -> HostAdjustment | None:
     """How to state the sweeps of one configuration (``side``) at the host speed common to ``every`` sweep
     of the comparison (both sides, every repeat), or None when some queued step has no reading (then no side
-    is adjusted: a comparison is adjusted everywhere or nowhere)."""
+    is adjusted: a comparison is adjusted everywhere or nowhere). A candidate passes its ``baseline``'s: a
+    candidate is mostly one setting away from its baseline, so it is shrunk toward the baseline's exponent
+    (a candidate of one sweep takes it) rather than toward the generic prior."""
     at = common_host_s([st for sweep in every for st in sweep], min_growth)
     if at is None:
         return None
-    fit = fit_elasticity(side, min_growth)
+    prior = baseline.exponent if baseline else PRIOR_EXPONENT
+    fit = fit_elasticity(side, min_growth, prior)
     return HostAdjustment(
-        at_host_s=at, exponent=fit.exponent, exponent_se=fit.se, contrasts=fit.contrasts, sweep_df=fit.sweep_df
+        at_host_s=at,
+        exponent=fit.exponent,
+        exponent_se=math.hypot(fit.se, baseline.exponent_se) if baseline and not fit.contrasts else fit.se,
+        contrasts=fit.contrasts,
+        sweep_df=fit.sweep_df,
+        prior="the baseline's" if baseline else "the prior",
     )

@@ -57,13 +57,14 @@ class HostAdjustment(BaseModel):
     exponent_se: float = 0.0
     contrasts: int = 0  # the repeated steps it was fitted on (0: the prior alone)
     sweep_df: float = 0.0  # the degrees of freedom the fit took from these sweeps' A/A evidence
+    prior: str = "the prior"  # what it was shrunk toward: "the prior" (-0.5) or "the baseline's" exponent
 
     def log_factor(self, step_host_s: float) -> float:
         """What the step's log rate gains when stated at the common host speed."""
         return -self.exponent * math.log(step_host_s / self.at_host_s)
 
     def describe(self) -> str:
-        fitted = f"fitted on {self.contrasts} repeated step(s)" if self.contrasts else "the prior alone"
+        fitted = f"fitted on {self.contrasts} repeated step(s)" if self.contrasts else f"{self.prior} alone"
         return (
             f"at a common host speed ({self.at_host_s * 1e3:.3g} ms per memory pass; rate ~ host^"
             f"{self.exponent:+.2f} +-{self.exponent_se:.2f}, {fitted})"

@@ -128,9 +128,11 @@ def host_adjustments(
     a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]
 ) -> tuple[HostAdjustment | None, HostAdjustment | None]:
     """How each side is stated at the host speed common to both (loadgen.host_elasticity): each with the
-    exponent its own rounds fit, since two configurations follow the host's memory differently."""
+    exponent its own rounds fit, since two configurations follow the host's memory differently; the
+    candidate's shrunk toward the baseline's (one sweep of it takes the baseline's)."""
     every = a_rounds + b_rounds
-    return host_adjustment(a_rounds, every), host_adjustment(b_rounds, every)
+    a = host_adjustment(a_rounds, every)
+    return a, host_adjustment(b_rounds, every, baseline=a)
 
 
 def between_variance(

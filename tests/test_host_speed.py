@@ -162,3 +162,19 @@ def test_the_probe_is_a_sweep_setting_of_the_service_rate_only():
     assert SweepSpec(estimator="service_rate", host_speed_probe=True).host_speed_probe
     with pytest.raises(ValueError, match="host_speed_probe adjusts the service rate only"):
         SweepSpec(estimator="crossing", host_speed_probe=True)
+
+
+def test_a_candidate_of_one_sweep_takes_its_baseline_s_exponent(rates):
+    """A candidate is mostly one setting away from its baseline: with no repeated schedule of its own it
+    follows the host as the baseline's repeats say, not as the generic prior does; with repeats it fits its own."""
+    from loadgen.verdict import host_adjustments
+
+    a = [_host_drifted_sweep(ENGINE, rates, 900 + r, follows=-1.0) for r in range(3)]
+    one = [_host_drifted_sweep(ENGINE, rates, 950, follows=0.0)]
+    ha, hb = host_adjustments(a, one)
+    assert ha.exponent < -0.7 and hb.exponent == ha.exponent and hb.contrasts == 0
+    assert hb.exponent_se > ha.exponent_se and "the baseline's alone" in hb.describe()
+    assert "the baseline's alone" in judge_service_rates(a, one).candidate
+    # its own repeats pull it toward what it does (0 here) from the baseline's
+    several = [_host_drifted_sweep(ENGINE, rates, 960 + r, follows=0.0) for r in range(4)]
+    assert host_adjustments(a, several)[1].exponent > ha.exponent + 0.4
