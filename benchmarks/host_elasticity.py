@@ -41,23 +41,13 @@ def _sweeps(folder: Path) -> dict[tuple[int, int], list]:
 
 
 def least_squares_exponent(sweeps: list[list]) -> dict:
-    """The exponent with one level per repeated schedule, its standard error, and the residual sd of a step."""
-    from loadgen.queue_rate import queued, step_host_s, step_schedule
+    """The exponent with one level per repeated schedule (the product's points, no prior), its standard error,
+    and the residual sd of a step."""
+    from loadgen.host_elasticity import schedule_deviations
 
-    groups: dict = {}
-    for sweep in sweeps:
-        for st in sweep:
-            if queued(st) and step_host_s(st):
-                mu = st.target_rate / (1 + st.ttft_growth["slope"])
-                groups.setdefault(step_schedule(st), []).append((math.log(mu), math.log(step_host_s(st))))
-    x, y = [], []
-    for pts in groups.values():
-        if len(pts) > 1:
-            ys, xs = np.array(pts).T
-            y += list(ys - ys.mean())
-            x += list(xs - xs.mean())
-    x, y = np.array(x), np.array(y)
-    levels = sum(1 for pts in groups.values() if len(pts) > 1)
+    points, levels = schedule_deviations(sweeps)
+    y = np.array([p[1] for p in points])
+    x = np.array([p[2] for p in points])
     df = len(x) - levels - 1
     if df < 1 or not np.any(x):
         return {"steps": len(x), "exponent": None}

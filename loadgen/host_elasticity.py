@@ -2,8 +2,8 @@
 
 The memory-pass time (loadgen.host_speed) is a covariate, and how much a configuration follows it depends
 on the work it does. On the 2-core VM a decode-bound configuration (prefix caching) followed it with an
-exponent of -1.04 +- 0.21, and the prefill-bound reference with -0.04 +- 0.09 over a 13% host swing
-(benchmarks/results/host_elasticity/). One fixed exponent overcorrected the reference and undercorrected
+exponent of -0.99 +- 0.19, and the prefill-bound reference with -0.09 +- 0.05 over a host whose memory-pass
+time moved with an sd of 9.6% (benchmarks/results/host_elasticity/). One fixed exponent overcorrected the reference and undercorrected
 large swings (docs/measurement.md, run 18), so each side of a comparison gets its own.
 
 The fit reads each schedule the configuration's sweeps repeated (a step's rate and length fix its requests,
@@ -45,29 +45,35 @@ class ElasticityFit(BaseModel):
     sweep_df: float = 0.0  # the degrees of freedom it takes from the sweeps' A/A evidence
 
 
-def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH, prior: float = PRIOR_EXPONENT) -> ElasticityFit:
-    """The exponent of one configuration's sweeps (each a list of steps), from their queued steps with a
-    host reading, each schedule's steps around their own mean, shrunk toward ``prior``."""
-    points: dict[tuple, list[tuple[int, float, float]]] = defaultdict(list)
+def schedule_deviations(sweeps, min_growth: float = MIN_GROWTH) -> tuple[list[tuple[int, float, float]], int]:
+    """(points, schedules): every queued step with a host reading, of a schedule two or more of ``sweeps``
+    ran, as (its sweep's index, log service rate, log memory-pass time), each around its schedule's mean;
+    and how many such schedules there are."""
+    groups: dict[tuple, list[tuple[int, float, float]]] = defaultdict(list)
     for k, sweep in enumerate(sweeps):
         for step in sweep:
             host = step_host_s(step) if queued(step, min_growth) else None
             if host:
                 rate = step.target_rate / (1 + step.ttft_growth["slope"])
-                points[step_schedule(step)].append((k, math.log(rate), math.log(host)))
-    sxx = sxy = 0.0
-    by_sweep: dict[int, list[float]] = defaultdict(list)
-    contrasts = 0
-    for group in points.values():
-        if len(group) < 2:
-            continue
-        contrasts += len(group) - 1
+                groups[step_schedule(step)].append((k, math.log(rate), math.log(host)))
+    repeated = [g for g in groups.values() if len(g) > 1]
+    points = []
+    for group in repeated:
         my = sum(y for _, y, _ in group) / len(group)
         mx = sum(x for _, _, x in group) / len(group)
-        for k, y, x in group:
-            sxx += (x - mx) ** 2
-            sxy += (x - mx) * (y - my)
-            by_sweep[k].append(x - mx)
+        points += [(k, y - my, x - mx) for k, y, x in group]
+    return points, len(repeated)
+
+
+def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH, prior: float = PRIOR_EXPONENT) -> ElasticityFit:
+    """The exponent of one configuration's sweeps (each a list of steps), from :func:`schedule_deviations`,
+    shrunk toward ``prior``."""
+    points, schedules = schedule_deviations(sweeps, min_growth)
+    sxx = sum(x * x for _, _, x in points)
+    sxy = sum(x * y for _, y, x in points)
+    by_sweep: dict[int, list[float]] = defaultdict(list)
+    for k, _, x in points:
+        by_sweep[k].append(x)
     prior_weight = (STEP_SD / PRIOR_EXPONENT_SD) ** 2
     precision = prior_weight + sxx
     # the fit's leverage on the sweeps' own difference: the share of the host's swing between sweeps. A
@@ -77,7 +83,7 @@ def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH, prior: float = PRIOR_
     return ElasticityFit(
         exponent=(prior_weight * prior + sxy) / precision,
         se=STEP_SD / math.sqrt(precision),
-        contrasts=contrasts,
+        contrasts=len(points) - schedules,
         sweep_df=1 - (1 - leverage) ** 2,
     )
 

@@ -53,7 +53,7 @@ class HostAdjustment(BaseModel):
     (loadgen.host_elasticity fits it: about -1 for a decode-bound configuration, 0 for a prefill-bound one)."""
 
     at_host_s: float  # seconds of one memory pass (loadgen.host_speed), common to every side compared
-    exponent: float = -1.0
+    exponent: float
     exponent_se: float = 0.0
     contrasts: int = 0  # the repeated steps it was fitted on (0: the prior alone)
     sweep_df: float = 0.0  # the degrees of freedom the fit took from these sweeps' A/A evidence
