@@ -35,8 +35,9 @@ With ``sweep.engine_warmup_s``, the first sweep on an engine is preceded by an u
 run (:func:`warm_engine`), so engines that build CUDA graphs or compiled kernels per shape as they
 first meet it are measured in their steady state, not while they build.
 
-Steps are short: the warm-up is a burst of ``warmup_requests`` with replies clipped to
-``warmup_max_tokens``, cut after ``warmup_timeout_s``; requests still in flight ``drain_s`` after
+Steps are short: an engine's first step is preceded by a warm-up, a burst of ``warmup_requests`` with
+replies clipped to ``warmup_max_tokens``, cut after ``warmup_timeout_s`` (later steps follow a step,
+on a warm engine); requests still in flight ``drain_s`` after
 the schedule ends are cut and counted (``StepResult.cut_requests``, judged worst-case, see
 :mod:`loadgen.stats`). Each step records its wall time (``wall_s``, ``warmup_wall_s``).
 
@@ -465,10 +466,7 @@ def warm_engine(
         )
     except Exception as exc:  # noqa: BLE001 - the first step's watcher classifies a dead engine
         notes.append(f"engine warm-up failed: {exc}")
-    try:
-        engine.warmed_up = True
-    except AttributeError:  # an engine object without attributes of its own: warm it every sweep
-        pass
+    _mark_warm(engine)
     return True
 
 
@@ -495,17 +493,30 @@ def repeat_if_client_bound(
 
 
 def warm_up_and_reset(runner, engine, cfg: SweepSpec, idle_timeout_s: float, notes: list[str], before: str) -> float:
-    """Before a step: wait for an idle engine, warm it up, wait again, reset the prefix cache.
+    """Before a step: wait for an idle engine, warm it up if nothing has yet (the burst of
+    ``warmup_requests``, once per engine: one that served a step seconds ago is warm, and on the 2-core
+    host a burst before every step cost 2-3 s of it), wait again, reset the prefix cache.
     A failed warm-up is a note (the step's watcher classifies a dead engine). Returns its wall time."""
     began = time.monotonic()
     wait_idle(engine, idle_timeout_s)
-    try:
-        runner.warmup(cfg.warmup_requests, max_tokens=cfg.warmup_max_tokens, timeout_s=cfg.warmup_timeout_s)
-    except Exception as exc:  # noqa: BLE001 - the step's watcher will classify a dead engine
-        notes.append(f"warm-up before {before} failed: {exc}")
-    wait_idle(engine, idle_timeout_s)
+    if not getattr(engine, "warmed_up", False):
+        try:
+            runner.warmup(cfg.warmup_requests, max_tokens=cfg.warmup_max_tokens, timeout_s=cfg.warmup_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the step's watcher will classify a dead engine
+            notes.append(f"warm-up before {before} failed: {exc}")
+        _mark_warm(engine)
+        wait_idle(engine, idle_timeout_s)
     runner.reset()
     return time.monotonic() - began
+
+
+def _mark_warm(engine) -> None:
+    """Remember on the engine object that it has been warmed (an object without attributes of its own
+    is warmed before every step)."""
+    try:
+        engine.warmed_up = True
+    except AttributeError:
+        pass
 
 
 def sla_of(sweep: SweepResult) -> SLASpec | None:

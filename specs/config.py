@@ -271,7 +271,7 @@ class SweepSpec(Strict):
     # Requests still in flight this long after a step's schedule ends are cut and counted (None =
     # the larger of the TTFT and E2E limits, at least 2 s: a request cut then has already missed them).
     drain_s: float | None = Field(default=None, ge=0)
-    # Warm-up before each step: a short burst of warmup_requests, replies clipped to this many tokens,
+    # Warm-up before an engine's first step: a short burst of warmup_requests, replies clipped to this many tokens,
     # cut after warmup_timeout_s (it warms the engine, it measures nothing).
     warmup_max_tokens: int = Field(default=16, ge=1)
     warmup_timeout_s: float = Field(default=10.0, gt=0)

@@ -188,6 +188,42 @@ def test_engine_warmup_runs_once_per_engine_before_its_first_sweep_and_is_not_co
     assert phases.index("warmup") < phases.index("step") and "engine warm-up" in events[0].message
 
 
+def test_the_warm_up_burst_runs_once_per_engine_not_before_every_step(tmp_path, monkeypatch):
+    """An engine that served a step seconds ago is warm: the burst of warmup_requests precedes an engine's
+    first step only (it cost 2-3 s a step on the 2-core host); a new engine start is warmed again."""
+    from engines import start_engine
+    from loadgen.step import StepRunner
+
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
+    bursts: list[int] = []
+    real = StepRunner.warmup
+
+    def counted(self, count, **kwargs):
+        bursts.append(count)
+        return real(self, count, **kwargs)
+
+    monkeypatch.setattr(StepRunner, "warmup", counted)
+    with nullserver.start() as server:
+        spec = EndpointSpec(
+            name="null",
+            model={"path": "none", "served_name": nullserver.NULL_MODEL},
+            engine={"kind": "external", "url": server.url},
+            sla={"ttft_ms": 500, "itl_ms": 100},
+            traffic={"kind": "sample"},
+            sweep={"step_duration_s": 1.0, "warmup_requests": 2},
+        )
+        engine = start_engine(spec)
+        first = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[10, 20, 40], lag_bounds=LENIENT)
+        after_first = list(bursts)
+        second = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[10, 20, 40], lag_bounds=LENIENT)
+        after_second = list(bursts)
+        run_sweep(start_engine(spec), pool([0.0, 1.0]), spec, rates=[10], lag_bounds=LENIENT)
+    assert len(first.steps) == 3 and len(second.steps) == 3
+    assert after_first == [2]  # three steps, one burst
+    assert after_second == [2]  # the same engine's next sweep: none
+    assert bursts == [2, 2]  # a new engine start: warmed again
+
+
 def test_a_users_step_the_client_fell_behind_on_is_repeated_once_then_invalidates(null_engine, tmp_path, monkeypatch):
     """Send-lag bounds no client can meet make every step client-bound: the step is repeated once
     (and says so), then the sweep is invalid, as in the rate sweep."""
