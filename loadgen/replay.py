@@ -73,6 +73,29 @@ def intervals_of(records: list[RequestRecord], sla: SLASpec, interval_s: float, 
     return out
 
 
+def replay_seconds(pool: pl.DataFrame, max_duration_s: float | None = None, *, shape_interval_s: float = 10.0) -> float:
+    """How long a production-shaped replay of ``pool`` sends for (recorded seconds, before latencies):
+    open loop, the schedule's span (whole shape intervals) cut at ``max_duration_s``; with sessions,
+    until the last recorded turn of the sessions that start within it, since their later turns follow,
+    each after a reply and its think time. What a deadline must keep for it: the main job's 60 s
+    replays ran 88-91 s, its sessions' last turns being recorded at 84 s."""
+    if pool.height == 0:
+        return 0.0
+    offsets = pool["arrival_offset_s"].cast(pl.Float64)
+    base = float(offsets.min())
+    if not has_sessions(pool):
+        span = float(np.ceil((float(offsets.max()) - base) / shape_interval_s + 1e-9) * shape_interval_s)
+        return span if max_duration_s is None else min(span, max_duration_s)
+    sessions = (
+        pool.with_columns((offsets - base).alias("_at"))
+        .group_by("session_id")
+        .agg(pl.col("_at").min().alias("first"), pl.col("_at").max().alias("last"))
+    )
+    if max_duration_s is not None:
+        sessions = sessions.filter(pl.col("first") < max_duration_s)
+    return float(sessions["last"].max() or 0.0)
+
+
 def run_production_replay(
     engine: Engine,
     pool: pl.DataFrame,

@@ -16,7 +16,8 @@ from loadgen.noise import noise_floor
 from memory_db import MemoryStore
 from loadgen.results import Comparison
 from research.campaign import default_compare, judged_gain, run_campaign
-from research.campaign.budget import Budget
+from research.campaign.budget import Budget, Limits
+from loadgen.step import drain_cap
 from research.state import BaselineRecord, CampaignState, ExperimentState, ProposalRecord, StateStore
 from test_campaign import pool, sweep
 from test_gpu_cap import Recorder, _endpoint
@@ -179,14 +180,15 @@ def test_an_experiment_that_would_eat_the_production_checks_time_does_not_start(
     assert "2.8 min kept for the production-shaped verification" in problem
 
     endpoint = _endpoint(tmp_path)
-    drain = endpoint.sweep.drain_s or 0.0
+    drain = drain_cap(endpoint.sla, endpoint.sweep)
 
     def budget(check_s: float, measures_engines: bool = True) -> Budget:
         spec = CampaignSpec(name="dl", endpoint=endpoint.name, production_check_s=check_s)
         ctx = CampaignContext(spec, endpoint, tmp_path, store, state, pool(), progress=lambda line: None)
         return Budget(ctx, limits, None, 0.0, production_check=measures_engines)
 
-    assert budget(60).production_check_s() == pytest.approx(2 * 25.0 + 2 * (60 + drain))  # two starts, two replays
+    # two starts, two replays of the pool's 20 s (it holds no more than that; 60 s were asked), each with a drain
+    assert budget(60).production_check_s() == pytest.approx(2 * 25.0 + 2 * (20 + drain))
     assert budget(0).production_check_s() == 0.0 and budget(60, measures_engines=False).production_check_s() == 0.0
     # the measuring (a sequential repeat, a soak's back-off) must end before the verification's time too:
     # the main job's last candidate once took its extra repeat into that time and the verification was not run
@@ -195,3 +197,54 @@ def test_an_experiment_that_would_eat_the_production_checks_time_does_not_start(
     left = budget(60).window_end() - time.monotonic()
     assert left == pytest.approx(3 * 60 - budget(60).production_check_s(), abs=5)
     assert budget(0).window_end() - time.monotonic() == pytest.approx(3 * 60, abs=5)
+
+
+def test_the_verification_keeps_the_time_its_sessions_run_on_past_the_replayed_seconds(tmp_path: Path):
+    """A session-aware replay of the first 60 s sends each session's later turns after a reply and a
+    think time, so it runs until the last turn of a session that started in time: the deadline keeps
+    that (the main job's 60 s replays ran 88-91 s while 60 s were kept, and its campaigns overran)."""
+    import polars as pl
+
+    from loadgen.replay import replay_seconds
+    from research.campaign.context import CampaignContext
+    from specs.pool_schema import POOL_SCHEMA, SESSION_SCHEMA
+
+    # conversations as a help desk in Lagos might log them: (session, turn, recorded arrival in s)
+    turns = [("ng-1", 0, 100.0), ("ng-1", 1, 131.5), ("ng-2", 0, 120.0), ("ng-3", 0, 150.0), ("ng-3", 1, 171.0),
+             ("ng-3", 2, 197.0), ("ng-4", 0, 170.0), ("ng-4", 1, 260.0)]  # fmt: skip
+    n = len(turns)
+    sessions = pl.DataFrame(
+        {
+            "request_id": [f"q{i}" for i in range(n)],
+            "arrival_offset_s": [t[2] for t in turns],
+            "body": ['{"messages": []}'] * n,
+            "prompt_tokens": [200] * n,
+            "expected_output_tokens": [40] * n,
+            "prefix_group": ["desk"] * n,
+            "logged_cached_tokens": [None] * n,
+            "source": ["test"] * n,
+            "session_id": [t[0] for t in turns],
+            "turn": [t[1] for t in turns],
+            "think_time_s": [None if t[1] == 0 else 10.0 for t in turns],
+        },
+        schema={**POOL_SCHEMA, **SESSION_SCHEMA},
+    )
+    # ng-4 starts 70 s in: left out of a 60 s replay; ng-3 started at 50 s and its last turn is at 97 s
+    assert replay_seconds(sessions, 60) == pytest.approx(97.0)
+    assert replay_seconds(sessions, 80) == pytest.approx(160.0)  # ng-4 now starts in time
+    assert replay_seconds(sessions.drop("session_id", "turn", "think_time_s"), 60) == 60.0  # open loop: cut
+
+    store = StateStore(tmp_path, "dl")
+    state = CampaignState(campaign="dl", campaign_id="dl-1", endpoint="e", active_seconds=0, startup_s=[25.0])
+    endpoint = _endpoint(tmp_path)
+    ctx = CampaignContext(
+        CampaignSpec(name="dl", endpoint=endpoint.name, production_check_s=60),
+        endpoint,
+        tmp_path,
+        store,
+        state,
+        sessions,
+        progress=lambda line: None,
+    )
+    kept = Budget(ctx, Limits(deadline_s=3600, gpu_hours=5, units=1), None, 0.0).production_check_s()
+    assert kept == pytest.approx(2 * 25.0 + 2 * (97.0 + drain_cap(endpoint.sla, endpoint.sweep)))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from loadgen.replay import replay_seconds
+from loadgen.step import drain_cap
 from specs.config import CampaignSpec, EndpointSpec
 from research.campaign.context import CampaignContext
 from research.harness import CandidateResult
@@ -117,13 +119,16 @@ class Budget:
         return estimate_seconds(self.ctx.state, self.ctx.endpoint, sweeps)
 
     def production_check_s(self) -> float:
-        """Expected seconds of the production-shaped verification at the end (two engine starts, each
-        configuration replayed for ``production_check_s`` plus its drain), 0 when none is declared."""
+        """Expected seconds of the production-shaped verification at the end, 0 when none is declared:
+        two engine starts, and each configuration's replay of the pool's first ``production_check_s``
+        seconds, whose sessions run on to their last turn (loadgen.replay.replay_seconds), plus a step's
+        drain for the last replies."""
         seconds = self.ctx.campaign.production_check_s
         if seconds <= 0 or not self.production_check:
             return 0.0
-        drain = self.ctx.endpoint.sweep.drain_s or 0.0
-        return estimate_seconds(self.ctx.state, self.ctx.endpoint, 0, launches=2) + 2 * (seconds + drain)
+        endpoint = self.ctx.endpoint
+        replay = replay_seconds(self.ctx.pool, seconds) + drain_cap(endpoint.sla, endpoint.sweep)
+        return estimate_seconds(self.ctx.state, endpoint, 0, launches=2) + 2 * replay
 
     def check(self, estimate_s: float, running_s: float = 0.0) -> str | None:
         """The launch check before an experiment: an end reason when the campaign's deadline or budget
