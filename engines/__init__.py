@@ -238,6 +238,11 @@ class RunningEngine:
             self._require(self.adapter.reset_prefix_cache_path, "prefix-cache reset"), timeout_s, "prefix-cache reset"
         )
 
+    @property
+    def profile_started(self) -> float | None:
+        """When the running profile started (epoch seconds); None when none runs."""
+        return self._profile_started
+
     def start_profile(self, timeout_s: float = 60.0) -> None:
         """Start the torch profiler (the engine must have been started with profile=True)."""
         url = self._require(self.adapter.start_profile_path, "profiler")

@@ -434,13 +434,26 @@ def test_the_engine_is_on_record_before_it_is_healthy(toy, tmp_path, monkeypatch
     assert stop_orphan(active) is False
 
 
-def test_the_diagnosis_profile_holds_profile_seconds_not_min_requests(toy, replay_pool, tmp_path):
+def test_the_diagnosis_profile_holds_profile_seconds_not_min_requests(toy, replay_pool, tmp_path, monkeypatch):
     """The profiled step lasts the campaign's ``profile_seconds``: a profile is read per engine step, so one
     request suffices. It had stretched to ``min_requests`` / rate (24 s on the CPU default, whose 12-18 MB
-    trace took a minute to write and parse). Counted at the engine: the generation requests it received."""
+    trace took a minute to write and parse). And the profiler starts with the step, after the warm-up burst
+    (a trace of 18 s for a 6 s step took 43 s to write). Counted at the engine: the generation requests it
+    received, in all and when the profiler started."""
+    from engines import RunningEngine
     from loadgen import arrivals
     from loadgen.step import step_seed
     from research.loop import diagnose_step
+
+    requests = KillableToy.state_dir / "requests"
+    seen_at_start: list[int] = []
+    real_start = RunningEngine.start_profile
+
+    def start_profile(self, *args, **kwargs):
+        seen_at_start.append(len(requests.read_text().splitlines()) if requests.exists() else 0)
+        return real_start(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunningEngine, "start_profile", start_profile)
 
     cfg, rate = toy.sweep, 0.5  # the steady rate of a diagnosis with no sweep to go by
 
@@ -452,5 +465,6 @@ def test_the_diagnosis_profile_holds_profile_seconds_not_min_requests(toy, repla
     held, stretched = scheduled(2.0), scheduled(cfg.min_requests / rate)  # 2 s against min_requests' 8 s
     assert held < stretched  # the two are told apart by what the engine receives
     diagnose_step(toy, replay_pool, [], profile_seconds=2, workdir=tmp_path / "diag", progress=print)
-    received = len((KillableToy.state_dir / "requests").read_text().splitlines())
+    received = len(requests.read_text().splitlines())
     assert received == cfg.warmup_requests + held, (received, held, stretched)
+    assert seen_at_start == [cfg.warmup_requests]  # once, with the burst served and the step not begun
