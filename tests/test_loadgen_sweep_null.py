@@ -41,19 +41,24 @@ def pool(offsets):
 LENIENT = LagBounds(p99_ms=500.0, min_rate_ratio=0.8)
 
 
+def null_spec(url: str, **sweep) -> EndpointSpec:
+    """The nginx null endpoint at ``url``: 1 s steps, a warm-up burst of two, and ``sweep``'s settings."""
+    return EndpointSpec(
+        name="null",
+        model={"path": "none", "served_name": nullserver.NULL_MODEL},
+        engine={"kind": "external", "url": url},
+        sla={"ttft_ms": 500, "itl_ms": 100},
+        traffic={"kind": "sample"},
+        sweep={"step_duration_s": 1.0, "warmup_requests": 2, **sweep},
+    )
+
+
 @pytest.fixture(scope="module")
 def null_engine():
     from engines import start_engine
 
     with nullserver.start() as server:
-        spec = EndpointSpec(
-            name="null",
-            model={"path": "none", "served_name": nullserver.NULL_MODEL},
-            engine={"kind": "external", "url": server.url},
-            sla={"ttft_ms": 500, "itl_ms": 100},
-            traffic={"kind": "sample"},
-            sweep={"step_duration_s": 1.0, "warmup_requests": 2},
-        )
+        spec = null_spec(server.url)
         yield start_engine(spec), spec
 
 
@@ -164,14 +169,7 @@ def test_engine_warmup_runs_once_per_engine_before_its_first_sweep_and_is_not_co
 
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
     with nullserver.start() as server:
-        spec = EndpointSpec(
-            name="null",
-            model={"path": "none", "served_name": nullserver.NULL_MODEL},
-            engine={"kind": "external", "url": server.url},
-            sla={"ttft_ms": 500, "itl_ms": 100},
-            traffic={"kind": "sample"},
-            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "engine_warmup_s": 2.0, "engine_warmup_rps": 10},
-        )
+        spec = null_spec(server.url, engine_warmup_s=2.0, engine_warmup_rps=10)
         engine = start_engine(spec)
         events = []
         first = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[20], progress=events.append, lag_bounds=LENIENT)
@@ -204,14 +202,7 @@ def test_the_warm_up_burst_runs_once_per_engine_not_before_every_step(tmp_path, 
 
     monkeypatch.setattr(StepRunner, "warmup", counted)
     with nullserver.start() as server:
-        spec = EndpointSpec(
-            name="null",
-            model={"path": "none", "served_name": nullserver.NULL_MODEL},
-            engine={"kind": "external", "url": server.url},
-            sla={"ttft_ms": 500, "itl_ms": 100},
-            traffic={"kind": "sample"},
-            sweep={"step_duration_s": 1.0, "warmup_requests": 2},
-        )
+        spec = null_spec(server.url)
         engine = start_engine(spec)
         first = run_sweep(engine, pool([0.0, 1.0]), spec, rates=[10, 20, 40], lag_bounds=LENIENT)
         after_first = list(bursts)
@@ -250,14 +241,7 @@ def test_an_engine_whose_cache_cannot_be_reset_never_meets_a_prompt_twice(tmp_pa
     monkeypatch.setenv("AUTORESEARCH_HOME", str(tmp_path))
     requests = pool([0.01 * i for i in range(400)])
     with nullserver.start() as server:
-        spec = EndpointSpec(
-            name="null",
-            model={"path": "none", "served_name": nullserver.NULL_MODEL},
-            engine={"kind": "external", "url": server.url},
-            sla={"ttft_ms": 500, "itl_ms": 100},
-            traffic={"kind": "sample"},
-            sweep={"step_duration_s": 1.0, "warmup_requests": 2, "min_requests": 5},
-        )
+        spec = null_spec(server.url, min_requests=5)
 
         def ids(sweep):
             return [i for s in sweep.steps for i in pl.read_parquet(s.records_path)["request_id"].to_list()]
