@@ -73,27 +73,41 @@ def intervals_of(records: list[RequestRecord], sla: SLASpec, interval_s: float, 
     return out
 
 
-def replay_seconds(pool: pl.DataFrame, max_duration_s: float | None = None, *, shape_interval_s: float = 10.0) -> float:
-    """How long a production-shaped replay of ``pool`` sends for (recorded seconds, before latencies):
-    open loop, the schedule's span (whole shape intervals) cut at ``max_duration_s``; with sessions,
-    until the last recorded turn of the sessions that start within it, since their later turns follow,
-    each after a reply and its think time. What a deadline must keep for it: the main job's 60 s
-    replays ran 88-91 s, its sessions' last turns being recorded at 84 s."""
+def replay_seconds(
+    pool: pl.DataFrame,
+    max_duration_s: float | None = None,
+    *,
+    shape_interval_s: float = 10.0,
+    time_scale: float = 1.0,
+    sessions: bool | None = None,
+) -> float:
+    """How long a production-shaped replay of ``pool`` sends for (replay seconds, before latencies), with
+    :func:`run_production_replay`'s arguments: open loop, the schedule's span (whole shape intervals) cut
+    at ``max_duration_s``; with sessions, until the last recorded turn of the sessions that start within
+    it (:func:`session_scripts`), since their later turns follow, each after a reply and its think time.
+    What a deadline must keep for it: the main job's 60 s replays ran 88-91 s, its sessions' last turns
+    being recorded at 84 s."""
     if pool.height == 0:
         return 0.0
-    offsets = pool["arrival_offset_s"].cast(pl.Float64)
-    base = float(offsets.min())
-    if not has_sessions(pool):
-        span = float(np.ceil((float(offsets.max()) - base) / shape_interval_s + 1e-9) * shape_interval_s)
-        return span if max_duration_s is None else min(span, max_duration_s)
-    sessions = (
-        pool.with_columns((offsets - base).alias("_at"))
-        .group_by("session_id")
-        .agg(pl.col("_at").min().alias("first"), pl.col("_at").max().alias("last"))
-    )
-    if max_duration_s is not None:
-        sessions = sessions.filter(pl.col("first") < max_duration_s)
-    return float(sessions["last"].max() or 0.0)
+    if has_sessions(pool) if sessions is None else sessions:
+        scripts = session_scripts(pool, time_scale=time_scale, max_duration_s=max_duration_s)
+        return max((script.recorded_s[-1] for script in scripts), default=0.0)
+    offsets = np.sort(pool["arrival_offset_s"].cast(pl.Float64).to_numpy())
+    return _open_loop_span(offsets, shape_interval_s, time_scale, max_duration_s)
+
+
+def _open_loop_span(
+    offsets: np.ndarray, shape_interval_s: float | None, time_scale: float, max_duration_s: float | None
+) -> float:
+    """The replay seconds an open-loop replay of sorted ``offsets`` spans: the recorded span, in whole
+    shape intervals when shaped (``shape_interval_s``; None: replayed exactly), cut at ``max_duration_s``."""
+    if not offsets.size:
+        return 0.0
+    recorded = float(offsets[-1] - offsets[0])
+    span = recorded * time_scale
+    if shape_interval_s is not None:
+        span = max(span, float(np.ceil(recorded / shape_interval_s + 1e-9) * shape_interval_s * time_scale))
+    return span if max_duration_s is None else min(span, max_duration_s)
 
 
 def run_production_replay(
@@ -153,12 +167,9 @@ def run_production_replay(
         )
     else:
         raise ValueError(f"mode must be 'shaped' or 'exact', got {mode!r}")
-    span = float(offsets[-1] - offsets[0]) * time_scale if offsets.size else 0.0
-    if mode == "shaped":
-        span = max(span, np.ceil((offsets[-1] - offsets[0]) / shape_interval_s + 1e-9) * shape_interval_s * time_scale)
+    span = _open_loop_span(offsets, shape_interval_s if mode == "shaped" else None, time_scale, max_duration_s)
     if max_duration_s is not None:
         schedule = schedule[schedule < max_duration_s]
-        span = min(span, max_duration_s)
     if schedule.size == 0:
         raise ValueError("the replay schedule is empty (pool without arrivals, or max_duration_s too short)")
     span = max(span, float(schedule[-1]) + 1e-6)

@@ -187,8 +187,10 @@ def test_an_experiment_that_would_eat_the_production_checks_time_does_not_start(
         ctx = CampaignContext(spec, endpoint, tmp_path, store, state, pool(), progress=lambda line: None)
         return Budget(ctx, limits, None, 0.0, production_check=measures_engines)
 
-    # two starts, two replays of the pool's 20 s (it holds no more than that; 60 s were asked), each with a drain
-    assert budget(60).production_check_s() == pytest.approx(2 * 25.0 + 2 * (20 + drain))
+    # two starts, two replays of the pool's 20 s (it holds no more than that; 60 s were asked), each with its
+    # warm-up burst's bound before it and a drain after it
+    warmup = endpoint.sweep.warmup_timeout_s
+    assert budget(60).production_check_s() == pytest.approx(2 * 25.0 + 2 * (warmup + 20 + drain))
     assert budget(0).production_check_s() == 0.0 and budget(60, measures_engines=False).production_check_s() == 0.0
     # the measuring (a sequential repeat, a soak's back-off) must end before the verification's time too:
     # the main job's last candidate once took its extra repeat into that time and the verification was not run
@@ -233,6 +235,11 @@ def test_the_verification_keeps_the_time_its_sessions_run_on_past_the_replayed_s
     assert replay_seconds(sessions, 60) == pytest.approx(97.0)
     assert replay_seconds(sessions, 80) == pytest.approx(160.0)  # ng-4 now starts in time
     assert replay_seconds(sessions.drop("session_id", "turn", "think_time_s"), 60) == 60.0  # open loop: cut
+    # the replay's own arguments: at half speed the sessions' recorded seconds halve (ng-4 starts at 35 s and
+    # ends at 80 s); open loop, the span is the shape intervals' (160 s recorded) cut at what was asked
+    assert replay_seconds(sessions, 60, time_scale=0.5) == pytest.approx(80.0)
+    assert replay_seconds(sessions, 60, sessions=False) == 60.0
+    assert replay_seconds(sessions, sessions=False, shape_interval_s=50.0) == 200.0
 
     store = StateStore(tmp_path, "dl")
     state = CampaignState(campaign="dl", campaign_id="dl-1", endpoint="e", active_seconds=0, startup_s=[25.0])
@@ -247,4 +254,5 @@ def test_the_verification_keeps_the_time_its_sessions_run_on_past_the_replayed_s
         progress=lambda line: None,
     )
     kept = Budget(ctx, Limits(deadline_s=3600, gpu_hours=5, units=1), None, 0.0).production_check_s()
-    assert kept == pytest.approx(2 * 25.0 + 2 * (97.0 + drain_cap(endpoint.sla, endpoint.sweep)))
+    warmup = endpoint.sweep.warmup_timeout_s
+    assert kept == pytest.approx(2 * 25.0 + 2 * (warmup + 97.0 + drain_cap(endpoint.sla, endpoint.sweep)))
