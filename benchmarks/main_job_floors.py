@@ -9,12 +9,17 @@ sweeps with their requests. Each floor is built again by the campaign's own floo
 evidence of the experiments that had ended and the floors adopted before it (no research memory: a fresh
 machine's holds nothing else). The output says, per floor, the MDE the run's review showed and today's. The issue's
 target is an MDE at most 10% in the review of a fresh machine's main job.
+
+Below the runs, what a floor judged by the service rate can reach (``reach``): the MDE that loadgen.verdict.floor_mde
+gives a floor of K sweeps on matched steps, for a between-run sd of a paired difference and the degrees of freedom
+its variance rests on (a fresh machine's floor: the default prior's 4 and the floor's own 1-2; a known sd: inf).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -22,17 +27,40 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dagster_project.lib import load_definitions  # noqa: E402
+from loadgen.noise_prior import sweeps_evidence  # noqa: E402
 from research.campaign.steps import endpoint_noise  # noqa: E402
 from specs.paths import definitions_dir  # noqa: E402
 from research.state import CampaignState  # noqa: E402
 
 TARGET = 0.10
+#: (sd of a paired difference, where it was measured) for the projection
+SDS = (
+    (0.03, "the default prior"),
+    (0.043, "prefix caching, between launches at one host speed (launch_variance_prefix_caching_host_speed)"),
+    (0.0684, "prefix caching's floors in runs 19-24, pooled over 5.4 df (the calibration below)"),
+)
+DFS = (5.0, 10.0, 20.0, float("inf"))
+
+
+def reach(sd: float, df: float, sweeps: int, candidate_rounds: int) -> float | None:
+    """The MDE of a floor of ``sweeps`` sweeps read on matched steps (no error of its own beyond the runs'
+    spread), whose paired sd is ``sd`` on ``df`` degrees of freedom (inf: known), both tests at alpha / 2."""
+    from types import SimpleNamespace
+
+    from loadgen.verdict import ALPHA, LOOKS, floor_mde
+
+    matched = SimpleNamespace(matched=True, rate=1.0, log_se=0.0)
+    return floor_mde(
+        matched, sweeps, sd**2, min(df, 1e6), looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=candidate_rounds
+    )
 
 
 def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
     """Per adopted floor, in order: the recorded MDE and today's (that of a candidate of at most
-    ``candidate_rounds`` sweeps), with what the prior held."""
-    endpoint = load_definitions(definitions_dir()).endpoint(state.endpoint)
+    ``candidate_rounds`` sweeps), with what the prior held: without the endpoint's declared calibration (as
+    these runs had it: the calibration is measured from them) and with it (in-sample)."""
+    declared = load_definitions(definitions_dir()).endpoint(state.endpoint)
+    bare = declared.model_copy(update={"noise_calibration": []})
     out = []
     for i, base in enumerate(state.baselines):
         then = state.model_copy(
@@ -46,7 +74,8 @@ def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
             }
         )
         # the campaign's own floor function, with no research memory: a fresh machine's holds nothing else
-        now = endpoint_noise(then, endpoint, None, print, candidate_rounds)(base.sweeps)
+        now = endpoint_noise(then, bare, None, print, candidate_rounds)(base.sweeps)
+        calibrated = endpoint_noise(then, declared, None, print, candidate_rounds)(base.sweeps)
         out.append(
             {
                 "floor": base.source_experiment or "reference",
@@ -58,9 +87,27 @@ def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
                 "service_df": now.service_between_df,
                 "crossing_df": now.between_df,
                 "prior": now.prior_source,
+                "mde_calibrated": calibrated.mde,
+                "evidence": [ev.model_dump() for ev in sweeps_evidence(base.sweeps)],
             }
         )
     return out
+
+
+def calibration(runs: dict) -> list[dict]:
+    """The runs' floors' own A/A evidence pooled by estimator and noise class: what the endpoint's
+    ``noise_calibration`` declares (sd of a paired difference over its df)."""
+    pooled: dict[tuple, list[float]] = {}
+    for run in runs.values():
+        for f in run["floors"]:
+            for ev in f["evidence"]:
+                acc = pooled.setdefault((ev["estimator"], ev["limiting"]), [0.0, 0.0, 0])
+                acc[0], acc[1], acc[2] = acc[0] + ev["sum_sq"], acc[1] + ev["df"], acc[2] + 1
+    return [
+        {"estimator": e, "limiting": lim, "sd": math.sqrt(ss / df), "df": df, "floors": n}
+        for (e, lim), (ss, df, n) in sorted(pooled.items(), key=str)
+        if df
+    ]
 
 
 def main() -> None:
@@ -81,11 +128,14 @@ def main() -> None:
         runs[label] = {"campaign_id": state.campaign_id, "floors": floors(state, args.candidate_rounds)}
         print(label, json.dumps(runs[label]["floors"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"target": TARGET, "runs": runs}, indent=2) + "\n")
+    pooled = calibration(runs)
+    args.out.with_suffix(".json").write_text(
+        json.dumps({"target": TARGET, "runs": runs, "calibration": pooled}, indent=2) + "\n"
+    )
     rows = [
         f"| {label} | {f['floor']} | {f['limiting']} | {f['sweeps']} | "
         f"{f['recorded_mde']:.1%} | **{f['mde']:.1%}** | {_pct(f['mde_crossing_alone'])} | {f['service_df']:.3g} | "
-        f"{f['prior']} |"
+        f"{f['prior']} | {_pct(f['mde_calibrated'])} |"
         for label, run in runs.items()
         for f in run["floors"]
     ]
@@ -95,12 +145,41 @@ def main() -> None:
         "# The main job's floors, recomputed by today's code\n\n"
         f"Command: `python benchmarks/main_job_floors.py {' '.join('--run ' + r.split('=')[0] + '=STATE' for r in args.run)} "
         f"--out {args.out}`\n\n"
-        "| run | floor | limited by | sweeps | MDE in its review | MDE today | crossing alone | service-rate df | prior |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| run | floor | limited by | sweeps | MDE in its review | MDE today | crossing alone | service-rate df | prior "
+        "| with the calibration (in-sample) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
         + "\n".join(rows)
         + f"\n\nOver {TARGET:.0%} today: {len(over)} of {total}.\n\n"
-        "Crossing alone: the MDE of a change judged by the SLA crossing alone, as one is where ITL, not a queue, "
-        "sets the SLA limit the service rate would speak for (loadgen.judge).\n"
+        "MDE today: the floor rebuilt as these runs had it, without the endpoint's declared calibration (which is "
+        "measured from them). Crossing alone: the MDE of a change judged by the SLA crossing alone, as one is where "
+        "ITL, not a queue, sets the SLA limit the service rate would speak for (loadgen.judge).\n\n"
+        + _calibration_table(pooled)
+        + "\n"
+        + _reach_table(args.candidate_rounds)
+    )
+
+
+def _calibration_table(pooled: list[dict]) -> str:
+    rows = [f"| {c['estimator']} | {c['limiting']} | {c['floors']} | {c['df']:.3g} | {c['sd']:.2%} |" for c in pooled]
+    return (
+        "## The floors' A/A evidence pooled by estimator and noise class (the endpoint's `noise_calibration`)\n\n"
+        "| estimator | limited by | floors | df | sd of a paired difference |\n|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+
+
+def _reach_table(candidate_rounds: int) -> str:
+    head = " | ".join(f"{k} sweeps, {'known sd' if df == float('inf') else f'{df:g} df'}" for k in (2, 3) for df in DFS)
+    rows = [
+        f"| {sd:.1%} ({where}) | "
+        + " | ".join(_pct(reach(sd, df, k, candidate_rounds)) for k in (2, 3) for df in DFS)
+        + " |"
+        for sd, where in SDS
+    ]
+    return (
+        f"## What a floor judged by the service rate can reach (a candidate of at most {candidate_rounds} sweeps)\n\n"
+        f"| paired sd | {head} |\n|---|{'---|' * (2 * len(DFS))}\n" + "\n".join(rows) + "\n"
     )
 
 

@@ -362,6 +362,21 @@ class BudgetSpec(Strict):
     wall_clock_minutes: float = Field(default=60.0, gt=0)
 
 
+class NoiseCalibration(Strict):
+    """Between-run noise of the endpoint measured before a campaign, on its hardware with its sweep protocol:
+    the sd of a paired log-capacity difference between two runs of one configuration, by ``estimator``,
+    for the configurations whose SLA crossing ``limiting`` limits (their noise class; None: every class),
+    over ``df`` degrees of freedom. Every floor's prior pools it as it pools an earlier campaign's A/A
+    evidence (loadgen.noise_prior), so a fresh machine's first campaign judges with the noise measured, not
+    with the generic default alone. ``source``: where it was measured (a benchmark's recorded output)."""
+
+    estimator: Literal["crossing", "service_rate"]
+    limiting: Literal["ttft", "itl", "e2e", "errors"] | None = None
+    sd: float = Field(gt=0, lt=1)
+    df: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
 class EndpointSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
@@ -376,6 +391,7 @@ class EndpointSpec(Strict):
     fidelity: FidelitySpec = FidelitySpec()
     sweep: SweepSpec = SweepSpec()
     soak: SoakSpec = SoakSpec()
+    noise_calibration: list[NoiseCalibration] = Field(default_factory=list)
 
     @field_validator("launcher")
     @classmethod

@@ -270,3 +270,61 @@ def test_the_memory_keeps_each_rows_noise_class(tmp_path):
         "WHERE estimator = 'crossing' AND limiting IS NOT NULL ORDER BY limiting"
     )
     assert view["limiting"].to_list() == ["itl", "ttft"] and view["between_run_sd"][0] == pytest.approx(0.3)
+
+
+def test_an_endpoints_declared_calibration_is_pooled_into_its_floors_by_class(tmp_path, rates):
+    """The noise an endpoint's protocol measured on its hardware before any campaign (``noise_calibration``)
+    is in a fresh machine's first floor: a noisy TTFT class widens that class's floors only, a calm ITL
+    class tightens the simulated (ITL-limited) floor, the prior says where it came from, and a research
+    memory's history still adds to it."""
+    from specs.config import NoiseCalibration
+    from test_campaign_deadline import _endpoint
+
+    bare = _endpoint(tmp_path)
+    # as a lab in Nairobi might have measured it: a decode-bound configuration 9% apart between launches
+    declared = bare.model_copy(
+        update={
+            "noise_calibration": [
+                NoiseCalibration(estimator="service_rate", limiting="ttft", sd=0.09, df=6, source="lab runs"),
+                NoiseCalibration(estimator="service_rate", limiting="itl", sd=0.015, df=8, source="lab runs"),
+                NoiseCalibration(estimator="crossing", limiting="itl", sd=0.02, df=8, source="lab runs"),
+            ]
+        }
+    )
+    assert endpoint_prior(bare, None).floors == 0
+    prior = endpoint_prior(declared, None)
+    assert "declared calibration" in prior.source and prior.classes() == ["itl", "ttft"]
+    ttft, itl = prior.for_limit("ttft"), prior.for_limit("itl")
+    assert ttft.service_rate.df == PRIOR_DF + 6 and itl.service_rate.df == PRIOR_DF + 8
+    assert ttft.service_rate.sd == pytest.approx(math.sqrt((PRIOR_DF * PRIOR_SD**2 + 6 * 0.09**2) / (PRIOR_DF + 6)))
+    assert itl.service_rate.sd < PRIOR_SD < ttft.service_rate.sd
+    assert ttft.crossing.df == PRIOR_DF  # no crossing evidence of that class was declared
+
+    sweeps = _sweeps(BASE, rates, 11, "A", "service_rate")
+    fresh, calibrated = noise_floor(sweeps, prior=endpoint_prior(bare, None)), noise_floor(sweeps, prior=prior)
+    assert fresh.limiting == calibrated.limiting == "itl"
+    assert calibrated.mde < fresh.mde and calibrated.service_between_df == fresh.service_between_df + 8
+    # a candidate the TTFT target limits is judged with that class's declared noise (loadgen.noise_prior.combine)
+    ttft_var, ttft_df = calibrated.class_noise["ttft"]["service_rate"]
+    assert ttft_df == PRIOR_DF + 6 and ttft_var > 4 * calibrated.service_between_var
+
+    memory = MemoryStore(tmp_path / "memory.duckdb")
+    for row in _memory_rows(declared, "c1", "reference", 0.05):
+        memory.record_aa_evidence(row)
+    with_history = endpoint_prior(declared, memory)
+    assert with_history.service_rate.df == PRIOR_DF + 6 + 8 + 3  # both classes' calibration and the memory's row
+
+
+def test_a_calibration_the_product_cannot_use_is_refused_with_its_field():
+    from pydantic import ValidationError
+
+    from specs.config import NoiseCalibration
+
+    with pytest.raises(ValidationError, match="estimator"):
+        NoiseCalibration(estimator="p95", sd=0.05, df=3, source="x")
+    with pytest.raises(ValidationError, match="sd"):
+        NoiseCalibration(estimator="crossing", sd=5.0, df=3, source="x")  # 500%: a percentage written as one
+    with pytest.raises(ValidationError, match="df"):
+        NoiseCalibration(estimator="crossing", sd=0.05, df=0, source="x")
+    with pytest.raises(ValidationError, match="limiting"):
+        NoiseCalibration(estimator="crossing", limiting="tpot", sd=0.05, df=3, source="x")

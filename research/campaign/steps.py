@@ -49,10 +49,15 @@ def endpoint_prior(
     progress: Progress = print,
 ) -> NoisePrior:
     """The between-run noise a new floor of ``endpoint`` starts from: the default pooled with ``own``
-    evidence (a campaign's, by source: :func:`campaign_evidence`) and the endpoint's other campaigns'
-    under the same protocol in the research memory (when there is one; a failing memory is left out with
-    a warning)."""
+    evidence (a campaign's, by source: :func:`campaign_evidence`), the endpoint's declared calibration
+    (``noise_calibration``: noise measured on its hardware before any campaign) and the endpoint's other
+    campaigns' under the same protocol in the research memory (when there is one; a failing memory is left
+    out with a warning)."""
     sources = dict(own or {})
+    for c in endpoint.noise_calibration:
+        sources.setdefault(f"calibration: {c.source}", []).append(
+            AAEvidence(estimator=c.estimator, sum_sq=c.sd**2 * c.df, df=c.df, limiting=c.limiting)
+        )
     if memory is not None:
         try:
             rows = memory.aa_evidence(endpoint.name, protocol_key(endpoint), exclude_campaign=exclude_campaign)
@@ -65,7 +70,10 @@ def endpoint_prior(
             )
     evidence = [ev for evs in sources.values() for ev in evs if ev.df]
     used = sum(1 for evs in sources.values() if any(ev.df for ev in evs))
-    return NoisePrior.from_history(evidence, used, "repeated configurations of the endpoint")
+    where = "repeated configurations of the endpoint"
+    if endpoint.noise_calibration:
+        where += " or its declared calibration"
+    return NoisePrior.from_history(evidence, used, where)
 
 
 def campaign_evidence(state: CampaignState, exclude: list[SweepResult] = ()) -> dict[str, list[AAEvidence]]:
