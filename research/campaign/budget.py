@@ -122,8 +122,9 @@ class Budget:
         """Expected seconds of the production-shaped verification at the end, 0 when none is declared:
         two engine starts, and each configuration's replay of the pool's first ``production_check_s``
         seconds, whose sessions run on to their last turn (loadgen.replay.replay_seconds), with the warm-up
-        burst before it (at most ``sweep.warmup_timeout_s``) and a step's drain for the last replies (run 22
-        kept 4.1 min without the warm-up, and the verification took 4.9)."""
+        burst before it (kept as ``sweep.warmup_timeout_s``, the bound of a sweep's burst: the replay's own
+        burst is neither clipped nor cut, so this is an estimate) and a step's drain for the last replies
+        (run 22 kept 4.1 min without the warm-up, and the verification took 4.9)."""
         seconds = self.ctx.campaign.production_check_s
         if seconds <= 0 or not self.production_check:
             return 0.0
