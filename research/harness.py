@@ -31,6 +31,7 @@ from research.correctness import (
     ReferenceOutputs,
     capture_reference,
     check_candidate,
+    unmeasurable_quality,
 )
 
 Progress = Callable[[str], None]  # where long work says what it is doing (one line at a time)
@@ -389,6 +390,8 @@ def _measure(
                 thresholds=thresholds,
                 adapter=adapter,
             )
+            if lossy and spec.model.weights == "random":
+                result.correctness = unmeasurable_quality(result.correctness)
             progress("  " + result.correctness.summary())
             if not result.correctness.passed:
                 return done(f"correctness failed: {result.correctness.reason}")

@@ -72,6 +72,9 @@ class ModelSpec(Strict):
     path: EnvPath
     served_name: str | None = None
     revision: str = "main"
+    #: ``random``: a real model shape with random weights (an engine's dummy loader): throughput is real,
+    #: output quality is not, so a lossy change is measured and left for review, never adopted
+    weights: Literal["trained", "random"] = "trained"
 
 
 # An adapter registered in engines.registry (vllm, sglang, transformers, external, or one a user adds):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from specs.engine_args import apply_diff, diff_args
+from research.correctness import RANDOM_WEIGHTS_REVIEW
 from research.campaign.bench import Bench
 from research.campaign.budget import Budget
 from research.campaign.context import CampaignContext, ratio
@@ -56,10 +57,16 @@ class Adoption:
                 candidates.append(combo)
         for e in (experiments[e] for e in rnd.experiment_ids):
             if e.confirmed and e.lossy:
-                self.ctx.question(
-                    f"Lossy change {e.title} beat the noise floor ({ratio(e)}); a person must "
-                    f"review its correctness evidence before it is used."
-                )
+                if self.ctx.endpoint.model.weights == "random":
+                    self.ctx.question(
+                        f"Lossy change {e.title} beat the noise floor ({ratio(e)}): {RANDOM_WEIGHTS_REVIEW} "
+                        "(check its quality on trained weights of the same family before it is used)."
+                    )
+                else:
+                    self.ctx.question(
+                        f"Lossy change {e.title} beat the noise floor ({ratio(e)}); a person must "
+                        f"review its correctness evidence before it is used."
+                    )
         winner = pick_winner(contender(e) for e in candidates)
         if winner is not None:
             end_reason = self.adopt(rnd, experiments[winner.id], measure=measure and end_reason is None) or end_reason

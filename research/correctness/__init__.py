@@ -70,11 +70,13 @@ from research.correctness.outputs import (
     is_float32,
 )
 from research.correctness.report import (
+    RANDOM_WEIGHTS_REVIEW,
     CorrectnessReport,
     DistributionStats,
     SampledComparison,
     judged_report,
     unchecked_report,
+    unmeasurable_quality,
 )
 from research.correctness.sampled import MIN_SAMPLED_TOKENS, compare_sampled, sampled_stats
 from research.correctness.thresholds import EVIDENCE_LABELS, CorrectnessThresholds, Evidence
@@ -84,6 +86,8 @@ _coarse_kl = coarse_kl
 _compare_greedy = compare_greedy_tokens
 
 __all__ = [
+    "RANDOM_WEIGHTS_REVIEW",
+    "unmeasurable_quality",
     "DEFAULT_PROMPTS",
     "EVIDENCE_LABELS",
     "MIN_SAMPLED_TOKENS",

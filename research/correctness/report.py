@@ -157,3 +157,20 @@ def unchecked_report(
         evidence="none",
         checked=False,
     )
+
+
+#: what a lossy change's review says on an endpoint whose weights are random (``model.weights: random``)
+RANDOM_WEIGHTS_REVIEW = "quality not measurable on random weights: needs review"
+
+
+def unmeasurable_quality(report: CorrectnessReport) -> CorrectnessReport:
+    """A lossy check on random weights: its distances are kept as evidence, but they say nothing of a trained
+    model's quality, so they neither pass nor fail the change. It is measured, flagged, and never adopted by
+    itself (a person checks it on trained weights of the same family)."""
+    return report.model_copy(
+        update={
+            "passed": True,
+            "flag_for_review": True,
+            "reason": f"{RANDOM_WEIGHTS_REVIEW} (distances on random weights, for the record: {report.reason})",
+        }
+    )
