@@ -246,12 +246,12 @@ def complete(engine, prompt: str, max_tokens: int = 32, **extra) -> dict:
     return r.json()
 
 
-def many(engine, prompts: list[str], max_tokens: int) -> None:
+def many(engine, prompts: list[str], max_tokens: int, **extra) -> None:
     """The prompts at once (a batch on the GPU), each as its own request."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(prompts)) as ex:
-        list(ex.map(lambda p: complete(engine, p, max_tokens), prompts))
+        list(ex.map(lambda p: complete(engine, p, max_tokens, **extra), prompts))
 
 
 def _check(checks: dict, name: str, fn) -> object:
@@ -346,10 +346,12 @@ def adapter(args) -> None:
 
         def profiler():
             engine.start_profile()
-            many(engine, [f"{i} " + prompt for i in range(16)], 48)
-            began = time.monotonic()
-            trace = engine.stop_profile()
-            wrote = time.monotonic() - began
+            try:
+                many(engine, [f"{i} " + prompt for i in range(16)], 48)
+            finally:  # never leave the profiler running under the checks that follow
+                began = time.monotonic()
+                trace = engine.stop_profile()
+                wrote = time.monotonic() - began
             breakdown = parse_profile(trace)
             shares = sorted(breakdown.category_share.items(), key=lambda kv: -kv[1])
             record["profile"] = breakdown.model_dump()
@@ -380,7 +382,9 @@ def adapter(args) -> None:
         _check(checks, "logprobs", logprobs)
 
         def sweep():
-            result = run_sweep(engine, pool(), spec, progress=log, check_client=False)
+            result = run_sweep(
+                engine, pool(), spec, progress=lambda p: log(getattr(p, "message", str(p))), check_client=False
+            )
             record["probe_sweep"] = [
                 {"rate": s.target_rate, "achieved": s.achieved_rate, "within_sla": s.within_sla} for s in result.steps
             ]
@@ -420,7 +424,9 @@ def adapter(args) -> None:
         try:
             import httpx
 
-            many(e, [prompt * 2 for _ in range(8)], 64)
+            # greedy: random weights fall into loops that the n-gram proposer drafts from (sampled tokens of
+            # near-uniform logits would never repeat)
+            many(e, [f"{i} " + prompt * 2 for i in range(8)], 64, temperature=0.0)
             counters = VllmAdapter.speculative_counters(httpx.get(f"{e.base_url}/metrics", timeout=10).text)
         finally:
             e.stop()
@@ -495,7 +501,7 @@ def power(args) -> None:
         "prior": {"sd": PRIOR_SD, "df": PRIOR_DF},
         "cells": [],
     }
-    path = out / "vllm_gpu_power.json"
+    path = out / f"vllm_gpu_power_{args.cells}.json"
     data = pool()
     engines = {}
     try:
@@ -525,7 +531,7 @@ def power(args) -> None:
         for e, _ in engines.values():
             e.pool_cursor = cursor
 
-        for planted in (0.0, PLANTED_STEP):
+        for planted in {"aa": (0.0,), "planted": (PLANTED_STEP,), "both": (0.0, PLANTED_STEP)}[args.cells]:
             switch.write_text(f"{planted:.6f}")
             time.sleep(2.5)  # the hook re-reads the file once a second
             cell_began = time.monotonic()
@@ -583,12 +589,19 @@ def report(args) -> None:
     (RESULTS / "vllm_gpu_adapter.json").write_text(json.dumps(adapter_doc, indent=1) + "\n")
     for flags in src.glob("vllm_flags_*.txt"):
         shutil.copy2(flags, REPO / "engines" / "data" / flags.name)
-    power_file = src / "vllm_gpu_power.json"
-    if power_file.exists():
-        doc = json.loads(power_file.read_text())
-        cells = [{k: v for k, v in c.items() if k != "sweeps"} for c in doc["cells"]]
-        keep = {k: v for k, v in doc.items() if k != "cells"}
-        keep["command"] = "python3 benchmarks/gpu_vllm.py power --out $OUT --guess G (GPU machine; docs/gpu.md)"
+    calls = [json.loads(p.read_text()) for p in sorted(src.glob("vllm_gpu_power_*.json"))]
+    if calls:
+        cells = [
+            {k: v for k, v in c.items() if k != "sweeps"}
+            | {"engine_starts_s": [d.get("startup_s_A"), d.get("startup_s_B")]}
+            for d in calls
+            for c in d["cells"]
+        ]
+        keep = {k: v for k, v in calls[0].items() if k not in ("cells", "wall_s", "startup_s_A", "startup_s_B")}
+        keep["calls_wall_s"] = [d.get("wall_s") for d in calls]
+        keep["command"] = (
+            "python3 benchmarks/gpu_vllm.py power --cells aa|planted --out $OUT (GPU machine; docs/gpu.md)"
+        )
         (RESULTS / "vllm_gpu_power.json").write_text(json.dumps(keep | {"cells": cells}, indent=1) + "\n")
     print(json.dumps({k: v["ok"] for k, v in adapter_doc["checks"].items()}, indent=1))
 
@@ -606,6 +619,7 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--out", required=True)
     w.add_argument("--smoke", action="store_true", help="this host's vLLM CPU build, SmolLM2's shape")
     w.add_argument("--guess", type=float, help="capacity guess, req/s (default: the adapter call's sweep)")
+    w.add_argument("--cells", choices=["aa", "planted", "both"], default="both", help="which verdicts this call makes")
     w.add_argument("--max-rounds", type=int, default=3)
     w.add_argument("--window-s", type=float, default=540)
     w.add_argument("--memory-share", type=float, default=0.42, help="--gpu-memory-utilization of each engine")
