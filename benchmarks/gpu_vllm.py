@@ -490,6 +490,8 @@ def power(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     spec = run_endpoint(args)
+    if args.step_s:  # shorter steps when a call's window must hold two verdicts (recorded with them)
+        spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"step_duration_s": args.step_s})})
     switch = out / "planted_fraction"
     switch.write_text("0")
     engine_args = [*spec.engine.args] + ([] if args.smoke else ["--gpu-memory-utilization", str(args.memory_share)])
@@ -497,6 +499,8 @@ def power(args) -> None:
         "card": gpu_name(),
         "engine_args": engine_args,
         "capacity_guess": args.guess,
+        "step_duration_s": spec.sweep.step_duration_s,
+        "max_rounds": args.max_rounds,
         "planted_step_fraction": PLANTED_STEP,
         "prior": {"sd": PRIOR_SD, "df": PRIOR_DF},
         "cells": [],
@@ -621,6 +625,7 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--guess", type=float, help="capacity guess, req/s (default: the adapter call's sweep)")
     w.add_argument("--cells", choices=["aa", "planted", "both"], default="both", help="which verdicts this call makes")
     w.add_argument("--max-rounds", type=int, default=3)
+    w.add_argument("--step-s", type=float, help="step duration, s (default: the endpoint's)")
     w.add_argument("--window-s", type=float, default=540)
     w.add_argument("--memory-share", type=float, default=0.42, help="--gpu-memory-utilization of each engine")
     r = sub.add_parser("report")
