@@ -612,7 +612,49 @@ def report(args) -> None:
             "python3 benchmarks/gpu_vllm.py power --cells aa|planted --out $OUT (GPU machine; docs/gpu.md)"
         )
         (RESULTS / "vllm_gpu_power.json").write_text(json.dumps(keep | {"cells": cells}, indent=1) + "\n")
-    print(json.dumps({k: v["ok"] for k, v in adapter_doc["checks"].items()}, indent=1))
+    write_markdown()
+    print((RESULTS / "vllm_gpu.md").read_text())
+
+
+def write_markdown() -> None:
+    """benchmarks/results/vllm_gpu.md: the two records as tables (docs/gpu.md links it)."""
+    adapter_doc = json.loads((RESULTS / "vllm_gpu_adapter.json").read_text())
+    md = [
+        f"# vLLM {adapter_doc['vllm_version']} on {adapter_doc['card']}",
+        "",
+        f"Made by `{adapter_doc['command']}`, then `python benchmarks/gpu_vllm.py report`.",
+        "",
+        "| check | ok | detail |",
+        "|---|---|---|",
+    ]
+    for name, check in adapter_doc["checks"].items():
+        detail = str(check["detail"]).replace("|", "/").replace("\n", " ")
+        md.append(f"| {name} | {'yes' if check['ok'] else '**no**'} | {detail} |")
+    starts = ", ".join(
+        f"{s['engine']} {s['seconds']} s (cache {s['compile_cache_mib_before']} MiB)"
+        for s in adapter_doc.get("startup", [])
+    )
+    md += ["", f"Engine starts to healthy: {starts}.", ""]
+    power_path = RESULTS / "vllm_gpu_power.json"
+    if power_path.exists():
+        power_doc = json.loads(power_path.read_text())
+        md += [
+            f"## Verdict power ({power_doc['card']}, `{power_doc['command']}`)",
+            "",
+            f"Both engines `{' '.join(power_doc['engine_args'])}` on the one GPU; steps of {power_doc['step_duration_s']} s, "
+            f"at most {power_doc['max_rounds']} rounds; capacity guess {power_doc['capacity_guess']} req/s.",
+            "",
+            "| planted | verdict | effect | interval | MDE | rounds | GPU-minutes |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        pct = lambda v: "n/a" if v is None else f"{100 * v:+.1f}%"  # noqa: E731
+        for c in power_doc["cells"]:
+            low, high = c["interval"]
+            md.append(
+                f"| {pct(c['planted_effect'])} | {c['verdict']} | {pct(c['effect'])} | {pct(low)} to {pct(high)} | "
+                f"{'n/a' if c['mde'] is None else format(100 * c['mde'], '.1f') + '%'} | {c['rounds']} | {c['gpu_minutes']} |"
+            )
+    (RESULTS / "vllm_gpu.md").write_text("\n".join(md) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
