@@ -15,6 +15,7 @@ import math
 from specs.config import SLASpec
 from loadgen.results import StepResult
 from loadgen.stats import step_sla_ratios
+from loadgen.sustained import queue_bound, sustained_bound
 
 
 def knee_rate(
@@ -50,17 +51,34 @@ def knee_rate(
     return None
 
 
+def held(step: StepResult) -> bool:
+    """Within the SLA and sustained: a step whose queue grew beyond its noise never held its rate
+    (:mod:`loadgen.sustained`; read again here for steps recorded before summarize judged it)."""
+    return step.within_sla and not queue_bound(step)
+
+
 def capacity(steps: list[StepResult]) -> tuple[float, bool]:
     """(capacity, bounded): the highest valid rate within SLA below the lowest failing rate;
     bounded=False when no valid step failed (the capacity is then only a lower bound)."""
     valid = [s for s in steps if s.validity == "valid"]
-    failing = [s.target_rate for s in valid if not s.within_sla]
+    failing = [s.target_rate for s in valid if not held(s)]
     first_fail = min(failing, default=math.inf)
-    passing = [s.target_rate for s in valid if s.within_sla and s.target_rate < first_fail]
+    passing = [s.target_rate for s in valid if held(s) and s.target_rate < first_fail]
     return (max(passing, default=0.0), bool(failing))
 
 
 def interpolated_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tuple[float, str]:
+    """(capacity, method): :func:`crossing_capacity`, at most the rate the engine sustains: where a step's
+    queue grew beyond its noise, the service rate those steps measured (:func:`loadgen.sustained.sustained_bound`;
+    method "sustained" where it is the lower)."""
+    cap, method = crossing_capacity(steps, sla)
+    bound = sustained_bound(steps)
+    if bound is not None and cap > 0 and math.exp(bound[0]) < cap:
+        return float(f"{math.exp(bound[0]):.4g}"), "sustained"
+    return cap, method
+
+
+def crossing_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tuple[float, str]:
     """(capacity, method): the SLA crossing between the highest passing rate ``lo`` below the lowest
     failing rate ``hi`` (as in :func:`capacity`) and ``hi``. For each target the ``hi`` step
     violates, linear in judged value / limit vs rate from ``lo`` to ``hi``; the capacity is the
@@ -75,13 +93,13 @@ def interpolated_capacity(steps: list[StepResult], sla: SLASpec | None = None) -
     if not bounded:
         return tested, "tested"
     valid = [s for s in steps if s.validity == "valid"]
-    hi = min(s.target_rate for s in valid if not s.within_sla)
-    below = [s for s in valid if s.within_sla and s.target_rate < hi]
+    hi = min(s.target_rate for s in valid if not held(s))
+    below = [s for s in valid if held(s) and s.target_rate < hi]
     if not below:
         return 0.0, "none_held"
     lo = tested
     lo_step = [s for s in below if s.target_rate == lo][-1]
-    hi_step = [s for s in valid if not s.within_sla and s.target_rate == hi][-1]
+    hi_step = [s for s in valid if not held(s) and s.target_rate == hi][-1]
     r_lo, r_hi = step_sla_ratios(lo_step, sla), step_sla_ratios(hi_step, sla)
     crossing = hi
     for name, value in r_hi.items():
