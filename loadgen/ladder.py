@@ -15,7 +15,7 @@ import math
 from specs.config import SLASpec
 from loadgen.results import StepResult
 from loadgen.stats import step_sla_ratios
-from loadgen.sustained import queue_bound, sustained_bound
+from loadgen.sustained import queue_bound, served_rate, sustained_bound
 
 
 def knee_rate(
@@ -84,7 +84,8 @@ def crossing_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tu
     violates, linear in judged value / limit vs rate from ``lo`` to ``hi``; the capacity is the
     lowest such crossing, clipped to [lo, hi]. Latency curves are convex in rate, so the chord
     crosses the limit no later than the curve does: the estimate errs low. A target unresolved at
-    ``hi`` (cut requests, no successful request) crosses at ``lo``.
+    ``hi`` (cut requests, no successful request) crosses at ``lo``; a queue that grew at ``hi`` crosses
+    where the offered rate meets what ``hi`` served (:func:`loadgen.sustained.served_rate`).
 
     method: "interpolated"; "tested" (no failure above ``lo``: a lower bound, or no ratios to
     interpolate); "none_held" (no valid rate within the SLA: capacity 0.0, see the sweep's
@@ -111,6 +112,8 @@ def crossing_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tu
             crossing = lo
             break
         crossing = min(crossing, lo + (1.0 - min(low, 1.0)) / (high - low) * (hi - lo))
+    if queue_bound(hi_step):  # the queue crosses where the offered rate meets what ``hi`` served
+        crossing = min(crossing, served_rate(hi_step))
     if crossing >= hi:
         return lo, "tested"
     return float(f"{min(max(crossing, lo), hi):.4g}"), "interpolated"

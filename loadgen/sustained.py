@@ -8,17 +8,16 @@ arrivals outpaced service by the factor 1 + k: of its n arrivals the engine took
 n k / (1 + k) were left waiting. That shortfall is judged against the step's own noise: an engine that
 kept exact pace with the arrivals serves a Poisson count with sd sqrt(n) in the step, and k carries its
 own fitting error (its 95% interval), carried to the shortfall by the delta method. The step is
-queue-bound when the shortfall exceeds :data:`Z` standard errors (one-sided, 2.5%). Its service rate,
-n / (1 + k) over the step, is the most the engine sustains: a capacity within the SLA lies below it.
+queue-bound when the shortfall exceeds :data:`Z` standard errors (one-sided, 2.5%). What it served
+(:func:`served_rate`) is the most the engine sustains: a capacity within the SLA lies below it.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy.stats import norm
-
-from loadgen.queue_rate import service_rate
 
 #: One-sided 97.5% normal quantile: the level of every other 95% interval of the harness.
 Z = float(norm.ppf(0.975))
@@ -49,11 +48,16 @@ def queue_bound(step) -> bool:
 
 
 def served_rate(step) -> float | None:
-    """What the step's engine served (req/s): offered / (1 + k); None without a measured growth."""
+    """What the step's engine served (req/s), None without a measured growth: the lower of two readings,
+    the queue's (offered / (1 + k)) and the completions' (done: answered requests per second until the last
+    one ended, which the engine's unsaturated start and requests cut at the drain deadline only lower). Each
+    errs high somewhere (k reads low where a batch absorbs the first arrivals), and a capacity must not rest
+    on the more flattering one."""
     g = step.ttft_growth
     if not g or step.target_rate <= 0:
         return None
-    return step.target_rate / (1 + max(g["slope"], 0.0))
+    by_queue = step.target_rate / (1 + max(g["slope"], 0.0))
+    return min(by_queue, step.throughput_rps) if step.throughput_rps > 0 else by_queue
 
 
 def queue_note(growth: dict[str, float] | None, rate: float) -> str:
@@ -67,10 +71,15 @@ def queue_note(growth: dict[str, float] | None, rate: float) -> str:
 
 
 def sustained_bound(steps) -> tuple[float, float] | None:
-    """(log req/s, its standard error): the service rate over the queue-bound steps among ``steps``
-    (:func:`loadgen.queue_rate.service_rate`), above which no capacity within the SLA lies; None when no
-    step's queue grew beyond its noise."""
-    bound = service_rate([s for s in steps if queue_bound(s)], min_growth=0.0)
-    if bound is None or bound.rate is None:
+    """(log req/s, its standard error): what the queue-bound steps among ``steps`` served (:func:`served_rate`,
+    their geometric mean weighted by requests), above which no capacity within the SLA lies; None when no
+    step's queue grew beyond its noise. Each step's error is the Poisson error of the count it served,
+    sqrt((1 + k) / n) in the log."""
+    bound = [s for s in steps if queue_bound(s)]
+    if not bound:
         return None
-    return math.log(bound.rate), bound.log_se
+    n = np.array([s.ttft_growth["n"] for s in bound])
+    k = np.array([max(s.ttft_growth["slope"], 0.0) for s in bound])
+    w = n / n.sum()
+    logs = np.log([served_rate(s) for s in bound])
+    return float(w @ logs), float(np.sqrt(np.sum(w**2 * (1 + k) / n)))
