@@ -203,7 +203,8 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
     lags = np.array([r.send_lag_s for r in sent], dtype=np.float64)
     rate = float(target_rate if target_rate is not None else outcome.target_rate)
     growth = ttft_growth(records)
-    if rate > 0 and queue_grew(growth):
+    closed = any(r.turn is not None for r in records)  # closed-loop users: the queue is bounded by them
+    if rate > 0 and not closed and queue_grew(growth):
         violations.append(queue_note(growth, rate))
     return StepResult(
         target_rate=rate,

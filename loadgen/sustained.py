@@ -44,7 +44,8 @@ def queue_grew(growth: dict[str, float] | None) -> bool:
 def queue_bound(step) -> bool:
     """A valid step whose queue grew beyond its noise (what :func:`loadgen.stats.summarize` judges it by,
     read again from the stored growth so that steps recorded before the rule are judged alike)."""
-    return step.validity == "valid" and step.target_rate > 0 and queue_grew(step.ttft_growth)
+    open_loop = step.users is None  # closed-loop users never queue more requests than there are users
+    return open_loop and step.validity == "valid" and step.target_rate > 0 and queue_grew(step.ttft_growth)
 
 
 def served_rate(step) -> float | None:

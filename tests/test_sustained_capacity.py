@@ -100,3 +100,49 @@ def test_the_load_curve_shows_offered_and_done_and_a_recorded_step_that_queued_i
     low, high = [line for line in table if line.startswith("| best")]
     assert f"| {steps[1].target_rate:g} | {steps[1].throughput_rps:.2f} | **grew**" in high
     assert "no: queue grew" in high and low.endswith("| yes |") and "held" in low
+
+
+def test_closed_loop_users_are_not_judged_by_queue_growth():
+    """Closed-loop users never queue more requests than there are users: a TTFT that climbs while they ramp
+    is latency (the SLA judges it), not a queue the engine cannot serve."""
+    from loadgen.results import LatencySummary, RequestRecord
+    from loadgen.runner import RunOutcome
+    from loadgen.stats import summarize
+
+    times = np.linspace(0, 10, 200)
+
+    def outcome(turns: bool) -> RunOutcome:
+        records = [
+            RequestRecord(
+                request_id=str(i),
+                scheduled_s=float(t),
+                sent_s=float(t),
+                ttft_s=0.05 + 0.25 * float(t),  # arrivals outpace service 1.25x
+                e2e_s=0.1 + 0.25 * float(t),
+                output_tokens=2,
+                status=200,
+                turn=0 if turns else None,
+                session=str(i) if turns else None,
+            )
+            for i, t in enumerate(times)
+        ]
+        return RunOutcome(
+            records=records,
+            validity="valid",
+            reason=None,
+            target_rate=20.0,
+            achieved_rate=20.0,
+            duration_s=10.0,
+            send_lag_ms=LatencySummary(),
+            send_lag_max_ms=0.0,
+            senders=1,
+            connections_opened=0,
+            client_errors=0,
+            client_cpu_util=None,
+            started_at=0.0,
+        )
+
+    open_loop, closed = summarize(outcome(False), LOOSE), summarize(outcome(True), LOOSE)
+    assert not open_loop.within_sla and "queue grew" in "; ".join(open_loop.sla_violations)
+    assert closed.within_sla and not closed.sla_violations
+    assert not queue_bound(closed.model_copy(update={"users": 8}))
