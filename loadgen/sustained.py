@@ -61,13 +61,13 @@ def served_rate(step) -> float | None:
     return min(by_queue, step.throughput_rps) if step.throughput_rps > 0 else by_queue
 
 
-def queue_note(growth: dict[str, float] | None, rate: float) -> str:
-    """The violation a queue-bound step reports."""
-    gained, _ = shortfall(growth)
+def queue_note(growth: dict[str, float], rate: float) -> str:
+    """The violation a queue-bound step reports (``rate``: what it offered)."""
+    gained, se = shortfall(growth)
     k = max(growth["slope"], 0.0)
     return (
-        f"queue grew: {gained:.0f} of {growth['n']:.0f} arrivals left waiting "
-        f"(served {rate / (1 + k):.3g} of {rate:.3g} req/s offered)"
+        f"queue grew: {gained:.0f} +-{se:.0f} of {growth['n']:.0f} arrivals left waiting "
+        f"({rate:.3g} req/s offered, {1 + k:.2f}x what the engine served)"
     )
 
 
