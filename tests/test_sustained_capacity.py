@@ -146,3 +146,37 @@ def test_closed_loop_users_are_not_judged_by_queue_growth():
     assert not open_loop.within_sla and "queue grew" in "; ".join(open_loop.sla_violations)
     assert closed.within_sla and not closed.sla_violations
     assert not queue_bound(closed.model_copy(update={"users": 8}))
+
+
+def test_a_verdict_rests_on_sustained_rates_and_still_finds_a_planted_gain(served):
+    """Both sides' capacities are at most what they serve (within 5%), and a 25% faster engine is judged
+    better by about that much, where by latency alone neither side's crossing lay near a tested rate."""
+    from loadgen.verdict import judge_rounds
+
+    fast, factors = BASE.planted(0.25), (0.5, 0.8, 1.25, 1.5, 1.8)
+
+    def rounds(model, seed, side):
+        return [
+            [
+                simengine.virtual_step(
+                    model.started(seed * 100 + i + side),
+                    served * f,
+                    STEP_S,
+                    PROMPTS,
+                    OUTPUTS,
+                    LOOSE,
+                    seed=seed * 7919 + int(f * 1000) + i,
+                    run_seed=seed * 31 + k + i + side,
+                )
+                for k, f in enumerate(factors)
+            ]
+            for i in range(2)
+        ]
+
+    for seed in range(4):
+        v = judge_rounds(rounds(BASE, seed, 0), rounds(fast, seed, 50), final=True, prior_var=0.03**2, prior_df=4)
+        assert v.verdict == "better", (seed, v.sentence())
+        assert v.baseline_rps <= served * 1.05, (seed, v.baseline)
+        if v.candidate_censored is None:
+            assert v.candidate_rps <= served * 1.25 * 1.05, (seed, v.candidate)
+            assert 0.1 < v.effect < 0.4, (seed, v.sentence())
