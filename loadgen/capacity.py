@@ -17,6 +17,10 @@ with their request, so their correlation is kept) and the crossing refitted. The
 variance (engine restarts, a busy host) is not in a bootstrap over requests; the paired verdict
 (:mod:`loadgen.verdict`) adds it from the spread of repeated pairs.
 
+The crossing is what the steps' latencies allow; a rate the engine does not sustain is never within the
+SLA, however short its step. Where a step's queue grew beyond its noise (:mod:`loadgen.sustained`), the
+capacity is at most the service rate those steps measured, and each bootstrap draw at most a draw of it.
+
 Pure numpy: every fit of the bootstrap is one vectorised Newton iteration over (bootstrap x step).
 """
 
@@ -29,6 +33,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from loadgen.results import StepResult
+from loadgen.sustained import sustained_bound
 
 TARGETS = ("ttft", "itl", "e2e", "errors")
 BLOCKS = 8  # blocks per step in the bootstrap: about the span of a queueing episode at capacity
@@ -60,13 +65,16 @@ class CapacityEstimate:
     requests: int
     censored: str | None = None  # "above" / "below": the crossing lies outside the tested rates
     draws: np.ndarray | None = None  # bootstrap draws of log(capacity) (for paired differences)
+    # the service rate of the steps whose queue grew (req/s), where it and not the latencies bounds the capacity
+    sustained: float | None = None
 
     def describe(self) -> str:
         if self.censored == "above":
             return f"above {max(self.rates):.3g} req/s (no tested rate near the SLA)"
         if self.censored == "below":
             return f"below {min(self.rates):.3g} req/s (the fitted SLA crossing lies under every tested rate)"
-        return f"{self.capacity:.3g} req/s (95% interval {self.low:.3g} to {self.high:.3g}, {self.limiting})"
+        limit = "the rate its queue-bound steps served" if self.sustained is not None else self.limiting
+        return f"{self.capacity:.3g} req/s (95% interval {self.low:.3g} to {self.high:.3g}, {limit})"
 
 
 def _counts(step: StepResult, soft: bool) -> dict[str, tuple[np.ndarray, np.ndarray, float]] | None:
@@ -154,6 +162,10 @@ def estimate(steps: list[StepResult], *, boot: int = 400, seed: int = 0) -> Capa
         return None
     limiting = min(point, key=lambda n: point[n])
     log_cap = point[limiting]
+    bound = sustained_bound(steps)
+    capped = bound is not None and bound[0] < log_cap
+    if capped:  # a growing queue sets the limit, and it shows in TTFT first
+        log_cap, limiting = bound[0], "ttft"
     lo_x, hi_x = float(x.min()), float(x.max())
     margin = math.log(1.25)  # extrapolate at most a quarter beyond the tested rates
     censored = "above" if log_cap > hi_x + margin else ("below" if log_cap < lo_x - margin else None)
@@ -164,10 +176,14 @@ def estimate(steps: list[StepResult], *, boot: int = 400, seed: int = 0) -> Capa
         rates=tuple(sorted(set(rates.tolist()))),
         censored=censored,
         requests=int(sum(len(c[names[0]][0]) for _, c in data)),
+        sustained=math.exp(bound[0]) if capped else None,
     )
     if boot == 0:
         return CapacityEstimate(low=cap, high=cap, log_se=math.nan, **common)
     draws = np.vstack([crossings[n] for n in crossings]).min(0)
+    if bound is not None:  # the same normal draws on both sides of a paired verdict (one seed)
+        noise = np.random.default_rng([seed, 1]).standard_normal(draws.size)
+        draws = np.minimum(draws, bound[0] + bound[1] * noise)
     clipped = np.clip(draws, lo_x - 2 * margin, hi_x + 2 * margin)
     se = float(np.std(clipped)) if np.isfinite(draws).mean() > 0.9 else math.inf
     lo, hi = np.percentile(clipped, [2.5, 97.5])

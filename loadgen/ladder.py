@@ -15,6 +15,7 @@ import math
 from specs.config import SLASpec
 from loadgen.results import StepResult
 from loadgen.stats import step_sla_ratios
+from loadgen.sustained import queue_bound, served_rate, sustained_bound
 
 
 def knee_rate(
@@ -50,23 +51,41 @@ def knee_rate(
     return None
 
 
+def held(step: StepResult) -> bool:
+    """Within the SLA and sustained: a step whose queue grew beyond its noise never held its rate
+    (:mod:`loadgen.sustained`; read again here for steps recorded before summarize judged it)."""
+    return step.within_sla and not queue_bound(step)
+
+
 def capacity(steps: list[StepResult]) -> tuple[float, bool]:
     """(capacity, bounded): the highest valid rate within SLA below the lowest failing rate;
     bounded=False when no valid step failed (the capacity is then only a lower bound)."""
     valid = [s for s in steps if s.validity == "valid"]
-    failing = [s.target_rate for s in valid if not s.within_sla]
+    failing = [s.target_rate for s in valid if not held(s)]
     first_fail = min(failing, default=math.inf)
-    passing = [s.target_rate for s in valid if s.within_sla and s.target_rate < first_fail]
+    passing = [s.target_rate for s in valid if held(s) and s.target_rate < first_fail]
     return (max(passing, default=0.0), bool(failing))
 
 
 def interpolated_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tuple[float, str]:
+    """(capacity, method): :func:`crossing_capacity`, at most the rate the engine sustains: where a step's
+    queue grew beyond its noise, the service rate those steps measured (:func:`loadgen.sustained.sustained_bound`;
+    method "sustained" where it is the lower)."""
+    cap, method = crossing_capacity(steps, sla)
+    bound = sustained_bound(steps)
+    if bound is not None and cap > 0 and math.exp(bound[0]) < cap:
+        return float(f"{math.exp(bound[0]):.4g}"), "sustained"
+    return cap, method
+
+
+def crossing_capacity(steps: list[StepResult], sla: SLASpec | None = None) -> tuple[float, str]:
     """(capacity, method): the SLA crossing between the highest passing rate ``lo`` below the lowest
     failing rate ``hi`` (as in :func:`capacity`) and ``hi``. For each target the ``hi`` step
     violates, linear in judged value / limit vs rate from ``lo`` to ``hi``; the capacity is the
     lowest such crossing, clipped to [lo, hi]. Latency curves are convex in rate, so the chord
     crosses the limit no later than the curve does: the estimate errs low. A target unresolved at
-    ``hi`` (cut requests, no successful request) crosses at ``lo``.
+    ``hi`` (cut requests, no successful request) crosses at ``lo``; a queue that grew at ``hi`` crosses
+    where the offered rate meets what ``hi`` served (:func:`loadgen.sustained.served_rate`).
 
     method: "interpolated"; "tested" (no failure above ``lo``: a lower bound, or no ratios to
     interpolate); "none_held" (no valid rate within the SLA: capacity 0.0, see the sweep's
@@ -75,13 +94,13 @@ def interpolated_capacity(steps: list[StepResult], sla: SLASpec | None = None) -
     if not bounded:
         return tested, "tested"
     valid = [s for s in steps if s.validity == "valid"]
-    hi = min(s.target_rate for s in valid if not s.within_sla)
-    below = [s for s in valid if s.within_sla and s.target_rate < hi]
+    hi = min(s.target_rate for s in valid if not held(s))
+    below = [s for s in valid if held(s) and s.target_rate < hi]
     if not below:
         return 0.0, "none_held"
     lo = tested
     lo_step = [s for s in below if s.target_rate == lo][-1]
-    hi_step = [s for s in valid if not s.within_sla and s.target_rate == hi][-1]
+    hi_step = [s for s in valid if not held(s) and s.target_rate == hi][-1]
     r_lo, r_hi = step_sla_ratios(lo_step, sla), step_sla_ratios(hi_step, sla)
     crossing = hi
     for name, value in r_hi.items():
@@ -93,6 +112,8 @@ def interpolated_capacity(steps: list[StepResult], sla: SLASpec | None = None) -
             crossing = lo
             break
         crossing = min(crossing, lo + (1.0 - min(low, 1.0)) / (high - low) * (hi - lo))
+    if queue_bound(hi_step):  # the queue crosses where the offered rate meets what ``hi`` served
+        crossing = min(crossing, served_rate(hi_step))
     if crossing >= hi:
         return lo, "tested"
     return float(f"{min(max(crossing, lo), hi):.4g}"), "interpolated"

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from loadgen.ladder import held
 from loadgen.queue_rate import step_host_s
 from loadgen.results import SweepResult
+from loadgen.sustained import queue_bound, queue_note, served_rate, shortfall
 
 
 def _fmt(value, digits: int = 0) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}f}"
+
+
+def _sig(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
 
 
 def step_table(sweep: SweepResult) -> list[dict]:
@@ -38,7 +44,10 @@ def step_table(sweep: SweepResult) -> list[dict]:
                 "prefix_hit_rate": s.engine_metrics.get("prefix_cache_hit_rate"),
                 # the host's memory-pass time at the step (sweep.host_speed_probe): a slow host, not a slow engine
                 "host_pass_ms": round(host * 1e3, 3) if (host := step_host_s(s)) else None,
-                "within_sla": s.within_sla,
+                # completions fell short of arrivals beyond the step's noise (loadgen.sustained), and what it served
+                "queue_bound": queue_bound(s),
+                "served_rps": round(served, 3) if (served := served_rate(s)) is not None else None,
+                "within_sla": held(s),
                 "validity": s.validity,
                 "note": s.invalid_reason or "; ".join(s.sla_violations),
             }
@@ -105,3 +114,35 @@ def render_text(sweep: SweepResult) -> str:
     lines.append(_summary(sweep))
     lines += [f"note: {n}" for n in sweep.notes]
     return "\n".join(lines)
+
+
+def load_curve_markdown(rows: list[tuple[str, SweepResult]]) -> list[str]:
+    """The load curve as a table: offered and done rates side by side, and whether the queue grew beyond
+    the step's noise (loadgen.sustained), which no short step's percentiles excuse."""
+    md = [
+        "Offered: the rate held; done: requests completed per second until the last one ended; queue: the "
+        "requests the queue gained over the step, +- the step's own noise, of those answered; **grew** where "
+        "completions fell short of arrivals beyond that noise, with what the engine then served "
+        "(docs/measurement.md, 'Sustained rates'). Such a step is not within the SLA, however short.",
+        "",
+        "| config | offered req/s | done req/s | queue | TTFT p95 (ms) | ITL p95 (ms) | E2E p95 (ms) | errors "
+        "| within SLA |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, sweep in rows:
+        for s in sorted(sweep.steps, key=lambda s: s.target_rate):
+            bound, gap = queue_bound(s), shortfall(s.ttft_growth)
+            queue = "unmeasured"
+            if gap is not None:  # requests the queue gained over the step, +- the step's noise
+                queue = f"{'**grew**' if bound else 'held'}: +{gap[0]:.0f} +-{gap[1]:.0f} of {s.ttft_growth['n']:.0f}"
+                queue += f", served {served_rate(s):.3g} req/s" if bound else ""
+            reasons = list(s.sla_violations)
+            if bound and not any(r.startswith("queue grew") for r in reasons):
+                reasons.append(queue_note(s.ttft_growth, s.target_rate))  # recorded before the rule
+            ok = held(s)
+            md.append(
+                f"| {name} | {s.target_rate:g} | {s.throughput_rps:.2f} | {queue} | {_fmt(s.ttft_ms.p95)} | "
+                f"{_sig(s.itl_ms.p95)} | {_fmt(s.e2e_ms.p95)} | {s.error_rate:.1%} | "
+                f"{'yes' if ok else 'no: ' + '; '.join(reasons or [s.invalid_reason or 'invalid'])} |"
+            )
+    return md

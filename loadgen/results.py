@@ -135,7 +135,9 @@ class SweepResult(BaseModel):
     # capacity_tested_rps (highest passing tested rate) and the first failure; capacity_below_rps is set
     # when no tested rate held (capacity_rps is then 0.0 and the capacity lies below it).
     capacity_tested_rps: float | None = None
-    capacity_method: str | None = None  # "interpolated" | "tested" (no failure above) | "below_floor" | "none_held"
+    # "interpolated" | "tested" (no failure above) | "sustained" (the service rate of steps whose queue grew:
+    # loadgen.sustained) | "below_floor" | "none_held"
+    capacity_method: str | None = None
     capacity_below_rps: float | None = None
     min_rate: float | None = None  # the floor of the downward extension
     drain_s: float | None = None  # the drain cap steps ran under

@@ -5,6 +5,10 @@ every gap of every successful request (what vLLM's client and the engine's histo
 Failed requests never enter latency percentiles: they count in the error rate, which has its
 own SLA limit.
 
+A step whose queue grew beyond its own noise (completions fell short of arrivals:
+:mod:`loadgen.sustained`) is not within the SLA, however short the step: its percentiles
+describe a transient the engine cannot hold.
+
 Cut requests (still in flight at a sweep step's drain deadline, ``RequestRecord.cut``) are not
 errors. What was observed of them counts (a TTFT when their first token came, their inter-token
 gaps); what was not is judged worst-case: for the SLA check they sit above every limit in E2E, in
@@ -22,6 +26,7 @@ from loadgen.capacity import sla_samples
 from loadgen.queue_rate import ttft_growth
 from loadgen.results import LatencySummary, RequestRecord, StepResult
 from loadgen.runner import RunOutcome
+from loadgen.sustained import queue_grew, queue_note
 
 
 def summary_ms(values_s) -> LatencySummary:
@@ -196,8 +201,13 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
         arrays, error_rate, sla, requests, {"ttft": cut_early, "itl": stalled, "e2e": len(cut)}
     )
     lags = np.array([r.send_lag_s for r in sent], dtype=np.float64)
+    rate = float(target_rate if target_rate is not None else outcome.target_rate)
+    growth = ttft_growth(records)
+    closed = any(r.turn is not None for r in records)  # closed-loop users: the queue is bounded by them
+    if rate > 0 and not closed and queue_grew(growth):
+        violations.append(queue_note(growth, rate))
     return StepResult(
-        target_rate=float(target_rate if target_rate is not None else outcome.target_rate),
+        target_rate=rate,
         achieved_rate=outcome.achieved_rate,
         throughput_rps=len(ok) / span if span > 0 else 0.0,
         output_tokens_per_s=sum(r.output_tokens for r in ok) / span if span > 0 else 0.0,
@@ -219,5 +229,5 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
         cut_before_first_token=cut_early,
         sla_ratios=ratios,
         sla_samples=sla_samples(records, sla),
-        ttft_growth=ttft_growth(records),
+        ttft_growth=growth,
     )

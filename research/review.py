@@ -13,6 +13,8 @@ from pathlib import Path
 
 from specs.config import CampaignSpec, EndpointSpec
 from specs.engine_args import REMOVE, diff_args, parse_args
+from loadgen.ladder import held
+from loadgen.report import load_curve_markdown
 from loadgen.results import SweepResult
 from research import internals_evidence
 from research.internals_evidence import summary as internals_summary
@@ -93,10 +95,10 @@ def capacity_economics(sweeps: list[SweepResult], endpoint: EndpointSpec) -> dic
     price = endpoint.hardware.price_per_gpu_hour_usd
     tokens, usd, joules = [], [], []
     for sweep in sweeps:
-        held = [s for s in sweep.steps if s.validity == "valid" and s.within_sla and s.output_tokens_per_s > 0]
-        if not held:
+        sustained = [s for s in sweep.steps if s.validity == "valid" and held(s) and s.output_tokens_per_s > 0]
+        if not sustained:
             continue
-        step = max(held, key=lambda s: s.target_rate)
+        step = max(sustained, key=lambda s: s.target_rate)
         tokens.append(step.output_tokens_per_s / divisor)
         if price is not None:
             usd.append(price * divisor / 3600 / step.output_tokens_per_s * 1e6)
@@ -541,19 +543,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
     md += [f"Reference: `{' '.join(ref.engine_args)}`  ", f"Best: `{' '.join(best.engine_args)}`", ""]
     png = load_curves_png(ref.sweeps, best.sweeps, endpoint, out / "load_curves.png")
     md += ["## Load curves", "", f"![load curves]({png.name})", ""]
-    md += [
-        "| config | rate (req/s) | TTFT p95 (ms) | ITL p95 (ms) | E2E p95 (ms) | done req/s | errors | within SLA |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, b in (("reference", ref), ("best", best)):
-        if not b.sweeps:
-            continue
-        for s in sorted(b.sweeps[0].steps, key=lambda s: s.target_rate):
-            md.append(
-                f"| {name} | {s.target_rate:g} | {_fmt(s.ttft_ms.p95)} | {_fmt(s.itl_ms.p95)} | "
-                f"{_fmt(s.e2e_ms.p95)} | {s.throughput_rps:.2f} | {s.error_rate:.1%} | "
-                f"{'yes' if s.within_sla else 'no: ' + '; '.join(s.sla_violations)} |"
-            )
+    md += load_curve_markdown([(name, b.sweeps[0]) for name, b in (("reference", ref), ("best", best)) if b.sweeps])
     md += [""] + economics_lines([("reference", ref.sweeps), ("best", best.sweeps)], endpoint)
     md += ["## Noise floor", ""]
     md += _noise_lines("reference (campaign start)", ref)

@@ -321,6 +321,7 @@ def test_review_report_shows_diff_curves_noise_repeats_correctness_and_command(t
     assert "Noise floor" in text and "[1.0, 1.0]" in text and "[3.0, 3.0]" in text
     assert "greedy 8/8 identical" in text
     assert "## Cost and energy at capacity" in text and "Energy: no power telemetry (CPU host)." in text
+    assert "| config | offered req/s | done req/s | queue |" in text  # the load curve, sustained or not
     assert "autoresearch campaign run support_smollm_default" in text
     # the reproduce command parses as printed and gives exactly the best configuration
     import shlex
