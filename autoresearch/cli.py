@@ -333,13 +333,13 @@ def cmd_campaign(args) -> int:
 
 def campaign_exit(outcome) -> int:
     """The exit code of a campaign's outcome, with its one-line error: 74 when a research-memory or review
-    write failed (its state is kept: run again to record it and resume), 75 when paused, 4 without a
+    write (or a read its floor needs) failed (its state is kept: run again to resume), 75 when paused, 4 without a
     valid baseline, 3 when no experiment reached a verdict, else 0."""
     if outcome.unrecorded:
         print(
             f"error: campaign {outcome.campaign} stopped: {outcome.unrecorded}; its state is kept in "
             f"{outcome.state_path}: fix that, then run `autoresearch campaign run {outcome.campaign}` again to "
-            "record its results and resume",
+            "resume (what was not recorded is recorded first)",
             file=sys.stderr,
         )
         return 74  # EX_IOERR: nothing measured is lost, but it is not recorded yet

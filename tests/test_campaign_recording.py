@@ -1,4 +1,4 @@
-"""A research memory that cannot be written ends the campaign non-zero, and loses nothing.
+"""A research memory that cannot be written (or read for a floor) ends the campaign non-zero, losing nothing.
 
 The memory is a real DuckDB file whose spool folder is replaced by a plain file mid-campaign (a real
 filesystem fault: every write then fails with the OS's error, as on a full or read-only disk). The engine
@@ -111,3 +111,20 @@ def test_a_review_that_cannot_be_written_fails_the_campaign_and_is_written_on_th
     assert campaign_exit(again) == 0
     status = memory.query("select status from campaigns where campaign_id = ?", [state.campaign_id])["status"]
     assert status.to_list() == ["finished"]
+
+
+def test_a_memory_the_floor_cannot_read_stops_the_campaign_before_its_floor(tmp_path: Path, monkeypatch, capsys):
+    """The baseline's floor pools the endpoint's history from the memory: a memory file that is not one
+    (overwritten with junk) stops the campaign there, non-zero, rather than build the floor without it."""
+    monkeypatch.setenv("AUTORESEARCH_GPUS", "")
+    monkeypatch.setenv("AUTORESEARCH_GPU_LOCKS", str(tmp_path / "leases"))
+    endpoint = _endpoint(tmp_path)
+    memory = MemoryStore(tmp_path / "memory.duckdb")
+    memory.path.write_bytes(b"junk, not a DuckDB file" * 100)
+
+    out = _run(tmp_path, endpoint, memory, _propose, [])
+    assert not out.finished and out.reference_capacity is None
+    assert out.unrecorded and "endpoint noise history" in out.unrecorded
+    assert campaign_exit(out) == 74 and "endpoint noise history" in capsys.readouterr().err
+    state = StateStore(tmp_path / "state", "rec").load()
+    assert state.reference is None and not state.finished  # no floor was built without the history

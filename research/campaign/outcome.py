@@ -82,7 +82,7 @@ class CampaignOutcome(BaseModel):
     endpoint: str
     finished: bool
     end_reason: str | None
-    unrecorded: str | None = None  # a memory or review write that failed (CampaignState.unrecorded)
+    unrecorded: str | None = None  # a memory or review write (or a floor's memory read) that failed
     reference_args: list[str] = Field(default_factory=list)
     reference_capacity: float | None = None
     best_args: list[str] = Field(default_factory=list)

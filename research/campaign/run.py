@@ -28,6 +28,7 @@ from research.campaign.scheduler import Scheduler, concurrent_engines
 from research.campaign.steps import (
     CompareFn,
     DiagnoseFn,
+    MemoryUnreadable,
     NoiseFn,
     ProposeFn,
     default_compare,
@@ -311,6 +312,9 @@ class CampaignLoop:
             self.progress(str(pause))
             self.ctx.save()
             return self.outcome(write=True)
+        except MemoryUnreadable as exc:  # mid-step: the last saved state stands, and the step runs again
+            self.progress(f"campaign stops: {exc}; its saved state is kept: run it again to resume")
+            return summarize(self.ctx).model_copy(update={"finished": False, "unrecorded": str(exc)})
         if self.state.unrecorded:
             return self.stopped()
         return self.finish(reason)
