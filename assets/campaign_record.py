@@ -24,6 +24,7 @@ from assets.measurement import baseline_runs_metadata, load_curve_of, noise_floo
 from specs.config import EndpointSpec
 from assets.io_manager import TypedIOManager
 from research.campaign import CampaignOutcome
+from research.campaign.adoption import outputs_checked
 from research.loop import Adoption, CandidateVerdict
 from research.state import CampaignState, ExperimentState
 
@@ -81,7 +82,9 @@ def record_campaign_assets(
         adoption = Adoption(
             adopted=best is not None,
             best=best,
-            review_needed=[e.proposal_ids[0] for e in experiments if e.lossy and e.confirmed],
+            review_needed=[
+                e.proposal_ids[0] for e in experiments if e.confirmed and (e.lossy or not outputs_checked(e))
+            ],
         )
         record(
             "confirmed_baseline",
@@ -156,6 +159,8 @@ def _verdict(e: ExperimentState) -> CandidateVerdict:
         evidence=c.evidence if c else None,
         invalid_reason=e.invalid_reason,
         reason=e.skip_reason,
+        correctness=e.correctness.reason if e.correctness else None,
+        correctness_unchecked=not outputs_checked(e),
         lossy=e.lossy,
         engine_args=e.engine_args,
         baseline_args=e.baseline_args,

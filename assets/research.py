@@ -197,8 +197,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         key=key(name, "confirmed_baseline"),
         group_name=name,
         ins={"proposals": dg.AssetIn(key(name, "proposals")), "verdicts": dg.AssetIn(key(name, "verdicts"))},
-        description="The best confirmed lossless win becomes the working baseline (recorded in memory); "
-        "lossy wins wait for human review.",
+        description="The best confirmed lossless win whose outputs were checked becomes the working baseline "
+        "(recorded in memory); lossy and unchecked wins wait for human review.",
     )
     def confirmed_baseline(
         context: dg.AssetExecutionContext, proposals: ProposalBatch, verdicts: dict[str, CandidateVerdict]
@@ -225,7 +225,9 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         adoption = Adoption(
             adopted=best is not None,
             best=best,
-            review_needed=[v.proposal_id for v in verdicts.values() if v.confirmed and v.lossy],
+            review_needed=[
+                v.proposal_id for v in verdicts.values() if v.confirmed and (v.lossy or v.correctness_unchecked)
+            ],
         )
         context.add_output_metadata(
             {
@@ -239,6 +241,7 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
                             "confirmed": v.confirmed,
                             "ratio": v.capacity_ratio,
                             "lossy": v.lossy,
+                            "outputs_checked": not v.correctness_unchecked,
                         }
                         for k, v in verdicts.items()
                     ]

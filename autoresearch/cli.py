@@ -328,6 +328,21 @@ def cmd_campaign(args) -> int:
     except CampaignAlreadyRunning as exc:
         raise UsageError(str(exc), hint="`autoresearch campaign list` shows campaigns; the UI shows the run") from None
     print(format_outcome(outcome))
+    return campaign_exit(outcome)
+
+
+def campaign_exit(outcome) -> int:
+    """The exit code of a campaign's outcome, with its one-line error: 74 when a research-memory or review
+    write (or a read its floor needs) failed (its state is kept: run again to resume), 75 when paused, 4 without a
+    valid baseline, 3 when no experiment reached a verdict, else 0."""
+    if outcome.unrecorded:
+        print(
+            f"error: campaign {outcome.campaign} stopped: {outcome.unrecorded}; its state is kept in "
+            f"{outcome.state_path}: fix that, then run `autoresearch campaign run {outcome.campaign}` again to "
+            "resume (what was not recorded is recorded first)",
+            file=sys.stderr,
+        )
+        return 74  # EX_IOERR: nothing measured is lost, but it is not recorded yet
     if not outcome.finished:
         print(f"campaign {outcome.campaign} {outcome.end_reason}", file=sys.stderr)
         return 75  # EX_TEMPFAIL: not done, run again to resume

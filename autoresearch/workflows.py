@@ -248,7 +248,7 @@ def launch_campaign(
     check_campaign_launch(endpoint)
     folder = campaign_dir(campaign, partition)
     state = StateStore(folder, campaign.name).load()
-    if state is not None and state.finished:
+    if state is not None and state.finished and not state.unrecorded:  # unrecorded: run again to record it
         archive = folder.with_name(f"{folder.name}.{state.campaign_id}")
         folder.rename(archive)
         folder.mkdir()

@@ -90,8 +90,12 @@ def judge(
         # more throughput is not more capacity within the SLA unless the crossing allows it (a bigger batch
         # serves more and breaks ITL): the service rate speaks for the SLA only where their intervals meet
         chosen, other, chosen_by, other_by = crossing, service, "SLA crossing", "service rate"
-        verdict, stopped = ("same", "disagree") if final or crossing.verdict != "undecided" else ("undecided", "")
-        extra = "the service rate moved and the SLA crossing's interval excludes that change"
+        if crossing.low is None and crossing.high is None:  # unresolved: not a split, nothing confirms it yet
+            verdict, stopped = ("same", "max_rounds") if final else ("undecided", "")
+            extra = "the service rate moved but the SLA crossing is unresolved (no interval): nothing confirms it"
+        else:
+            verdict, stopped = ("same", "disagree") if final or crossing.verdict != "undecided" else ("undecided", "")
+            extra = "the service rate moved and the SLA crossing's interval excludes that change"
     if verdict not in DECIDED and "undecided" in (service.verdict, crossing.verdict):
         verdict, stopped = "undecided", ""  # neither decided yet, and one of them may with another round
     # a split for a person: the crossing overruled the service rate, or decided against its whole interval
@@ -163,14 +167,17 @@ def _agrees(service: VerdictStats, crossing: VerdictStats) -> bool:
     change. (Overlapping intervals are not enough: a batch limit that served 22% more while its crossing
     fell 39%, interval -68% to +14%, overlapped the service rate's +13% to +32%.) A verdict on a
     service rate censored at the tested rates has only a bound: it agrees unless the crossing's
-    interval lies wholly on the other side of it."""
-    if crossing.low is None or crossing.high is None:
-        return True
+    interval lies wholly on the other side of it. A crossing with one bound (censored) is an interval
+    open on the other side; one with none (unresolved) allows nothing, so nothing agrees with it."""
+    if crossing.low is None and crossing.high is None:
+        return False
+    c_low = crossing.low if crossing.low is not None else -float("inf")
+    c_high = crossing.high if crossing.high is not None else float("inf")
     if service.effect is not None:
-        return crossing.low <= service.effect <= crossing.high
+        return c_low <= service.effect <= c_high
     low = service.low if service.low is not None else -float("inf")
     high = service.high if service.high is not None else float("inf")
-    return crossing.low <= high and low <= crossing.high
+    return c_low <= high and low <= c_high
 
 
 def _join(*parts: str | None) -> str | None:

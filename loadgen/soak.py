@@ -40,8 +40,9 @@ from loadgen import arrivals
 from loadgen.results import RequestRecord, StepResult
 from loadgen.watch import Engine
 
-# "unmeasured": the client could not keep the hold's schedule twice (a busy host, not the engine): the
-# soak says nothing about the engine, and the harness makes the verdict invalid for that reason.
+# "unmeasured": the client could not keep the hold's schedule twice (a busy host, not the engine), or the
+# hold gave too few TTFTs to test its queue: the soak says nothing about the engine, and the harness makes
+# the verdict invalid for that reason.
 Outcome = SoakOutcome
 OOM_PATTERN = re.compile(
     r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory|"
@@ -64,7 +65,9 @@ class SoakResult(BaseModel):
     overload_s: float = 0.0
     outcome: Outcome = "stable"
     reasons: list[str] = Field(default_factory=list)
-    diagnosis: str | None = None  # "oom", "engine died", "queue growth", "sla", "errors", "no recovery"
+    # "oom", "engine died", "queue growth", "sla", "errors", "no recovery"; unmeasured: "client fell behind",
+    # "too few TTFTs"
+    diagnosis: str | None = None
     overload: str | None = None  # "queued and recovered", "shed load with errors", "crashed", "did not recover"
     requests: int = 0
     error_rate: float | None = None
@@ -141,15 +144,19 @@ def rank_sum_p(x: np.ndarray, y: np.ndarray) -> float:
     return 0.5 * math.erfc(((u - n1 * n2 / 2.0) - 0.5) / sd / math.sqrt(2))
 
 
+MIN_TTFTS = 9  # three per third: fewer cannot tell a growing queue from a steady one
+
+
 def queue_growth(
     records: list[RequestRecord], end_s: float, limit_ms: float
-) -> tuple[float | None, float | None, float | None, bool]:
+) -> tuple[float | None, float | None, float | None, bool | None]:
     """(first-third median TTFT, last-third median, p, grows): TTFT by send time over one run. A request
     that never saw its first token ranks above every one that did (it waited past the drain); its
-    median contribution is its lower bound, so a last-third median is then a lower bound too."""
+    median contribution is its lower bound, so a last-third median is then a lower bound too. With
+    fewer than MIN_TTFTS TTFTs ``grows`` is None: unmeasured, never "does not grow"."""
     sent, ttft, bound = _ttft_ms(records, end_s)
-    if ttft.size < 9:
-        return None, None, None, False
+    if ttft.size < MIN_TTFTS:
+        return None, None, None, None
     order = np.argsort(sent)
     third = ttft.size // 3
     ranked = np.where(bound, np.inf, ttft)
@@ -347,6 +354,12 @@ class _Soak:
                 )
         first, last, p, grows = queue_growth(records, cfg.hold_s + self.drain, self.limit_ms)
         result.ttft_first_ms, result.ttft_last_ms, result.growth_p = first, last, p
+        if grows is None and result.outcome == "stable":  # too few TTFTs: the queue was never tested
+            result.outcome, result.diagnosis = "unmeasured", "too few TTFTs"
+            result.reasons.append(
+                f"queue growth unmeasured: {len(records)} request(s) at {rate:.3g} req/s over {cfg.hold_s:g} s "
+                f"gave fewer than {MIN_TTFTS} first tokens; hold longer (soak.hold_s) to test it"
+            )
         if grows:
             result.outcome, result.diagnosis = "unstable", "queue growth"
             result.reasons.append(

@@ -230,6 +230,7 @@ class Contender:
     lossy: bool
     capacity: float | None  # mean capacity over its repeats (req/s)
     change_size: int  # flags changed against the working baseline
+    checked: bool = False  # its outputs were compared with the reference's (a correctness check ran on evidence)
 
 
 class CandidateRun(BaseModel):
@@ -263,7 +264,7 @@ class CandidateRun(BaseModel):
             invalid_reason=r.invalid_reason,
             capacities=[s.capacity_rps for s in r.sweeps],
             correctness=r.correctness.reason if r.correctness else None,
-            correctness_unchecked=bool(r.correctness and not r.correctness.checked),
+            correctness_unchecked=not (r.correctness is not None and r.correctness.checked),
             **base,
         )
 
@@ -280,7 +281,7 @@ class CandidateVerdict(BaseModel):
     invalid_reason: str | None = None
     reason: str | None = None  # why it was skipped
     correctness: str | None = None
-    correctness_unchecked: bool = False  # no evidence to compare outputs with: flagged for review
+    correctness_unchecked: bool = True  # outputs never compared (no evidence, or no check): flagged, never adopted
     lossy: bool = False
     engine_args: list[str] = Field(default_factory=list)
     baseline_args: list[str] = Field(default_factory=list)
@@ -297,11 +298,13 @@ class CandidateVerdict(BaseModel):
             lossy=self.lossy,
             capacity=sum(capacities) / len(capacities) if capacities else None,
             change_size=len(diff_args(self.baseline_args, self.engine_args)),
+            checked=not self.correctness_unchecked,
         )
 
 
 class Adoption(BaseModel):
-    """What a round adopted (``confirmed_baseline``): the winning verdict, and lossy wins left to a person."""
+    """What a round adopted (``confirmed_baseline``): the winning verdict, and the wins left to a person
+    (lossy ones, and those whose outputs were never compared)."""
 
     adopted: bool
     best: CandidateVerdict | None = None
@@ -309,10 +312,9 @@ class Adoption(BaseModel):
 
 
 def pick_winner(contenders: Iterable[Contender]) -> Contender | None:
-    """The change to adopt: among confirmed lossless ones, the highest mean capacity; a tie goes to the
-    smaller change. Lossy wins are never adopted by themselves (a person reviews them). A win whose
-    outputs could not be compared (``CandidateVerdict.correctness_unchecked``) is still adopted today,
-    flagged for review: the tests that drive campaigns through stand-in engines rely on it
-    (docs/reliability.md, "found and not changed")."""
-    eligible = [c for c in contenders if c.confirmed and not c.lossy and c.capacity is not None]
+    """The change to adopt: among confirmed lossless ones whose outputs were compared with the reference's,
+    the highest mean capacity; a tie goes to the smaller change. Lossy wins, and wins whose outputs were
+    never compared (no evidence from the engine), are never adopted by themselves: a person reviews them,
+    since a speed-up that was not checked may be one that broke the outputs."""
+    eligible = [c for c in contenders if c.confirmed and not c.lossy and c.checked and c.capacity is not None]
     return max(eligible, key=lambda c: (c.capacity, -c.change_size, c.id), default=None)

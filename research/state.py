@@ -134,6 +134,9 @@ class CampaignState(BaseModel):
     production_check: dict[str, Any] | None = None  # research.production_check.ProductionCheck, at the end
     finished: bool = False
     end_reason: str | None = None
+    # a research-memory or review write that failed (what, and the error): the campaign stops at the end of
+    # its step, and the next run records this whole state again (writes are idempotent) before going on
+    unrecorded: str | None = None
     open_questions: list[str] = Field(default_factory=list)
     resumes: int = 0
     dagster_run_ids: list[str] = Field(default_factory=list)  # the Dagster runs that ran it (one per resume)

@@ -165,21 +165,13 @@ def test_a_subagent_patch_is_rejected_unless_the_campaign_runs_authored_patches(
 STAND_IN = """\
 #!{python}
 # The engine's interpreter for questions (-c: where vLLM lives, its version) is the real one; started as
-# an engine (--port N) it serves /health and records the overlays it was given (nothing else).
+# an engine (--port N) it records the overlays it was given and serves test_gpu_cap's routes (SERVE).
 import http.server, json, os, sys
 args = sys.argv[1:]
 if "--port" not in args:
     os.execv({real!r}, [{real!r}, *args])
 with open({record!r}, "a") as handle:
     handle.write(json.dumps(os.environ.get("AUTORESEARCH_OVERLAYS", "")) + "\\n")
-class Health(http.server.BaseHTTPRequestHandler):
-    def _answer(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-    do_GET = do_POST = _answer
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Health).serve_forever()
 """
 
 
@@ -197,10 +189,11 @@ def _campaign(tmp_path: Path, allowed: bool, folder: str, patches: dict[str, str
     from research.campaign import run_campaign
     from research.state import ProposalRecord, StateStore
     from test_campaign import pool, sweep
+    from test_gpu_cap import SERVE
 
     record = tmp_path / f"{folder}-engines.jsonl"
     stand_in = tmp_path / f"{folder}-python"
-    stand_in.write_text(STAND_IN.format(python=sys.executable, real=str(engine_python()), record=str(record)))
+    stand_in.write_text(STAND_IN.format(python=sys.executable, real=str(engine_python()), record=str(record)) + SERVE)
     stand_in.chmod(0o755)
     (tmp_path / "model").mkdir(exist_ok=True)
     base = load_definitions(definitions_dir()).endpoint("tiny_random")

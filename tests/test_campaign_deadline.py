@@ -2,8 +2,8 @@
 on the best confirmed configuration, measuring nothing more (the main job once confirmed prefix
 caching in its last round and then reported the previous configuration as best).
 
-The engine is the stand-in server of test_gpu_cap (answers /health) and the sweeps are stubs of known
-capacity; the budget is real except that it refuses any experiment once one has been recorded."""
+The engine is the stand-in server of test_gpu_cap (/health and greedy completions) and the sweeps are
+stubs of known capacity; the budget is real except that it refuses any experiment once one has been recorded."""
 
 from __future__ import annotations
 

@@ -241,8 +241,8 @@ def test_an_engine_that_answers_nothing_gives_a_usable_reference_that_checks_not
     assert ref.evidence == "none" and ref.sequences == [] and "unavailable" in ref.note
     report = check_candidate(base.url, "m", ref, [], lossy=False, adapter=adapter)
     assert not report.checked and report.evidence == "none" and report.flag_for_review
-    assert report.passed  # the engine's missing API does not fail the candidate...
-    assert "NOT checked" in report.summary() and "NOT checked" in report.label  # ...and nothing claims a check
+    assert not report.passed  # nothing was compared, so nothing passed (the harness measures it, never adopts it)
+    assert "NOT checked" in report.summary() and "NOT checked" in report.label  # nothing claims a check
     assert not report.lossless_equivalent
 
 

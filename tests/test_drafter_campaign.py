@@ -1,8 +1,8 @@
 """A headless campaign meets a drafter someone trained: the proposer's drafter rule sends it to the
 harness, and its verdict and the acceptance the engine counted reach the drafter's record.
 
-No engine: the engine is test_gpu_cap's stand-in server (it answers /health) and the sweeps are stubs
-whose steps carry the spec-decode counters a vLLM engine would report. The memory is a real DuckDB file.
+No engine: the engine is test_gpu_cap's stand-in server (/health and greedy completions) and the sweeps
+are stubs whose steps carry the spec-decode counters a vLLM engine would report. The memory is a real DuckDB file.
 """
 
 from __future__ import annotations

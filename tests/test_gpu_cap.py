@@ -2,7 +2,7 @@
 parallel up to max_concurrent_gpus, each engine on its own GPU, with the same winner as a serial run.
 
 No GPU is needed: the host's GPUs are declared with AUTORESEARCH_GPUS, the engine is a stand-in
-server (it answers /health, nothing else) and the sweeps are stubs that sleep and record what the
+server (it answers /health and greedy completions: :data:`SERVE`) and the sweeps are stubs that sleep and record what the
 engine process was given (its CUDA_VISIBLE_DEVICES, read from /proc)."""
 
 from __future__ import annotations
@@ -114,20 +114,39 @@ def test_engines_per_campaign_follow_the_gpu_cap():
 # ------------------------------------------------------------------------------------------ campaign
 STAND_IN = """\
 #!{python}
-# Stands in for the engine's interpreter: `-m vllm... --port N` serves /health on N (nothing else).
-import http.server, sys
+# Stands in for the engine's interpreter: `-m vllm... --port N` serves /health and greedy completions on N.
+import http.server, json, sys
 args = sys.argv[1:]
 if "--port" not in args:
     sys.exit(0)  # the version query: no engine package here
-class Health(http.server.BaseHTTPRequestHandler):
-    def _answer(self):
-        self.send_response(200 if self.path == "/health" else 404)
+"""
+
+#: The stand-in engine's routes, after its header: /health, and /v1/completions answering a fixed function
+#: of the prompt (its words reversed), the same on every configuration, as a lossless change keeps the
+#: outputs. That is real evidence: the campaign captures it as the reference's greedy text and compares
+#: every candidate's outputs with it (a win whose outputs were never compared is not adopted).
+SERVE = """
+class Engine(http.server.BaseHTTPRequestHandler):
+    def _send(self, code, payload=None):
+        body = json.dumps(payload).encode() if payload is not None else b""
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-    do_GET = do_POST = _answer
+        self.wfile.write(body)
+    def do_GET(self):
+        self._send(200 if self.path == "/health" else 404)
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if self.path != "/v1/completions" or not isinstance(request.get("prompt"), str):
+            return self._send(404)
+        text = " " + " ".join(reversed(request["prompt"].split()))
+        self._send(200, {"choices": [{"text": text[: 4 * int(request.get("max_tokens") or 16)]}]})
     def log_message(self, *a):
         pass
-http.server.HTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Health).serve_forever()
+http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Engine).serve_forever()
 """
+
 
 #: --max-num-seqs -> (capacity, sleep per sweep): the best candidate finishes last, the worst first
 CANDIDATES = {"4": (1.0, 0.4), "8": (3.0, 0.9), "16": (4.0, 1.6), "32": (2.0, 0.2)}
@@ -174,7 +193,7 @@ def _propose(endpoint, diagnosis, state, n, skip):
 
 def _endpoint(tmp_path: Path) -> EndpointSpec:
     stand_in = tmp_path / "engine-python"
-    stand_in.write_text(STAND_IN.format(python=sys.executable))
+    stand_in.write_text(STAND_IN.format(python=sys.executable) + SERVE)
     stand_in.chmod(0o755)
     (tmp_path / "model").mkdir()
     base = load_definitions(definitions_dir()).endpoint("tiny_random")
@@ -243,6 +262,10 @@ def test_a_campaign_runs_candidates_in_parallel_up_to_the_cap_each_on_its_own_gp
         e: (r.verdict, r.confirmed, r.capacity_mean) for e, r in s_state.experiments.items()
     }
     assert p_state.rounds[0].adopted == s_state.rounds[0].adopted
+    # the winner's outputs were compared with the reference's: the stand-in's greedy text is the evidence
+    assert [r.evidence for r in p_state.reference_outputs.values()] == ["greedy_text"]
+    adopted = p_state.experiments[p_state.rounds[0].adopted]
+    assert adopted.correctness.checked and adopted.correctness.passed
 
     # each candidate's sweeps ran on one engine, pinned to one GPU of the host
     candidates = [c for c in p_calls if c["seqs"] in CANDIDATES]

@@ -195,6 +195,43 @@ def test_a_service_rate_gain_outside_the_crossings_interval_waits_for_the_crossi
     assert judge_module.judge([], [], estimator="service_rate", final=False).verdict == "better"
 
 
+def test_an_unresolved_crossing_agrees_with_nothing():
+    """A crossing with no interval (many bootstrap draws found none) allows no change, so a service-rate
+    gain is not confirmed by it: undecided while rounds remain, `same` at the last look, never `better`.
+    A censored crossing keeps its one bound: an interval open on the other side."""
+    from loadgen.judge import _agrees
+    from loadgen.verdict import VerdictStats
+
+    gain = VerdictStats(verdict="better", effect=0.2, low=0.1, high=0.3, mde=0.09, rounds=2, stopped="decided")
+    bound_only = VerdictStats(verdict="better", low=0.1, rounds=2, stopped="decided")  # censored service rate
+    unresolved = VerdictStats(verdict="undecided", rounds=2)
+    assert not _agrees(gain, unresolved) and not _agrees(bound_only, unresolved)
+    above = VerdictStats(verdict="better", low=0.05, rounds=2, stopped="decided")  # held beyond every rate
+    assert _agrees(gain, above) and _agrees(bound_only, above)
+    assert not _agrees(gain, VerdictStats(verdict="worse", high=-0.1, rounds=2, stopped="decided"))
+    assert _agrees(gain, VerdictStats(verdict="undecided", effect=0.1, low=-0.2, high=0.4, rounds=2))
+
+
+def test_a_service_rate_gain_with_an_unresolved_crossing_is_not_better(monkeypatch):
+    """The judge with the two estimators' results: the service rate decided `better`, the crossing has no
+    interval. Nothing on the SLA's side confirms the gain, and the reason says the crossing is unresolved."""
+    import loadgen.judge as judge_module
+    from loadgen.verdict import VerdictStats
+
+    service = VerdictStats(verdict="better", effect=0.2, low=0.1, high=0.3, mde=0.09, rounds=2, stopped="decided")
+    # as loadgen.verdict gives it: no effect and no interval, undecided until the last look, then `same`
+    unresolved = VerdictStats(verdict="undecided", rounds=2, reason="the candidate's crossing is not resolved")
+    at_last = unresolved.model_copy(update={"verdict": "same", "stopped": "max_rounds"})
+    monkeypatch.setattr(judge_module, "judge_service_rates", lambda *a, **k: service)
+    monkeypatch.setattr(judge_module, "_latency_bound", lambda *a: None)  # a queue sets both sides' limits
+    monkeypatch.setattr(judge_module, "judge_rounds", lambda *a, **k: at_last if k.get("final") else unresolved)
+    look = judge_module.judge([], [], estimator="service_rate", final=False)
+    assert look.verdict == "undecided" and "unresolved" in look.reason, look.sentence()
+    last = judge_module.judge([], [], estimator="service_rate", final=True)
+    assert last.verdict == "same" and last.decided_by == "SLA crossing" and last.disagreement is None
+    assert "unresolved" in last.reason, last.sentence()
+
+
 class _Instrument:
     """What the harness's measuring loop asks of an engine (the sweeps come from the simulated engine)."""
 

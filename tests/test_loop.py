@@ -12,6 +12,10 @@ from loadgen.results import LatencySummary, StepResult, SweepResult
 from loadgen.sweep import run_sweep
 from research import rules
 from research.campaign import contender
+from research.campaign.adoption import outputs_checked
+from research.correctness import ReferenceOutputs, unchecked_report
+from research.correctness.greedy_text import judge_greedy_text
+from research.correctness.outputs import compare_greedy_text
 from research.diagnosis import diagnose
 from research.interventions import validate_intervention
 from research.loop import CandidateVerdict, Contender, pick_winner
@@ -28,20 +32,40 @@ def _sweep(capacity: float) -> SweepResult:
     )
 
 
-def _record(eid: str, diff: dict, caps: list[float], *, confirmed=True, lossy=False, verdict="better"):
+TEXT = "Paris is the capital of France."
+
+
+def _checked(args: list[str], lossy: bool):
+    """A greedy-text check of a candidate that gave the reference's own output: compared, and kept."""
+    ids = [ord(c) for c in TEXT]
+    ref = ReferenceOutputs(engine_args=[], float32=False, top_k=0, max_tokens=16, sequences=[], evidence="greedy_text")
+    return judge_greedy_text(ref, args, [compare_greedy_text(0, ids, TEXT, ids, TEXT)], lossy=lossy, unit="characters")
+
+
+def _unchecked(args: list[str], lossy: bool):
+    """The check of a candidate whose reference got no evidence: nothing was compared."""
+    ref = ReferenceOutputs(
+        engine_args=[], float32=False, top_k=0, max_tokens=16, sequences=[], evidence="none", note="timed out"
+    )
+    return unchecked_report(ref, args, lossy=lossy)
+
+
+def _record(eid: str, diff: dict, caps: list[float], *, confirmed=True, lossy=False, verdict="better", check=_checked):
     base = ["--continuous-batching"]
+    args = apply_diff(base, diff)
     return ExperimentState(
         experiment_id=eid,
         round=1,
         proposal_ids=[eid],
         title=eid,
         baseline_args=base,
-        engine_args=apply_diff(base, diff),
+        engine_args=args,
         diff=diff,
         lossy=lossy,
         verdict=verdict,
         confirmed=confirmed,
         sweeps=[_sweep(c) for c in caps],
+        correctness=check(args, lossy),
     )
 
 
@@ -55,6 +79,7 @@ def _as_saved_verdict(e: ExperimentState) -> CandidateVerdict:
         engine_args=e.engine_args,
         baseline_args=e.baseline_args,
         capacities=[s.capacity_rps for s in e.sweeps],
+        correctness_unchecked=not outputs_checked(e),
     ).model_dump_json()
     return CandidateVerdict.model_validate_json(stored)
 
@@ -66,6 +91,8 @@ RECORDS = [
     _record("tokens", {"--cb-max-batch-tokens": "16384"}, [4.2, 4.2]),  # ties the pair: the smaller change wins
     _record("lossy-fast", {"--dtype": "float16"}, [9.0, 9.0], lossy=True),  # never adopted by itself
     _record("lucky", {"--compile": None}, [9.0, 1.0], confirmed=False, verdict="same"),  # not every repeat
+    # the fastest lossless win, but its outputs were never compared: never adopted by itself
+    _record("unchecked-fast", {"--max-num-seqs": "64"}, [8.0, 8.0], check=_unchecked),
 ]
 
 
@@ -83,8 +110,26 @@ def test_campaign_and_asset_graph_adopt_the_same_winner():
 
 
 def test_pick_winner_prefers_capacity_then_the_smaller_change():
-    assert pick_winner([Contender("a", True, False, 2.0, 3), Contender("b", True, False, 2.5, 5)]).id == "b"
-    assert pick_winner([Contender("a", True, False, 2.0, 3), Contender("b", True, False, 2.0, 1)]).id == "b"
+    def win(id_, capacity, size):
+        return Contender(id_, True, False, capacity, size, checked=True)
+
+    assert pick_winner([win("a", 2.0, 3), win("b", 2.5, 5)]).id == "b"
+    assert pick_winner([win("a", 2.0, 3), win("b", 2.0, 1)]).id == "b"
+
+
+def test_a_win_whose_outputs_were_never_compared_is_not_adopted_by_itself():
+    """No correctness evidence (the reference capture got none): the faster change waits for a person,
+    in the campaign and in the asset graph alike, and its report says nothing passed."""
+    fast = _record("fast", {"--max-num-seqs": "64"}, [3.0, 3.0], check=_unchecked)
+    slower = _record("slower", {"--max-num-seqs": "32"}, [2.0, 2.0])
+    assert not fast.correctness.passed and not fast.correctness.checked and fast.correctness.flag_for_review
+    assert slower.correctness.checked and slower.correctness.passed
+    for as_seen in (contender, lambda e: _as_saved_verdict(e).contender()):
+        assert pick_winner(as_seen(e) for e in (fast, slower)).id == "slower"
+        assert pick_winner([as_seen(fast)]) is None
+    # a confirmed win with no correctness report at all (no check ran) is not adopted either
+    assert pick_winner([contender(fast.model_copy(update={"correctness": None}))]) is None
+    assert CandidateVerdict(proposal_id="p", verdict="better", confirmed=True, capacities=[3.0]).correctness_unchecked
 
 
 def test_every_adapter_is_found_through_the_registry_and_declares_its_evidence():

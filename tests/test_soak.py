@@ -56,7 +56,8 @@ def test_stationary_waits_are_rarely_called_growth_and_a_climbing_queue_always_i
 
 
 def test_too_few_requests_are_not_judged():
-    assert queue_growth(records(np.array([100.0, 5000.0, 9000.0]), 3.0), 3.0, 1000.0) == (None, None, None, False)
+    """Unmeasured (None), never "does not grow" (False): three TTFTs cannot tell a queue that grows."""
+    assert queue_growth(records(np.array([100.0, 5000.0, 9000.0]), 3.0), 3.0, 1000.0) == (None, None, None, None)
 
 
 def test_the_out_of_memory_error_is_named_and_kept_from_a_long_shutdown():
@@ -104,6 +105,17 @@ def test_a_soak_well_below_capacity_is_stable_and_recovers_from_overload(spec, p
     assert soak.held_s == 8 and soak.requests > 20 and soak.error_rate == 0
     assert soak.overload == "queued and recovered" and soak.overload_rate == pytest.approx(7.8)
     assert set(soak.over_fraction) == {"ttft", "itl"}
+
+
+def test_a_soak_with_too_few_ttfts_is_unmeasured_and_sustains_nothing(spec, pool):
+    """A hold of 8 s at 0.5 req/s sends about 4 requests: too few first tokens to test whether the queue
+    grows. The soak says so (`unmeasured`, with the reason), never `stable`, and holds no rate."""
+    with simengine.start(simengine.ServiceModel(run_jitter_cv=0.01)) as engine:
+        soak = run_soak(engine, pool, spec, 0.5)
+    assert soak.outcome == "unmeasured" and soak.diagnosis == "too few TTFTs", soak.summary()
+    assert 0 < soak.requests < 9 and soak.error_rate == 0 and soak.growth_p is None
+    assert soak.sustained_rate is None and soak.overload is None  # nothing is held, no overload follows
+    assert any("queue growth unmeasured" in r and "hold longer" in r for r in soak.reasons), soak.reasons
 
 
 def test_a_soak_far_above_capacity_finds_the_queue_growing(spec, pool):

@@ -1,6 +1,7 @@
 """Ending a round: its confirmed lossless wins, their combination with ablations (the combination minus
 each member), the winner by the adoption rule (research.loop.pick_winner), and the winner becoming the
-working baseline. Lossy wins are never adopted automatically: they become open questions for a person."""
+working baseline. Lossy wins, and wins whose outputs were never compared with the reference's, are never
+adopted automatically: they become open questions for a person."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ def contender(record: ExperimentState) -> Contender:
         lossy=record.lossy,
         capacity=record.capacity_mean,
         change_size=len(record.diff),
+        checked=outputs_checked(record),
     )
+
+
+def outputs_checked(record: ExperimentState) -> bool:
+    """Whether a correctness check compared the experiment's outputs with the reference's."""
+    return record.correctness is not None and record.correctness.checked
 
 
 class Adoption:
@@ -46,7 +53,10 @@ class Adoption:
         winners = [
             experiments[e]
             for e in rnd.experiment_ids
-            if experiments[e].confirmed and not experiments[e].lossy and experiments[e].kind == "candidate"
+            if experiments[e].confirmed
+            and not experiments[e].lossy
+            and outputs_checked(experiments[e])
+            and experiments[e].kind == "candidate"
         ]
         winners.sort(key=lambda e: -(e.capacity_mean or 0))
         candidates = list(winners)
@@ -67,13 +77,19 @@ class Adoption:
                         f"Lossy change {e.title} beat the noise floor ({ratio(e)}); a person must "
                         f"review its correctness evidence before it is used."
                     )
+            elif e.confirmed and not outputs_checked(e):
+                why = e.correctness.reason if e.correctness is not None else "no correctness check ran"
+                self.ctx.question(
+                    f"{e.title} beat the noise floor ({ratio(e)}) but its outputs were never compared with the "
+                    f"reference's ({why}); it was not adopted: a person must check its outputs before it is used."
+                )
         winner = pick_winner(contender(e) for e in candidates)
         if winner is not None:
             end_reason = self.adopt(rnd, experiments[winner.id], measure=measure and end_reason is None) or end_reason
         else:
             verdicts = [experiments[e].verdict for e in rnd.experiment_ids]
             rnd.outcome = (
-                "no lossless change beat the noise floor in every repeat (verdicts: "
+                "no lossless change with checked outputs beat the noise floor in every repeat (verdicts: "
                 + (", ".join(verdicts) or "none")
                 + ")"
             )

@@ -63,9 +63,12 @@ class CampaignOutcome(BaseModel):
     def failure(self) -> str | None:
         """Why this outcome is a failure for the caller (non-zero exit), or None.
 
-        A campaign fails when it has no valid baseline (invalid, or refused by its deadline or
-        budget) or when no experiment could be measured to a verdict. A paused one (not finished)
-        has not failed: it resumes when run again."""
+        A campaign fails when it could not record its results (a research-memory or review write failed:
+        its state is kept and the next run records them and resumes), when it has no valid baseline
+        (invalid, or refused by its deadline or budget) or when no experiment could be measured to a
+        verdict. A paused one (not finished) has not failed: it resumes when run again."""
+        if self.unrecorded:
+            return f"its results were not all recorded: {self.unrecorded}"
         if not self.finished:
             return None
         if self.reference_capacity is None:
@@ -79,6 +82,7 @@ class CampaignOutcome(BaseModel):
     endpoint: str
     finished: bool
     end_reason: str | None
+    unrecorded: str | None = None  # a memory or review write (or a floor's memory read) that failed
     reference_args: list[str] = Field(default_factory=list)
     reference_capacity: float | None = None
     best_args: list[str] = Field(default_factory=list)
@@ -148,14 +152,17 @@ def review_path(ctx: CampaignContext) -> Path:
 
 
 def write_review(ctx: CampaignContext) -> Path | None:
-    """The review report (research.review); a failure to write it warns and never loses the outcome."""
+    """The review report (research.review). A failure to write it never loses the outcome: it is kept as
+    the state's ``unrecorded`` (the campaign then fails, and the next run writes the report again)."""
     from research.review import write_report
 
     s = ctx.state
     try:
         return write_report(s, ctx.endpoint, ctx.campaign, review_path(ctx).parent)
-    except Exception as exc:  # noqa: BLE001 - a plotting failure must not lose the outcome
-        ctx.progress(f"warning: the review report could not be written: {exc!r}")
+    except Exception as exc:  # noqa: BLE001 - kept in the state: the campaign fails with it, and resumes
+        error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        ctx.progress(f"error: the review report could not be written to {review_path(ctx).parent}: {error}")
+        s.unrecorded = s.unrecorded or f"review report ({review_path(ctx).parent}) could not be written: {error}"
         return None
 
 
@@ -171,6 +178,7 @@ def summarize(ctx: CampaignContext, report_path: Path | None = None, best_path: 
         endpoint=s.endpoint,
         finished=s.finished,
         end_reason=s.end_reason,
+        unrecorded=s.unrecorded,
         reference_args=ref.engine_args if ref else [],
         reference_capacity=ref.capacity if ref else None,
         best_args=best.engine_args if best else [],

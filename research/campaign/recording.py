@@ -1,8 +1,10 @@
 """What a campaign writes to the research memory (memory_db): the campaign, its runs, every
 experiment with its proposal, the skips, the confirmations and the open questions.
 
-Every write is guarded: a failing memory warns on the progress line and never ends a campaign. A
-campaign without a memory (``memory`` None: a GPU machine) records nothing here; its state folder is
+A failed write is never only a warning: it is kept in the state (``CampaignState.unrecorded``), the
+campaign stops at the end of its step with a non-zero exit, and the next run records the whole state again
+(research.campaign.run.CampaignLoop.record_all; every record has an id, so writing it twice is harmless). A
+failed read (a prior decision) warns and is left out. A campaign without a memory (``memory`` None: a GPU machine) records nothing here; its state folder is
 recorded later on a host with the memory (research.campaign.run.record_campaign).
 """
 
@@ -23,14 +25,21 @@ class MemoryRecorder:
     def __init__(self, ctx: CampaignContext, memory):
         self.ctx, self.memory = ctx, memory
 
-    def guarded(self, what: str, fn: Callable[[], Any]) -> Any:
-        """``fn()``, or None when there is no memory or it fails (a warning names ``what``)."""
+    def guarded(self, what: str, fn: Callable[[], Any], *, write: bool = True) -> Any:
+        """``fn()``, or None when there is no memory or it fails. A failed write is kept as the state's
+        ``unrecorded`` (the first one: the next run records everything again), a failed read warns."""
         if self.memory is None:
             return None
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - the memory must never end a campaign
-            self.ctx.progress(f"  warning: research memory ({what}) failed: {exc!r}")
+        except Exception as exc:  # noqa: BLE001 - kept in the state and reported when the step ends
+            error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if not write:
+                self.ctx.progress(f"  warning: research memory ({what}) failed: {error}; left out")
+                return None
+            self.ctx.progress(f"  error: research memory ({what}) could not be written: {error}")
+            state = self.ctx.state
+            state.unrecorded = state.unrecorded or f"research memory ({what}) could not be written: {error}"
             return None
 
     def conditions(self):
@@ -52,7 +61,9 @@ class MemoryRecorder:
         if self.memory is None:
             return None
         prior = self.guarded(
-            "prior decision", lambda: self.memory.prior_decision(self.ctx.endpoint.name, record.diff, self.conditions())
+            "prior decision",
+            lambda: self.memory.prior_decision(self.ctx.endpoint.name, record.diff, self.conditions()),
+            write=False,
         )
         if prior is None or not prior.should_skip or prior.verdict not in ("same", "worse"):
             return None
@@ -100,7 +111,7 @@ class MemoryRecorder:
             note=f"{best.title}: {ratio(best)}",
         )
 
-    # -- writing (guarded) ----------------------------------------------------------------------
+    # -- writing (a failure is kept: guarded) ------------------------------------------------------
     def campaign(self, status: str) -> None:
         self.guarded("campaign", lambda: self.memory.record_campaign(self.campaign_row(status)))
 

@@ -28,6 +28,7 @@ from research.campaign.scheduler import Scheduler, concurrent_engines
 from research.campaign.steps import (
     CompareFn,
     DiagnoseFn,
+    MemoryUnreadable,
     NoiseFn,
     ProposeFn,
     default_compare,
@@ -223,11 +224,56 @@ class CampaignLoop:
             return summarize(self.ctx)
         best_path = write_best_config(self.ctx)
         report_path = write_review(self.ctx)
-        self.recorder.open_questions()
-        self.recorder.campaign("finished" if self.state.finished else "stopped")
+        if not self.state.unrecorded:  # a failing memory is not asked again: the next run records it all
+            self.recorder.open_questions()
+            self.recorder.campaign("finished" if self.state.finished else "stopped")
+        if self.state.unrecorded:
+            self.ctx.save()
         out = summarize(self.ctx, report_path, best_path)
         write_outcome(self.ctx, out)
         return out
+
+    def record_all(self) -> None:
+        """Write the whole state to the research memory: the campaign, the reference's runs, every
+        experiment with its proposal and runs, every floor's evidence and the adopted changes. For a
+        state whose write failed (run again), or one measured elsewhere (record_campaign); a record
+        written twice is harmless, since each has an id."""
+        rec, s = self.recorder, self.state
+        rec.campaign("running")
+        for i, sweep in enumerate(s.reference.sweeps if s.reference else []):
+            rec.run(sweep, f"{s.campaign_id}-baseline-{i}", "baseline", None)
+        proposals = {p.proposal_id: p for r in s.rounds for p in r.proposals}
+        for record in s.experiments.values():
+            if record.verdict != "skipped":
+                rec.experiment(record, proposals.get(record.proposal_ids[0]) if record.kind == "candidate" else None)
+        for b in s.baselines:
+            rec.floor(b)
+        for b in s.baselines[1:]:
+            best = s.experiments.get(b.source_experiment or "")
+            if best is not None:
+                rec.confirmation(best)
+
+    def stopped(self) -> CampaignOutcome:
+        """A memory or review write failed: the campaign stops after its step, not finished (unless it
+        was), its state kept so that the next run records everything and resumes."""
+        s = self.state
+        self.progress(f"campaign stops: {s.unrecorded}; its state is kept: run it again to record it and resume")
+        if not s.finished:
+            s.end_reason = f"stopped: {s.unrecorded}"
+        self.ctx.save()
+        return self.outcome(write=True)
+
+    def record_missed(self) -> CampaignOutcome | None:
+        """The last run could not record everything: record the whole state now. Returns the outcome
+        when the campaign stops (the memory still fails) or was already finished, else None (go on)."""
+        s = self.state
+        self.progress(f"recording what the last run could not ({s.unrecorded})")
+        s.unrecorded = None
+        self.record_all()
+        if s.unrecorded:
+            return self.stopped()
+        self.ctx.save()
+        return self.outcome(write=True) if s.finished else None
 
     def finished_outcome(self) -> CampaignOutcome:
         """A finished campaign run again: its outcome with the files it wrote, so that a new run (of the
@@ -240,9 +286,13 @@ class CampaignLoop:
         best = ctx.state_dir / f"{self.state.campaign}.best.json"
         if not best.exists():
             best = write_best_config(ctx)
+        if self.state.unrecorded:  # the report failed again: kept, so the next run tries once more
+            ctx.save()
         return summarize(ctx, report, best)
 
     def run(self) -> CampaignOutcome:
+        if self.state.unrecorded and (done := self.record_missed()) is not None:
+            return done
         if self.state.finished:
             self.progress(f"campaign {self.campaign.name} already finished: {self.state.end_reason}")
             return self.finished_outcome()
@@ -251,7 +301,7 @@ class CampaignLoop:
         self.ctx.save()
         try:
             reason = self.baseline()
-            while reason is None:
+            while reason is None and not self.state.unrecorded:  # a failed write stops it after its step
                 rnd = self.planner.current_round()
                 if isinstance(rnd, str):
                     reason = rnd
@@ -262,6 +312,11 @@ class CampaignLoop:
             self.progress(str(pause))
             self.ctx.save()
             return self.outcome(write=True)
+        except MemoryUnreadable as exc:  # mid-step: the last saved state stands, and the step runs again
+            self.progress(f"campaign stops: {exc}; its saved state is kept: run it again to resume")
+            return summarize(self.ctx).model_copy(update={"finished": False, "unrecorded": str(exc)})
+        if self.state.unrecorded:
+            return self.stopped()
         return self.finish(reason)
 
 
@@ -308,17 +363,7 @@ def record_campaign(
     s.resumes = max(0, s.resumes - 1)  # loading it here is not a resume
     if s.reference is None:
         raise ValueError(f"{state_dir}: campaign {campaign.name} has no measured baseline to record")
-    memory.record_campaign(c.recorder.campaign_row("running"))
-    for i, sweep in enumerate(s.reference.sweeps):
-        c.recorder.run(sweep, f"{s.campaign_id}-baseline-{i}", "baseline", None)
-    proposals = {p.proposal_id: p for r in s.rounds for p in r.proposals}
-    for record in s.experiments.values():
-        if record.verdict != "skipped":
-            c.recorder.experiment(record, proposals.get(record.proposal_ids[0]) if record.kind == "candidate" else None)
-    for b in s.baselines:
-        c.recorder.floor(b)
-    for b in s.baselines[1:]:
-        best = s.experiments.get(b.source_experiment or "")
-        if best is not None:
-            memory.record_confirmation(c.recorder.confirmation_row(best))
+    c.record_all()
+    if s.unrecorded:
+        raise RuntimeError(f"{state_dir}: campaign {campaign.name}: {s.unrecorded}")
     return c.outcome(write=True)

@@ -40,6 +40,11 @@ def protocol_key(endpoint: EndpointSpec) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
+class MemoryUnreadable(RuntimeError):
+    """The research memory failed a read a campaign's floor needs: the campaign stops rather than build
+    its floor without the endpoint's history (research.campaign.run)."""
+
+
 def endpoint_prior(
     endpoint: EndpointSpec,
     memory,
@@ -47,12 +52,13 @@ def endpoint_prior(
     exclude_campaign: str | None = None,
     own: dict[str, list[AAEvidence]] | None = None,
     progress: Progress = print,
+    strict: bool = False,
 ) -> NoisePrior:
     """The between-run noise a new floor of ``endpoint`` starts from: the default pooled with ``own``
     evidence (a campaign's, by source: :func:`campaign_evidence`), the endpoint's declared calibration
     (``noise_calibration``: noise measured on its hardware before any campaign) and the endpoint's other
     campaigns' under the same protocol in the research memory (when there is one; a failing memory is left
-    out with a warning)."""
+    out with a warning, or with ``strict`` raises MemoryUnreadable)."""
     sources = dict(own or {})
     for c in endpoint.noise_calibration:
         sources.setdefault(f"calibration: {c.source}", []).append(
@@ -61,7 +67,9 @@ def endpoint_prior(
     if memory is not None:
         try:
             rows = memory.aa_evidence(endpoint.name, protocol_key(endpoint), exclude_campaign=exclude_campaign)
-        except Exception as exc:  # noqa: BLE001 - the memory must never end a campaign
+        except Exception as exc:  # noqa: BLE001 - strict: a campaign stops; else left out, with a warning
+            if strict:
+                raise MemoryUnreadable(f"research memory (endpoint noise history) could not be read: {exc}") from exc
             progress(f"  warning: research memory (endpoint noise) failed: {exc!r}; its history is left out")
             rows = []
         for r in rows:
@@ -100,7 +108,9 @@ def endpoint_noise(
 
     def noise(sweeps: list[SweepResult]) -> NoiseFloor:
         own = campaign_evidence(state, exclude=sweeps)
-        prior = endpoint_prior(endpoint, memory, exclude_campaign=state.campaign_id, own=own, progress=progress)
+        prior = endpoint_prior(
+            endpoint, memory, exclude_campaign=state.campaign_id, own=own, progress=progress, strict=True
+        )
         return noise_floor(sweeps, prior=prior, candidate_rounds=candidate_rounds)
 
     return noise

@@ -140,12 +140,12 @@ def unchecked_report(
     lossy: bool,
     thresholds: CorrectnessThresholds | None = None,
 ) -> CorrectnessReport:
-    """The report when there is no evidence to check against: it says so, never "checked", and is
-    flagged for review; it does not fail the candidate (the engine's missing API is not its fault),
-    but the adoption rule never adopts an unchecked change by itself (research.loop.pick_winner)."""
+    """The report when there is no evidence to check against: it says so, never "checked", never "passed",
+    and is flagged for review. It does not make the candidate invalid (the engine's missing API is not the
+    change's fault: research.harness), but the adoption rule never adopts it (research.loop.pick_winner)."""
     return CorrectnessReport(
         mode="lossy" if lossy else "lossless",
-        passed=True,
+        passed=False,
         lossless_equivalent=False,
         float32=reference.float32 and is_float32(candidate_args),
         flag_for_review=True,
