@@ -31,6 +31,10 @@ from loadgen.queue_rate import MIN_GROWTH, HostAdjustment, common_host_s, queued
 
 #: What a configuration's exponent is before its repeats say: between prefill-bound (0) and decode-bound (-1).
 PRIOR_EXPONENT, PRIOR_EXPONENT_SD = -0.5, 0.5
+#: The exponents a rate can physically have: a step slows at most as much as the host's memory does (-1, all
+#: of its time reading memory) and never speeds up on a slower host (0). A fit outside (run 19's -1.33 turned
+#: an 18.4% gap between two sweeps into 0.8%) explains the sweeps' own noise away, so it is clipped here.
+EXPONENT_RANGE = (-1.0, 0.0)
 #: A queued step's residual sd of log service rate at one host speed (measured 2.1-4.4%): with the prior's
 #: sd, how much host swing it takes for the steps to outweigh the prior.
 STEP_SD = 0.04
@@ -80,8 +84,9 @@ def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH, prior: float = PRIOR_
     # ridge of leverage h leaves that difference's residual (1 - h) of itself, so the residual's expected
     # square is (1 - h)^2 of the variance, and the fit took 1 - (1 - h)^2 degrees of freedom.
     leverage = sum(sum(xs) ** 2 / len(xs) for xs in by_sweep.values()) / precision
+    low, high = EXPONENT_RANGE
     return ElasticityFit(
-        exponent=(prior_weight * prior + sxy) / precision,
+        exponent=min(high, max(low, (prior_weight * prior + sxy) / precision)),
         se=STEP_SD / math.sqrt(precision),
         contrasts=len(points) - schedules,
         sweep_df=1 - (1 - leverage) ** 2,

@@ -83,6 +83,9 @@ class ServiceRate(BaseModel):
     matched: bool = False
     # the host speed the rate is stated at, common to everything compared with it; None: as measured
     host: HostAdjustment | None = None
+    # the standard error the exponent's own error adds to the log rate: its se times how far the steps' host
+    # lay from the common speed (a verdict adds it to its error: loadgen.verdict.judge_service_rates)
+    host_log_se: float = 0.0
 
     def describe(self) -> str:
         if self.rate is None:
@@ -156,7 +159,7 @@ def service_rate(
     measured = [s for s in valid if s.ttft_growth]
     if not measured:
         return None
-    logs, ses, weights = [], [], []
+    logs, ses, weights, shifts = [], [], [], []
     for step in measured:
         lam, g = step.target_rate, step.ttft_growth
         k = g["slope"]
@@ -165,6 +168,7 @@ def service_rate(
         logs.append(math.log(lam / (1 + k)))
         if host:
             logs[-1] += host.log_factor(step_host_s(step))
+            shifts.append(math.log(step_host_s(step) / host.at_host_s))
         # the slope's interval as a normal one, carried to log(mu) = log(lam) - log(1 + k)
         ses.append(max(g["high"] - g["low"], 1e-6) / (2 * 1.96) / (1 + k))
         weights.append(g["n"])
@@ -179,4 +183,5 @@ def service_rate(
         max_rate=top,
         matched=matched,
         host=host,
+        host_log_se=host.exponent_se * abs(float(np.dot(w, shifts))) if host else 0.0,
     )

@@ -258,6 +258,7 @@ def _interval_verdict(
     futility: bool = False,
     max_rounds: int = 0,
     taken_df: float = 0.0,
+    host_se: float = 0.0,
 ) -> VerdictStats:
     """The test both estimators share: the effect d = log(B / A) with the larger of its own standard error
     (``se_own``: a bootstrap, or the slopes' intervals) and the between-round one (the rounds' differences
@@ -265,11 +266,15 @@ def _interval_verdict(
     verdict waits for another round while it has no between-run spread (df 0) or fewer than ``min_diffs``
     round differences of its own, unless this is its last look; with ``futility``, at the look before the
     last (``kb`` + 1 = ``max_rounds``: one repeat left, the rule's derivation), an effect under
-    FUTILITY_SHARE of the MDE stops as ``same`` instead."""
+    FUTILITY_SHARE of the MDE stops as ``same`` instead. ``host_se``: the error the host adjustment's
+    exponents add to ``d`` (loadgen.queue_rate.ServiceRate.host_log_se), added to either error."""
     var, df = between_variance(diffs, prior_var, prior_df, taken_df)
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
     se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
+    if host_se:
+        se_own = math.hypot(se_own, host_se)
+        se_between = math.hypot(se_between, host_se) if se_between is not None else None
     se, use_df = _standard_error(se_own, se_between, df)
     z = _crit(alpha, looks, use_df, last)
     lo, hi = d - z * se, d + z * se
@@ -393,6 +398,9 @@ def judge_service_rates(
         futility=futility,
         max_rounds=max_rounds,
         taken_df=taken,
+        # each side's exponent is an estimate: its error, carried through the host's distance from the
+        # common speed, is part of the effect's (one side's error taken as independent of the other's)
+        host_se=math.hypot(sa.host_log_se, sb.host_log_se),
     )
 
 

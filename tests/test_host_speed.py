@@ -178,3 +178,40 @@ def test_a_candidate_of_one_sweep_takes_its_baseline_s_exponent(rates):
     # its own repeats pull it toward what it does (0 here) from the baseline's
     several = [_host_drifted_sweep(ENGINE, rates, 960 + r, follows=0.0) for r in range(4)]
     assert host_adjustments(a, several)[1].exponent > ha.exponent + 0.4
+
+
+@pytest.mark.parametrize("candidate_follows", [0.0, -1.0])
+def test_a_host_slower_only_during_a_one_sweep_candidate_moves_its_verdict_by_less_than_its_stated_error(
+    rates, candidate_follows
+):
+    """The host 10% slower through the candidate's one sweep only. The candidate borrows its decode-bound
+    baseline's exponent (about -1): right when the candidate follows the host too, a whole host swing
+    too much when it does not. Over seeds, an A/A pair's verdict is never `better` or `worse`, its effect
+    lies within its stated half-width of the truth (0), and that half-width carries the exponent's error."""
+    prior_var, prior_df = 2 * 0.03**2, 4  # the default prior (loadgen.noise_prior)
+    errors, widths, plain = [], [], []
+    for seed in range(8):
+        a = [_host_drifted_sweep(ENGINE, rates, 3000 + 10 * seed + r, follows=-1.0) for r in (0, 1)]
+        b = [_host_drifted_sweep(ENGINE, rates, 4000 + 10 * seed, follows=candidate_follows, level=1.1)]
+        stats = judge_service_rates(a, b, final=True, prior_var=prior_var, prior_df=prior_df)
+        assert stats.verdict == "same", (seed, stats.sentence())
+        assert stats.low < 0 < stats.high, (seed, stats.low, stats.high)
+        errors.append(abs(stats.effect))
+        widths.append((stats.high - stats.low) / 2)
+        # what the exponent's error adds to the candidate's side
+        hb = service_rate([st for st in b[0]], host=host_adjustment(b, a + b, baseline=host_adjustment(a, a + b)))
+        plain.append(hb.host_log_se)
+    assert all(e < w for e, w in zip(errors, widths)), (errors, widths)
+    # a 10% slower host for one sweep of three is ~6% from the common speed (the steps' own swing of 8%
+    # moves it): with the borrowed exponent's se of at least 0.5, about 3% of standard error on average
+    assert float(np.mean(plain)) > 0.02, plain
+
+
+def test_a_fitted_exponent_is_clipped_to_the_physical_range(rates):
+    """A step slows at most as much as the host's memory and never speeds up on a slower host: a fit
+    outside [-1, 0] (an engine planted to follow the host by -2, or by +1) is held at the bound."""
+    from loadgen.host_elasticity import EXPONENT_RANGE
+
+    for follows, bound in ((-2.0, EXPONENT_RANGE[0]), (1.0, EXPONENT_RANGE[1])):
+        fit = fit_elasticity([_host_drifted_sweep(ENGINE, rates, 700 + r, follows=follows) for r in range(4)])
+        assert fit.exponent == bound, (follows, fit)
