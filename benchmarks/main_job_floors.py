@@ -95,8 +95,9 @@ def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
 
 
 def calibration(runs: dict) -> list[dict]:
-    """The runs' floors' own A/A evidence pooled by estimator and noise class: what the endpoint's
-    ``noise_calibration`` declares (sd of a paired difference over its df)."""
+    """The runs' floors' own A/A evidence pooled by estimator and noise class (sd of a paired difference over
+    its df). Two sweeps of one launch each: within-launch evidence, which the endpoint's ``noise_calibration``
+    may not declare (a verdict compares launches; specs.config.NoiseCalibration)."""
     pooled: dict[tuple, list[float]] = {}
     for run in runs.values():
         for f in run["floors"]:
@@ -162,7 +163,7 @@ def main() -> None:
 def _calibration_table(pooled: list[dict]) -> str:
     rows = [f"| {c['estimator']} | {c['limiting']} | {c['floors']} | {c['df']:.3g} | {c['sd']:.2%} |" for c in pooled]
     return (
-        "## The floors' A/A evidence pooled by estimator and noise class (the endpoint's `noise_calibration`)\n\n"
+        "## The floors' A/A evidence pooled by estimator and noise class (within launches)\n\n"
         "| estimator | limited by | floors | df | sd of a paired difference |\n|---|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n"
