@@ -11,7 +11,7 @@ machine's holds nothing else). The output says, per floor, the MDE the run's rev
 target is an MDE at most 10% in the review of a fresh machine's main job.
 
 Below the runs, what a floor judged by the service rate can reach (``reach``): the MDE that loadgen.verdict.floor_mde
-gives a floor of K sweeps on matched steps, for a between-run sd of a paired difference and the degrees of freedom
+gives a floor of K sweeps whose slopes had no error of their own (a best case), for a between-run sd of a paired difference and the degrees of freedom
 its variance rests on (a fresh machine's floor: the default prior's 4 and the floor's own 1-2; a known sd: inf).
 """
 
@@ -43,15 +43,15 @@ DFS = (5.0, 10.0, 20.0, float("inf"))
 
 
 def reach(sd: float, df: float, sweeps: int, candidate_rounds: int) -> float | None:
-    """The MDE of a floor of ``sweeps`` sweeps read on matched steps (no error of its own beyond the runs'
-    spread), whose paired sd is ``sd`` on ``df`` degrees of freedom (inf: known), both tests at alpha / 2."""
+    """The MDE of a floor of ``sweeps`` sweeps with no error of its own beyond the runs' spread (a best case),
+    whose paired sd is ``sd`` on ``df`` degrees of freedom (inf: known), both tests at alpha / 2."""
     from types import SimpleNamespace
 
     from loadgen.verdict import ALPHA, LOOKS, floor_mde
 
-    matched = SimpleNamespace(matched=True, rate=1.0, log_se=0.0)
+    known = SimpleNamespace(rate=1.0, log_se=0.0)
     return floor_mde(
-        matched, sweeps, sd**2, min(df, 1e6), looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=candidate_rounds
+        known, sweeps, sd**2, min(df, 1e6), looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=candidate_rounds
     )
 
 

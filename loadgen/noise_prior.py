@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from loadgen.capacity import CapacityEstimate, estimate
 from loadgen.host_elasticity import host_adjustment
-from loadgen.queue_rate import HostAdjustment, matched_steps, service_rate
+from loadgen.queue_rate import HostAdjustment, service_rate
 from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 
 #: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
@@ -80,8 +80,7 @@ def repeat_evidence(
     The service rate is stated at one host speed where every step has a reading, with the exponent fitted
     on these repeats (loadgen.host_elasticity), and the df that fit took are not counted."""
     host = None
-    if estimator == "service_rate":  # the steps every repeat queued at, as a matched verdict reads them
-        sweeps_steps = matched_steps(sweeps_steps) or sweeps_steps
+    if estimator == "service_rate":
         host = host_adjustment(sweeps_steps, sweeps_steps)
     logs = [x for x in (PER_SWEEP[estimator](steps, host) for steps in sweeps_steps) if x is not None]
     evidence = log_evidence(logs, estimator, taken_df=host.sweep_df if host else 0.0)

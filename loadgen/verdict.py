@@ -38,7 +38,7 @@ from scipy.stats import t as student_t
 from loadgen.capacity import CapacityEstimate, estimate
 from loadgen.host_elasticity import host_adjustment
 from loadgen.noise_prior import PER_SWEEP
-from loadgen.queue_rate import HostAdjustment, matched_steps, service_rate
+from loadgen.queue_rate import HostAdjustment, service_rate
 from loadgen.results import StepResult
 
 ALPHA = 0.05
@@ -128,11 +128,10 @@ def host_adjustments(
     a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]
 ) -> tuple[HostAdjustment | None, HostAdjustment | None]:
     """How each side is stated at the host speed common to both (loadgen.host_elasticity): each with the
-    exponent its own rounds fit, since two configurations follow the host's memory differently; the
-    candidate's shrunk toward the baseline's (one sweep of it takes the baseline's)."""
+    exponent its own rounds fit (one sweep: the prior's), since two configurations follow the host's memory
+    differently."""
     every = a_rounds + b_rounds
-    a = host_adjustment(a_rounds, every)
-    return a, host_adjustment(b_rounds, every, baseline=a)
+    return host_adjustment(a_rounds, every), host_adjustment(b_rounds, every)
 
 
 def between_variance(
@@ -320,18 +319,15 @@ def judge_service_rates(
     prior_df: float = 0,
     looks: int | None = None,
     futility: bool = False,
-    match: bool = True,
 ) -> VerdictStats:
     """:func:`judge_rounds` with the engine's service rate from queue growth (:mod:`loadgen.queue_rate`)
     in place of the SLA crossing: d = log(mu B / mu A) over every queued step of each side; its standard
     error is the larger of the slopes' own (their Theil-Sen intervals) and the between-round one, pooled
-    with the A/A prior as in judge_rounds. Where every sweep of both sides queued at some of the same
-    (rate, length) pairs, d is read from those steps alone and its error is the between-round one
-    (:func:`loadgen.queue_rate.matched_steps`: the same requests, whose heterogeneity cancels). A side
-    with no queued step served every tested rate: the driver widens the rates upward (``*_censored``
-    "above"). ``match=False`` reads every queued step at every look: a sequential design whose rounds
-    recentre their rates (loadgen.sequential) shares steps only in its first rounds, and one statistic
-    over all its looks is what its alpha spending assumes. ``seed`` is unused (nothing is resampled)."""
+    with the A/A prior as in judge_rounds, and the host adjustment's own (``host_se``). A side with no
+    queued step served every tested rate: the driver widens the rates upward (``*_censored`` "above").
+    Every queued step is read, whether or not the other side queued at its rate and length: reading only
+    the steps both sides shared (the same requests) did not pay on recorded A/A launches
+    (benchmarks/results/verdict_coverage.md). ``seed`` is unused (nothing is resampled)."""
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
     looks = looks or max_rounds
@@ -366,24 +362,15 @@ def judge_service_rates(
         return VerdictStats(
             verdict=verdict, stopped=stopped, reason="a side never queued: no rate to compare", **common
         )
-    matched = matched_steps(a_rounds + b_rounds) if match else None
-    if matched:  # the same requests on both sides: their heterogeneity cancels (queue_rate.matched_steps)
-        a_rounds, b_rounds = matched[:ka], matched[ka:]
-        host_a, host_b = host_adjustments(a_rounds, b_rounds)
-        sa = service_rate([s for r in a_rounds for s in r], matched=True, host=host_a)
-        sb = service_rate([s for r in b_rounds for s in r], matched=True, host=host_b)
-        common |= dict(baseline=sa.describe(), candidate=sb.describe(), baseline_rps=sa.rate, candidate_rps=sb.rate)
     d = math.log(sb.rate / sa.rate)
     hosts = host_adjustments(a_rounds[:k], b_rounds[:k])
     diffs = _differences(PER_SWEEP["service_rate"], a_rounds[:k], b_rounds[:k], hosts)
     taken = sum(h.sweep_df for h in hosts if h)  # what each side's exponent took from the rounds' spread
-    # matched steps: the runs' spread (the rounds' differences and the A/A prior) is the error, once there is
-    # any; else the larger of it and the slopes' own. Either way a verdict waits for a second round's spread
-    # of its own (the prior alone is not it): queued requests are not independent, so the slopes may be optimistic
-    spread = between_variance(diffs, prior_var, prior_df, taken)[1] > 0
+    # the larger of the runs' spread and the slopes' own; a verdict waits for a second round's spread of its
+    # own (the prior alone is not it): queued requests are not independent, so the slopes may be optimistic
     return _interval_verdict(
         d,
-        0.0 if matched and spread else math.hypot(sa.log_se, sb.log_se),
+        math.hypot(sa.log_se, sb.log_se),
         diffs,
         ka,
         kb,
@@ -464,9 +451,7 @@ def floor_mde(
     # variance measured (df 0) there is nothing they would pool into
     kc = candidate_rounds or k
     df += min(k, kc) - 1 if df > 0 else 0
-    # a service rate read from matched steps: the candidate's are the same requests, and only the runs'
-    # spread separates them (judge_service_rates)
-    own = 0.0 if getattr(est, "matched", False) and df > 0 else est.log_se * math.sqrt(2) * own_scale
+    own = est.log_se * math.sqrt(2) * own_scale
     # var is that of one paired difference: the means of k and kc runs differ by var / 2 x (1/k + 1/kc)
     se, use_df = _standard_error(own, math.sqrt(var / 2 * (1 / k + 1 / kc)), df)
     mde = math.expm1((_crit(alpha, looks, use_df) + POWER_Z) * se)
