@@ -34,6 +34,7 @@ import contextlib
 import gzip
 import json
 import math
+import os
 import platform
 import sys
 from pathlib import Path
@@ -254,10 +255,14 @@ def markdown(result: dict, command: str, names: dict[str, str]) -> str:
         "",
         f"Command: `{command}`",
         "",
-        f"Host that made this table: {platform.machine()}, {platform.python_implementation()} "
+        f"Host that made this table: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
         f"{platform.python_version()} (a replay of recorded sweeps: the launches ran on 2-core hosts).",
         "",
         "Launches: " + ", ".join(f"{k} ({v})" for k, v in names.items()),
+        "",
+        "Coverage: the share of A/A verdicts whose 95% interval holds zero (in brackets: the pairs with an "
+        "interval); false verdicts: `better` or `worse`; half-width and effect: medians, on the log scale's "
+        "percentages. Each variant changes one thing from the product (see the script's docstring).",
         "",
         "| variant | configuration | candidate sweeps | pairs | coverage | false verdicts | median half-width "
         "| median abs effect |",
