@@ -338,6 +338,7 @@ def test_a_calibration_is_ignored_on_another_protocol_or_other_hardware_and_the_
     (a longer step) or other hardware it is left out, every floor rests on what remains, and the prior's
     source (the review's noise-floor line) says what was ignored and why. Within-launch evidence is never
     taken for between-launch noise."""
+    from research.review import _noise_lines
     from specs.config import CalibrationProtocol
     from test_campaign_deadline import _endpoint
 
@@ -360,6 +361,8 @@ def test_a_calibration_is_ignored_on_another_protocol_or_other_hardware_and_the_
         floor = noise_floor(sweeps, prior=prior)
         assert floor.mde == pytest.approx(noise_floor(sweeps, prior=endpoint_prior(bare, None)).mde)
         assert "declared calibration ignored" in floor.prior_source
+        review = _noise_lines("reference", BaselineRecord(engine_args=[], sweeps=sweeps, noise=floor))[0]
+        assert "declared calibration ignored (lab runs)" in review and said in review  # the review says why
     # the same calibration on its own protocol and hardware applies (the calm ITL class tightens the floor)
     applied = endpoint_prior(
         bare.model_copy(update={"noise_calibration": [_calibration(bare, "service_rate", "itl", 0.015, 8)]}), None
