@@ -58,7 +58,8 @@ def reach(sd: float, df: float, sweeps: int, candidate_rounds: int) -> float | N
 def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
     """Per adopted floor, in order: the recorded MDE and today's (that of a candidate of at most
     ``candidate_rounds`` sweeps), with what the prior held: without the endpoint's declared calibration (as
-    these runs had it: the calibration is measured from them) and with it (in-sample)."""
+    these runs had it) and with it (its between-launch entries, measured on benchmarks/launch_variance.py's
+    launches, not on these runs)."""
     declared = load_definitions(definitions_dir()).endpoint(state.endpoint)
     bare = declared.model_copy(update={"noise_calibration": []})
     out = []
@@ -152,7 +153,7 @@ def main() -> None:
         + "\n".join(rows)
         + f"\n\nOver {TARGET:.0%} today: {len(over)} of {total}.\n\n"
         "MDE today: the floor rebuilt without the endpoint's declared calibration, as runs before it had it; with "
-        "the calibration: as the endpoint declares it now (in-sample for runs 19-24, whose floors it is measured from). Crossing alone: the MDE of a change judged by the SLA crossing alone, as one is where "
+        "the calibration: as the endpoint declares it now (its between-launch entries, measured on benchmarks/launch_variance.py's launches, not on these runs). Crossing alone: the MDE of a change judged by the SLA crossing alone, as one is where "
         "ITL, not a queue, sets the SLA limit the service rate would speak for (loadgen.judge).\n\n"
         + _calibration_table(pooled)
         + "\n"
