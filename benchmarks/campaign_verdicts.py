@@ -15,14 +15,12 @@ A ``--launches`` group is labelled with its planted slowdown (every engine step 
 sign: a slowed candidate should be ``worse``, a slowed baseline ``better``.
 
 The launches are reused across pairs, so the pairs are not independent trials: the counts say how the
-rule judges these recordings, not a false-verdict rate with a binomial interval. ``--rule own`` judges
-them as before matched steps (loadgen.queue_rate.matched_steps disabled), for the comparison.
+rule judges these recordings, not a false-verdict rate with a binomial interval.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
@@ -45,26 +43,6 @@ def launches(directory: Path) -> dict[str, list[SweepResult]]:
     return {k: v for k, v in out.items() if len(v) >= 2 and all(s.validity == "valid" for s in v)}
 
 
-@contextlib.contextmanager
-def rule(name: str):
-    """``matched`` (the product's rule) or ``own``: matched steps disabled, as before they existed."""
-    if name == "matched":
-        yield
-        return
-    import loadgen.noise_prior as noise_prior
-    import loadgen.queue_rate as queue_rate
-    import loadgen.verdict as verdict
-
-    saved = queue_rate.matched_steps
-    for module in (queue_rate, noise_prior, verdict):
-        module.matched_steps = lambda *a, **k: None
-    try:
-        yield
-    finally:
-        for module in (queue_rate, noise_prior, verdict):
-            module.matched_steps = saved
-
-
 def judge_pair(base: list[SweepResult], cand: list[SweepResult]) -> dict:
     """One candidate judged against one floor as a campaign does: a look on one sweep, a last on two."""
     floor = noise_floor(base[:2])
@@ -82,17 +60,16 @@ def judge_pair(base: list[SweepResult], cand: list[SweepResult]) -> dict:
     }
 
 
-def run(groups: list[tuple[float, dict[str, list[SweepResult]]]], rule_name: str) -> dict:
+def run(groups: list[tuple[float, dict[str, list[SweepResult]]]]) -> dict:
     pairs = []
-    with rule(rule_name):
-        named = [(effect, f"{effect:g}:{k}", sweeps) for effect, g in groups for k, sweeps in g.items()]
-        for b_effect, b_name, base in named:
-            for c_effect, c_name, cand in named:
-                if b_name == c_name:
-                    continue
-                # capacity scales as 1 / step time: the candidate's true effect against this baseline
-                truth = (1 + b_effect) / (1 + c_effect) - 1
-                pairs.append({"baseline": b_name, "candidate": c_name, "truth": truth, **judge_pair(base, cand)})
+    named = [(effect, f"{effect:g}:{k}", sweeps) for effect, g in groups for k, sweeps in g.items()]
+    for b_effect, b_name, base in named:
+        for c_effect, c_name, cand in named:
+            if b_name == c_name:
+                continue
+            # capacity scales as 1 / step time: the candidate's true effect against this baseline
+            truth = (1 + b_effect) / (1 + c_effect) - 1
+            pairs.append({"baseline": b_name, "candidate": c_name, "truth": truth, **judge_pair(base, cand)})
     cells: dict[str, dict] = {}
     for p in pairs:
         key = f"{p['truth']:+.3f}"
@@ -108,11 +85,11 @@ def run(groups: list[tuple[float, dict[str, list[SweepResult]]]], rule_name: str
         c["sweeps_per_verdict"] = c["sweeps"] / c["pairs"]
         del c["mde"], c["sweeps"]
     floors = sorted({p["baseline"]: p["floor_mde"] for p in pairs}.items())
-    return {"rule": rule_name, "cells": cells, "floors": floors, "pairs": pairs}
+    return {"cells": cells, "floors": floors, "pairs": pairs}
 
 
 def text(result: dict) -> str:
-    lines = [f"rule: {result['rule']}", "true effect  pairs  better  same  worse  invalid  median MDE  sweeps/verdict"]
+    lines = ["true effect  pairs  better  same  worse  invalid  median MDE  sweeps/verdict"]
     for _, c in sorted(result["cells"].items(), key=lambda kv: kv[1]["truth"]):
         v = c["verdicts"]
         mde = f"{c['median_mde']:.1%}" if c["median_mde"] is not None else "-"
@@ -137,12 +114,11 @@ def _group(value: str) -> tuple[float, Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=_group, action="append", required=True, help="SLOWDOWN=launch_variance dir")
-    ap.add_argument("--rule", choices=["matched", "own", "both"], default="both")
     ap.add_argument("--out", type=Path, help="write <out>.json and <out>.txt")
     args = ap.parse_args()
     groups = [(effect, launches(path)) for effect, path in args.launches]
     command = "benchmarks/campaign_verdicts.py " + " ".join(f"--launches {e:g}=<dir>" for e, _ in args.launches)
-    results = [run(groups, r) for r in (["matched", "own"] if args.rule == "both" else [args.rule])]
+    results = [run(groups)]
     out = "\n\n".join([f"# {command}"] + [text(r) for r in results])
     print(out)
     if args.out:

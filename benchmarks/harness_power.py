@@ -65,7 +65,7 @@ ESTIMATORS = {
     "crossing": (ESTIMATOR, judge_rounds, RECENTRED),
     # every step must queue; rounds recentre, so no step is common to all of them: one statistic at every
     # look (matched steps are the campaign's fixed ladder's: benchmarks/campaign_verdicts.py)
-    "service_rate": (QUEUE, partial(judge_service_rates, match=False), (1.2, 1.4, 1.6, 1.8)),
+    "service_rate": (QUEUE, judge_service_rates, (1.2, 1.4, 1.6, 1.8)),
 }
 
 

@@ -8,7 +8,7 @@ Each DIR holds sweeps with the host probe (``launch_variance.py run --host-speed
 
 * the exponent of a queued step's log service rate on its log memory-pass time, over every schedule the
   sweeps repeated (one level per schedule, least squares: the measurement, no prior);
-* per pair of sweeps of one launch (a floor's two repeats), the log difference of their matched service
+* per pair of sweeps of one launch (a floor's two repeats), the log difference of their service
   rates as measured, at one host speed with the exponent fixed at -1 (the rule of 2026-12-06), and with the
   exponent the product fits on that pair (loadgen.host_elasticity: a ridge toward -0.5), with the degrees
   of freedom that fit took from the pair.
@@ -66,21 +66,20 @@ def least_squares_exponent(sweeps: list[list]) -> dict:
 
 
 def pair_rules(pair: list[list]) -> dict:
-    """One floor's two sweeps: their matched service rates' log difference under each rule."""
+    """One floor's two sweeps: their service rates' log difference under each rule."""
     from loadgen.host_elasticity import host_adjustment
-    from loadgen.queue_rate import matched_steps, service_rate
+    from loadgen.queue_rate import service_rate
 
-    matched = matched_steps(pair) or pair
-    fitted = host_adjustment(matched, matched)
-    out = {"matched_steps": len(matched[0])}
+    fitted = host_adjustment(pair, pair)
+    out = {"steps": len(pair[0])}
     if fitted is None:
         return out
     fixed = fitted.model_copy(update={"exponent": -1.0})
     for name, host in (("as_measured", None), ("fixed_-1", fixed), ("fitted", fitted)):
-        rates = [service_rate(s, matched=True, host=host) for s in matched]
+        rates = [service_rate(s, host=host) for s in pair]
         out[name] = math.log(rates[1].rate / rates[0].rate) if all(r and r.rate for r in rates) else None
     out |= {"fitted_exponent": fitted.exponent, "fitted_se": fitted.exponent_se, "df_taken": fitted.sweep_df}
-    out["host_log_difference"] = _host_difference(matched)
+    out["host_log_difference"] = _host_difference(pair)
     return out
 
 

@@ -11,7 +11,7 @@ machine's holds nothing else). The output says, per floor, the MDE the run's rev
 target is an MDE at most 10% in the review of a fresh machine's main job.
 
 Below the runs, what a floor judged by the service rate can reach (``reach``): the MDE that loadgen.verdict.floor_mde
-gives a floor of K sweeps on matched steps, for a between-run sd of a paired difference and the degrees of freedom
+gives a floor of K sweeps whose slopes had no error of their own (a best case), for a between-run sd of a paired difference and the degrees of freedom
 its variance rests on (a fresh machine's floor: the default prior's 4 and the floor's own 1-2; a known sd: inf).
 """
 
@@ -43,22 +43,23 @@ DFS = (5.0, 10.0, 20.0, float("inf"))
 
 
 def reach(sd: float, df: float, sweeps: int, candidate_rounds: int) -> float | None:
-    """The MDE of a floor of ``sweeps`` sweeps read on matched steps (no error of its own beyond the runs'
-    spread), whose paired sd is ``sd`` on ``df`` degrees of freedom (inf: known), both tests at alpha / 2."""
+    """The MDE of a floor of ``sweeps`` sweeps with no error of its own beyond the runs' spread (a best case),
+    whose paired sd is ``sd`` on ``df`` degrees of freedom (inf: known), both tests at alpha / 2."""
     from types import SimpleNamespace
 
     from loadgen.verdict import ALPHA, LOOKS, floor_mde
 
-    matched = SimpleNamespace(matched=True, rate=1.0, log_se=0.0)
+    known = SimpleNamespace(rate=1.0, log_se=0.0)
     return floor_mde(
-        matched, sweeps, sd**2, min(df, 1e6), looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=candidate_rounds
+        known, sweeps, sd**2, min(df, 1e6), looks=LOOKS, alpha=ALPHA / 2, candidate_rounds=candidate_rounds
     )
 
 
 def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
     """Per adopted floor, in order: the recorded MDE and today's (that of a candidate of at most
     ``candidate_rounds`` sweeps), with what the prior held: without the endpoint's declared calibration (as
-    these runs had it: the calibration is measured from them) and with it (in-sample)."""
+    these runs had it) and with it (its between-launch entries, measured on benchmarks/launch_variance.py's
+    launches, not on these runs)."""
     declared = load_definitions(definitions_dir()).endpoint(state.endpoint)
     bare = declared.model_copy(update={"noise_calibration": []})
     out = []
@@ -95,8 +96,9 @@ def floors(state: CampaignState, candidate_rounds: int) -> list[dict]:
 
 
 def calibration(runs: dict) -> list[dict]:
-    """The runs' floors' own A/A evidence pooled by estimator and noise class: what the endpoint's
-    ``noise_calibration`` declares (sd of a paired difference over its df)."""
+    """The runs' floors' own A/A evidence pooled by estimator and noise class (sd of a paired difference over
+    its df). Two sweeps of one launch each: within-launch evidence, which the endpoint's ``noise_calibration``
+    may not declare (a verdict compares launches; specs.config.NoiseCalibration)."""
     pooled: dict[tuple, list[float]] = {}
     for run in runs.values():
         for f in run["floors"]:
@@ -151,7 +153,7 @@ def main() -> None:
         + "\n".join(rows)
         + f"\n\nOver {TARGET:.0%} today: {len(over)} of {total}.\n\n"
         "MDE today: the floor rebuilt without the endpoint's declared calibration, as runs before it had it; with "
-        "the calibration: as the endpoint declares it now (in-sample for runs 19-24, whose floors it is measured from). Crossing alone: the MDE of a change judged by the SLA crossing alone, as one is where "
+        "the calibration: as the endpoint declares it now (its between-launch entries, measured on benchmarks/launch_variance.py's launches, not on these runs). Crossing alone: the MDE of a change judged by the SLA crossing alone, as one is where "
         "ITL, not a queue, sets the SLA limit the service rate would speak for (loadgen.judge).\n\n"
         + _calibration_table(pooled)
         + "\n"
@@ -162,7 +164,7 @@ def main() -> None:
 def _calibration_table(pooled: list[dict]) -> str:
     rows = [f"| {c['estimator']} | {c['limiting']} | {c['floors']} | {c['df']:.3g} | {c['sd']:.2%} |" for c in pooled]
     return (
-        "## The floors' A/A evidence pooled by estimator and noise class (the endpoint's `noise_calibration`)\n\n"
+        "## The floors' A/A evidence pooled by estimator and noise class (within launches)\n\n"
         "| estimator | limited by | floors | df | sd of a paired difference |\n|---|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n"

@@ -7,11 +7,12 @@ time moved with an sd of 9.6% (benchmarks/results/host_elasticity/). One fixed e
 large swings (docs/measurement.md, run 18), so each side of a comparison gets its own.
 
 The fit reads each schedule the configuration's sweeps repeated (a step's rate and length fix its requests,
-loadgen.queue_rate.matched_steps): around that schedule's mean, a step's log service rate against its log
-memory-pass time. A ridge toward :data:`PRIOR_EXPONENT` (between the two kinds of work, sd
-:data:`PRIOR_EXPONENT_SD`) keeps two steps from deciding it. A side with no repeated schedule (one sweep)
-takes the prior; a candidate's prior is its baseline's exponent, since a candidate is mostly one setting
-away from it.
+loadgen.queue_rate.step_schedule): around that schedule's mean, a step's log service rate against its log
+memory-pass time. A ridge toward :data:`PRIOR_EXPONENT` (the middle of the physical range
+:data:`EXPONENT_RANGE`, sd :data:`PRIOR_EXPONENT_SD`, half of it) keeps two steps from deciding it. A side
+with no repeated schedule (one sweep) takes the prior, a candidate too: one setting can move a configuration
+across the whole range (the reference -0.09, prefix caching -0.99), so the baseline's exponent would be wrong
+by up to twice its stated error where the prior's middle is wrong by at most one.
 
 The fit comes from the same sweeps a floor's A/A evidence does. The part of the host's swing that lies
 between the sweeps, not within them, can be fitted away with the sweeps' own difference, so the fit takes
@@ -31,6 +32,10 @@ from loadgen.queue_rate import MIN_GROWTH, HostAdjustment, common_host_s, queued
 
 #: What a configuration's exponent is before its repeats say: between prefill-bound (0) and decode-bound (-1).
 PRIOR_EXPONENT, PRIOR_EXPONENT_SD = -0.5, 0.5
+#: The exponents a rate can physically have: a step slows at most as much as the host's memory does (-1, all
+#: of its time reading memory) and never speeds up on a slower host (0). A fit outside (run 19's -1.33 turned
+#: an 18.4% gap between two sweeps into 0.8%) explains the sweeps' own noise away, so it is clipped here.
+EXPONENT_RANGE = (-1.0, 0.0)
 #: A queued step's residual sd of log service rate at one host speed (measured 2.1-4.4%): with the prior's
 #: sd, how much host swing it takes for the steps to outweigh the prior.
 STEP_SD = 0.04
@@ -80,32 +85,27 @@ def fit_elasticity(sweeps, min_growth: float = MIN_GROWTH, prior: float = PRIOR_
     # ridge of leverage h leaves that difference's residual (1 - h) of itself, so the residual's expected
     # square is (1 - h)^2 of the variance, and the fit took 1 - (1 - h)^2 degrees of freedom.
     leverage = sum(sum(xs) ** 2 / len(xs) for xs in by_sweep.values()) / precision
+    low, high = EXPONENT_RANGE
     return ElasticityFit(
-        exponent=(prior_weight * prior + sxy) / precision,
+        exponent=min(high, max(low, (prior_weight * prior + sxy) / precision)),
         se=STEP_SD / math.sqrt(precision),
         contrasts=len(points) - schedules,
         sweep_df=1 - (1 - leverage) ** 2,
     )
 
 
-def host_adjustment(
-    side, every, min_growth: float = MIN_GROWTH, baseline: HostAdjustment | None = None
-) -> HostAdjustment | None:
+def host_adjustment(side, every, min_growth: float = MIN_GROWTH) -> HostAdjustment | None:
     """How to state the sweeps of one configuration (``side``) at the host speed common to ``every`` sweep
     of the comparison (both sides, every repeat), or None when some queued step has no reading (then no side
-    is adjusted: a comparison is adjusted everywhere or nowhere). A candidate passes its ``baseline``'s: a
-    candidate is mostly one setting away from its baseline, so it is shrunk toward the baseline's exponent
-    (a candidate of one sweep takes it) rather than toward the generic prior."""
+    is adjusted: a comparison is adjusted everywhere or nowhere)."""
     at = common_host_s([st for sweep in every for st in sweep], min_growth)
     if at is None:
         return None
-    prior = baseline.exponent if baseline else PRIOR_EXPONENT
-    fit = fit_elasticity(side, min_growth, prior)
+    fit = fit_elasticity(side, min_growth)
     return HostAdjustment(
         at_host_s=at,
         exponent=fit.exponent,
-        exponent_se=math.hypot(fit.se, baseline.exponent_se) if baseline and not fit.contrasts else fit.se,
+        exponent_se=fit.se,
         contrasts=fit.contrasts,
         sweep_df=fit.sweep_df,
-        prior="the baseline's" if baseline else "the prior",
     )

@@ -18,7 +18,6 @@ take ratios against, and says when it is only an upper bound.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -112,7 +111,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
     repeats pooled with the endpoint's prior (per estimator), and the minimum detectable effect. {} for
     sweeps without samples."""
     from loadgen.capacity import estimate
-    from loadgen.queue_rate import matched_steps, service_rate
+    from loadgen.queue_rate import service_rate
     from loadgen.verdict import ALPHA, LOOKS, floor_mde
 
     steps = [[st for st in s.steps if st.validity == "valid"] for s in sweeps if s.mode == "rate"]
@@ -128,7 +127,8 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
 
     def mdes(alpha: float, *estimates) -> tuple[float | None, float | None]:
         """(the MDE, the least MDE one more sweep could give) over ``estimates`` of (estimate, var, df):
-        that sweep at the mean adds a df and no spread, and its steps shrink the estimate's own error."""
+        that sweep at the mean adds a df and no spread, and its steps (as many requests as each earlier
+        sweep's) shrink the estimate's own error at best to k / (k + 1) of it, as exact slopes would."""
         now = [
             floor_mde(e, k, v, d, looks=LOOKS, alpha=alpha, candidate_rounds=candidate_rounds) for e, v, d in estimates
         ]
@@ -141,10 +141,13 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
                 looks=LOOKS,
                 alpha=alpha,
                 candidate_rounds=candidate_rounds,
-                own_scale=math.sqrt(k / (k + 1)),
+                own_scale=k / (k + 1),
             )
             for e, v, d in estimates
         ]
+        # never above the MDE now: where the slopes' own error decides (the normal quantile), a projection the
+        # runs' spread decides (Student's t) could read higher though both errors shrink
+        best = [b if n is None or b is None else min(b, n) for n, b in zip(now, best)]
         now, best = [m for m in now if m is not None], [m for m in best if m is not None]
         return (min(now) if now else None), (min(best) if best else None)
 
@@ -160,11 +163,7 @@ def _interval_inputs(sweeps: list[SweepResult], prior: NoisePrior, candidate_rou
     }
     if estimator == "service_rate":  # both tests at alpha / 2 (loadgen.judge): either one's MDE bounds it
         out["mde_crossing_alone"] = mde  # the crossing's alone, at the full alpha (a change ITL limits)
-        matched = matched_steps(steps)  # what a candidate swept like this baseline is compared on
-        compared = matched or steps
-        served = service_rate(
-            [st for r in compared for st in r], matched=bool(matched), host=host_adjustment(compared, compared)
-        )
+        served = service_rate([st for r in steps for st in r], host=host_adjustment(steps, steps))
         own.append(repeat_evidence(steps, "service_rate", limiting))
         s_var, s_df = pool(own[1], mine.service_rate)
         mde, mde_next = mdes(ALPHA / 2, (fit, var, df), (served, s_var, s_df))

@@ -10,7 +10,8 @@ normal quantile. Every floor an endpoint has measured is more evidence of the sa
 * :class:`NoisePrior` is what a new floor starts from: the default (:data:`PRIOR_SD` over
   :data:`PRIOR_DF`) pooled with the evidence of the endpoint's earlier floors, measured with the same
   protocol on the same hardware (the research memory keeps it: memory_db ``aa_evidence``);
-* :func:`pool` adds a floor's own evidence to that prior.
+* :func:`pool` adds a floor's own evidence to that prior, never below the between-launch noise the
+  endpoint declared for its class (a floor's own repeats are one launch; a verdict compares two).
 
 Configurations of one endpoint are not equally noisy: on vLLM CPU those an ITL tail limits moved 9-35%
 between runs, those the queue (TTFT) limits 0.1-3.9% (docs/measurement.md). So every piece of evidence
@@ -30,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from loadgen.capacity import CapacityEstimate, estimate
 from loadgen.host_elasticity import host_adjustment
-from loadgen.queue_rate import HostAdjustment, matched_steps, service_rate
+from loadgen.queue_rate import HostAdjustment, service_rate
 from loadgen.results import AAEvidence, Estimator, StepResult, SweepResult
 
 #: The between-run spread a new endpoint starts from: sd 3% of a paired log-capacity difference, worth
@@ -79,8 +80,7 @@ def repeat_evidence(
     The service rate is stated at one host speed where every step has a reading, with the exponent fitted
     on these repeats (loadgen.host_elasticity), and the df that fit took are not counted."""
     host = None
-    if estimator == "service_rate":  # the steps every repeat queued at, as a matched verdict reads them
-        sweeps_steps = matched_steps(sweeps_steps) or sweeps_steps
+    if estimator == "service_rate":
         host = host_adjustment(sweeps_steps, sweeps_steps)
     logs = [x for x in (PER_SWEEP[estimator](steps, host) for steps in sweeps_steps) if x is not None]
     evidence = log_evidence(logs, estimator, taken_df=host.sweep_df if host else 0.0)
@@ -116,13 +116,24 @@ class NoisePrior(BaseModel):
     source: str = f"default sd {PRIOR_SD:.0%} over {PRIOR_DF} df"
     history: list[AAEvidence] = Field(default_factory=list)  # every class's evidence (for_limit filters it)
     where: str = "earlier floors"
+    # between-launch noise declared for the endpoint (its calibration): no prior or floor of a class is narrower
+    bounds: list[AAEvidence] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)  # what was left out and why (a calibration that does not apply)
 
     @classmethod
     def from_history(
-        cls, history: list[AAEvidence], floors: int, where: str = "earlier floors", limiting: str | None = None
+        cls,
+        history: list[AAEvidence],
+        floors: int,
+        where: str = "earlier floors",
+        limiting: str | None = None,
+        bounds: list[AAEvidence] = (),
+        notes: list[str] = (),
     ) -> "NoisePrior":
         """The default pooled with the endpoint's recorded evidence (``floors`` of them, ``where``); with
-        ``limiting``, only the evidence of that class (and evidence without one)."""
+        ``limiting``, only the evidence of that class (and evidence without one). ``bounds``: between-launch
+        evidence whose sd the pooled one of its estimator and class never falls below (with no class given,
+        the widest of every class's); ``notes``: said in the source."""
         pooled = {e: _default(e) for e in ("crossing", "service_rate")}
         for ev in history:
             if limiting is not None and ev.limiting not in (None, limiting):
@@ -141,7 +152,26 @@ class NoisePrior(BaseModel):
                 for e, name in (("crossing", "crossing"), ("service_rate", "service rate"))
             )
             source += f" + {floors} {where}{f' that {limiting} limits' if limiting else ''} ({extra})"
-        return cls(floors=floors, source=source, history=list(history), where=where, **pooled)
+        for e, ev in pooled.items():
+            least = max(
+                (b.sum_sq / b.df for b in bounds if b.df and b.estimator == e and b.limiting in (None, limiting))
+                if limiting
+                else (b.sum_sq / b.df for b in bounds if b.df and b.estimator == e),
+                default=0.0,
+            )
+            if least:
+                pooled[e] = ev.model_copy(update={"least_var": least, "sum_sq": max(ev.sum_sq, least * ev.df)})
+                source += f"; {e.replace('_', ' ')} at least sd {math.sqrt(least):.1%} (declared between launches)"
+        source += "".join(f"; {n}" for n in notes)
+        return cls(
+            floors=floors,
+            source=source,
+            history=list(history),
+            where=where,
+            bounds=list(bounds),
+            notes=list(notes),
+            **pooled,
+        )
 
     def classes(self) -> list[str]:
         """The noise classes the history has evidence of."""
@@ -154,7 +184,7 @@ class NoisePrior(BaseModel):
             return self
         mine = [ev for ev in self.history if ev.df and ev.limiting in (None, limiting)]
         floors = min(self.floors, max((sum(ev.estimator == e for ev in mine) for e in PER_SWEEP), default=0))
-        return NoisePrior.from_history(self.history, floors, self.where, limiting)
+        return NoisePrior.from_history(self.history, floors, self.where, limiting, self.bounds, self.notes)
 
 
 def _default(estimator: Estimator) -> AAEvidence:
@@ -164,7 +194,7 @@ def _default(estimator: Estimator) -> AAEvidence:
 def pool(own: AAEvidence, prior: AAEvidence) -> tuple[float, float]:
     """(variance of a paired difference, df): a floor's own evidence pooled with its prior."""
     df = prior.df + own.df
-    return ((prior.sum_sq + own.sum_sq) / df if df else 0.0), df
+    return (max((prior.sum_sq + own.sum_sq) / df, prior.least_var) if df else 0.0), df
 
 
 def combine(a: tuple[float, float], b: tuple[float, float], *, shared: bool = False) -> tuple[float, float]:

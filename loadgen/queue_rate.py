@@ -57,14 +57,13 @@ class HostAdjustment(BaseModel):
     exponent_se: float = 0.0
     contrasts: int = 0  # the repeated steps it was fitted on (0: the prior alone)
     sweep_df: float = 0.0  # the degrees of freedom the fit took from these sweeps' A/A evidence
-    prior: str = "the prior"  # what it was shrunk toward: "the prior" (-0.5) or "the baseline's" exponent
 
     def log_factor(self, step_host_s: float) -> float:
         """What the step's log rate gains when stated at the common host speed."""
         return -self.exponent * math.log(step_host_s / self.at_host_s)
 
     def describe(self) -> str:
-        fitted = f"fitted on {self.contrasts} repeated step(s)" if self.contrasts else f"{self.prior} alone"
+        fitted = f"fitted on {self.contrasts} repeated step(s)" if self.contrasts else "the prior alone"
         return (
             f"at a common host speed ({self.at_host_s * 1e3:.3g} ms per memory pass; rate ~ host^"
             f"{self.exponent:+.2f} +-{self.exponent_se:.2f}, {fitted})"
@@ -78,18 +77,17 @@ class ServiceRate(BaseModel):
     log_se: float = math.inf
     steps: int = 0  # steps that queued
     max_rate: float = 0.0  # the highest tested rate: with no queued step, mu >= this
-    # read from matched steps only (matched_steps): the slopes' own error is the requests' heterogeneity,
-    # the same in every sweep compared, so a paired difference is judged by the runs' spread instead
-    matched: bool = False
     # the host speed the rate is stated at, common to everything compared with it; None: as measured
     host: HostAdjustment | None = None
+    # the standard error the exponent's own error adds to the log rate: its se times how far the steps' host
+    # lay from the common speed (a verdict adds it to its error: loadgen.verdict.judge_service_rates)
+    host_log_se: float = 0.0
 
     def describe(self) -> str:
         if self.rate is None:
             return f"served every tested rate (up to {self.max_rate:.3g} req/s) without queueing"
-        where = f"{self.steps} matched step(s)" if self.matched else f"{self.steps} step(s)"
         host = f", {self.host.describe()}" if self.host else ""
-        return f"{self.rate:.3g} req/s served (queue growth over {where}{host}, +-{self.log_se:.1%})"
+        return f"{self.rate:.3g} req/s served (queue growth over {self.steps} step(s){host}, +-{self.log_se:.1%})"
 
 
 def queued(step, min_growth: float = MIN_GROWTH) -> bool:
@@ -98,29 +96,9 @@ def queued(step, min_growth: float = MIN_GROWTH) -> bool:
 
 
 def step_schedule(step) -> tuple[float, float]:
-    """What fixes a step's requests and arrival times: its rate and its length."""
+    """What fixes a step's requests and arrival times: its rate and its length (repeats of one schedule are
+    what loadgen.host_elasticity fits a configuration's exponent on)."""
     return round(step.target_rate, 6), round(step.duration_s, 3)
-
-
-def matched_steps(sweeps, min_growth: float = MIN_GROWTH) -> list[list] | None:
-    """Each sweep's queued steps at the (rate, length) pairs where every sweep queued, or None when no
-    pair is common to all.
-
-    A step's rate and length fix its requests and their arrival times (one seed per rate, the same in
-    every repeat and on both sides of a verdict), so matched steps serve the same requests. A queued
-    step's slope reads the mean service time of *its* requests: its Theil-Sen interval is mostly their
-    heterogeneity (prompt lengths), identical in every matched sweep, so it cancels in a paired
-    difference. Repeats of the reference read matched steps within 1-2% where the intervals said 4-8%
-    (benchmarks/service_rate_calibration.py). Unmatched steps (a ladder that took another path after a
-    noisy SLA check, a step stretched to another length) serve other requests, and their difference
-    carries that heterogeneity: there the intervals stand."""
-    keys = None
-    for sweep in sweeps:
-        have = {step_schedule(s) for s in sweep if queued(s, min_growth)}
-        keys = have if keys is None else keys & have
-    if not keys:
-        return None
-    return [[s for s in sweep if queued(s, min_growth) and step_schedule(s) in keys] for sweep in sweeps]
 
 
 def step_host_s(step) -> float | None:
@@ -142,12 +120,9 @@ def common_host_s(steps, min_growth: float = MIN_GROWTH) -> float | None:
     return float(math.exp(np.mean(np.log(times))))
 
 
-def service_rate(
-    steps, min_growth: float = MIN_GROWTH, *, matched: bool = False, host: HostAdjustment | None = None
-) -> ServiceRate | None:
+def service_rate(steps, min_growth: float = MIN_GROWTH, *, host: HostAdjustment | None = None) -> ServiceRate | None:
     """The request-weighted geometric mean of lam / (1 + k) over the valid steps that queued, or None when
-    no step carries a growth (results recorded before it was measured). ``matched``: the steps are
-    :func:`matched_steps` (said in the result, and in how a verdict takes its error). ``host``
+    no step carries a growth (results recorded before it was measured). ``host``
     (loadgen.host_elasticity.host_adjustment): each step's rate is stated at the comparison's common host
     speed, by how much faster or slower the host's memory was around it (:mod:`loadgen.host_speed`) and
     how much this configuration follows it, so the host's drift between the sweeps compared leaves the
@@ -156,7 +131,7 @@ def service_rate(
     measured = [s for s in valid if s.ttft_growth]
     if not measured:
         return None
-    logs, ses, weights = [], [], []
+    logs, ses, weights, shifts = [], [], [], []
     for step in measured:
         lam, g = step.target_rate, step.ttft_growth
         k = g["slope"]
@@ -165,6 +140,7 @@ def service_rate(
         logs.append(math.log(lam / (1 + k)))
         if host:
             logs[-1] += host.log_factor(step_host_s(step))
+            shifts.append(math.log(step_host_s(step) / host.at_host_s))
         # the slope's interval as a normal one, carried to log(mu) = log(lam) - log(1 + k)
         ses.append(max(g["high"] - g["low"], 1e-6) / (2 * 1.96) / (1 + k))
         weights.append(g["n"])
@@ -177,6 +153,6 @@ def service_rate(
         log_se=float(math.sqrt(np.sum((w * np.array(ses)) ** 2))),
         steps=len(logs),
         max_rate=top,
-        matched=matched,
         host=host,
+        host_log_se=host.exponent_se * abs(float(np.dot(w, shifts))) if host else 0.0,
     )

@@ -178,6 +178,9 @@ class AAEvidence(BaseModel):
     sweeps: int = 0  # repeats with an estimate
     # the SLA target whose crossing limits the configuration (None: not resolved): what its noise is pooled by
     limiting: str | None = None
+    # a prior's only: the variance a pool with it never falls below (a declared between-launch calibration:
+    # a verdict compares launches, so no floor of its class is narrower than they were measured to be)
+    least_var: float = 0.0
 
     @property
     def sd(self) -> float | None:

@@ -105,7 +105,7 @@ def _rate_that_queues(steps: list[StepResult], ladder: list[float]) -> float | N
     """The next rate above every tested one (the ladder's next rung, else x1.4), while fewer than QUEUED
     valid steps queued or none of them clearly (CLEAR_GROWTH); None once enough did. So every repeat of a
     configuration ends past the same clear overload, whichever way its noisy SLA checks went, and repeats
-    share their queued rungs (loadgen.queue_rate.matched_steps)."""
+    share their queued rungs (the schedules loadgen.host_elasticity fits the host exponent on)."""
     from loadgen.queue_rate import queued
 
     valid = [st for st in steps if st.validity == "valid"]
@@ -145,7 +145,7 @@ def run_sweep(
     longer, up to ``sweep.max_step_s`` (4x ``step_duration_s`` by default; percentiles of a handful of
     requests mean nothing). So a step's rate alone fixes its length, and with it its requests and arrival
     times: every repeat and every candidate that runs a rate serves the same requests there, whichever way
-    its ladder went (loadgen.queue_rate.matched_steps reads those steps as pairs).
+    its ladder went (loadgen.host_elasticity fits the host exponent on those repeats).
     A step the client could not keep on schedule (a busy host, not the engine) is repeated up to
     ``client_retries`` times before it invalidates the sweep; the repeat is noted. ``senders`` defaults to what the client calibration says the highest rate needs (1 when
     uncalibrated). Rates beyond the calibrated client limit are refused (ValueError) when

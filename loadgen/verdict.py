@@ -38,7 +38,7 @@ from scipy.stats import t as student_t
 from loadgen.capacity import CapacityEstimate, estimate
 from loadgen.host_elasticity import host_adjustment
 from loadgen.noise_prior import PER_SWEEP
-from loadgen.queue_rate import HostAdjustment, matched_steps, service_rate
+from loadgen.queue_rate import HostAdjustment, service_rate
 from loadgen.results import StepResult
 
 ALPHA = 0.05
@@ -128,11 +128,10 @@ def host_adjustments(
     a_rounds: list[list[StepResult]], b_rounds: list[list[StepResult]]
 ) -> tuple[HostAdjustment | None, HostAdjustment | None]:
     """How each side is stated at the host speed common to both (loadgen.host_elasticity): each with the
-    exponent its own rounds fit, since two configurations follow the host's memory differently; the
-    candidate's shrunk toward the baseline's (one sweep of it takes the baseline's)."""
+    exponent its own rounds fit (one sweep: the prior's), since two configurations follow the host's memory
+    differently."""
     every = a_rounds + b_rounds
-    a = host_adjustment(a_rounds, every)
-    return a, host_adjustment(b_rounds, every, baseline=a)
+    return host_adjustment(a_rounds, every), host_adjustment(b_rounds, every)
 
 
 def between_variance(
@@ -258,6 +257,7 @@ def _interval_verdict(
     futility: bool = False,
     max_rounds: int = 0,
     taken_df: float = 0.0,
+    host_se: float = 0.0,
 ) -> VerdictStats:
     """The test both estimators share: the effect d = log(B / A) with the larger of its own standard error
     (``se_own``: a bootstrap, or the slopes' intervals) and the between-round one (the rounds' differences
@@ -265,11 +265,15 @@ def _interval_verdict(
     verdict waits for another round while it has no between-run spread (df 0) or fewer than ``min_diffs``
     round differences of its own, unless this is its last look; with ``futility``, at the look before the
     last (``kb`` + 1 = ``max_rounds``: one repeat left, the rule's derivation), an effect under
-    FUTILITY_SHARE of the MDE stops as ``same`` instead."""
+    FUTILITY_SHARE of the MDE stops as ``same`` instead. ``host_se``: the error the host adjustment's
+    exponents add to ``d`` (loadgen.queue_rate.ServiceRate.host_log_se), added to either error."""
     var, df = between_variance(diffs, prior_var, prior_df, taken_df)
     # var is that of one paired difference (2 x one run's variance): the means of ka and kb runs differ by
     # var / 2 x (1/ka + 1/kb)
     se_between = math.sqrt(var / 2 * (1 / ka + 1 / kb)) if var is not None else None
+    if host_se:
+        se_own = math.hypot(se_own, host_se)
+        se_between = math.hypot(se_between, host_se) if se_between is not None else None
     se, use_df = _standard_error(se_own, se_between, df)
     z = _crit(alpha, looks, use_df, last)
     lo, hi = d - z * se, d + z * se
@@ -315,18 +319,15 @@ def judge_service_rates(
     prior_df: float = 0,
     looks: int | None = None,
     futility: bool = False,
-    match: bool = True,
 ) -> VerdictStats:
     """:func:`judge_rounds` with the engine's service rate from queue growth (:mod:`loadgen.queue_rate`)
     in place of the SLA crossing: d = log(mu B / mu A) over every queued step of each side; its standard
     error is the larger of the slopes' own (their Theil-Sen intervals) and the between-round one, pooled
-    with the A/A prior as in judge_rounds. Where every sweep of both sides queued at some of the same
-    (rate, length) pairs, d is read from those steps alone and its error is the between-round one
-    (:func:`loadgen.queue_rate.matched_steps`: the same requests, whose heterogeneity cancels). A side
-    with no queued step served every tested rate: the driver widens the rates upward (``*_censored``
-    "above"). ``match=False`` reads every queued step at every look: a sequential design whose rounds
-    recentre their rates (loadgen.sequential) shares steps only in its first rounds, and one statistic
-    over all its looks is what its alpha spending assumes. ``seed`` is unused (nothing is resampled)."""
+    with the A/A prior as in judge_rounds, and the host adjustment's own (``host_se``). A side with no
+    queued step served every tested rate: the driver widens the rates upward (``*_censored`` "above").
+    Every queued step is read, whether or not the other side queued at its rate and length: reading only
+    the steps both sides shared (the same requests) did not pay on recorded A/A launches
+    (benchmarks/results/verdict_coverage.md). ``seed`` is unused (nothing is resampled)."""
     k = min(len(a_rounds), len(b_rounds))
     ka, kb = len(a_rounds), len(b_rounds)
     looks = looks or max_rounds
@@ -361,24 +362,15 @@ def judge_service_rates(
         return VerdictStats(
             verdict=verdict, stopped=stopped, reason="a side never queued: no rate to compare", **common
         )
-    matched = matched_steps(a_rounds + b_rounds) if match else None
-    if matched:  # the same requests on both sides: their heterogeneity cancels (queue_rate.matched_steps)
-        a_rounds, b_rounds = matched[:ka], matched[ka:]
-        host_a, host_b = host_adjustments(a_rounds, b_rounds)
-        sa = service_rate([s for r in a_rounds for s in r], matched=True, host=host_a)
-        sb = service_rate([s for r in b_rounds for s in r], matched=True, host=host_b)
-        common |= dict(baseline=sa.describe(), candidate=sb.describe(), baseline_rps=sa.rate, candidate_rps=sb.rate)
     d = math.log(sb.rate / sa.rate)
     hosts = host_adjustments(a_rounds[:k], b_rounds[:k])
     diffs = _differences(PER_SWEEP["service_rate"], a_rounds[:k], b_rounds[:k], hosts)
     taken = sum(h.sweep_df for h in hosts if h)  # what each side's exponent took from the rounds' spread
-    # matched steps: the runs' spread (the rounds' differences and the A/A prior) is the error, once there is
-    # any; else the larger of it and the slopes' own. Either way a verdict waits for a second round's spread
-    # of its own (the prior alone is not it): queued requests are not independent, so the slopes may be optimistic
-    spread = between_variance(diffs, prior_var, prior_df, taken)[1] > 0
+    # the larger of the runs' spread and the slopes' own; a verdict waits for a second round's spread of its
+    # own (the prior alone is not it): queued requests are not independent, so the slopes may be optimistic
     return _interval_verdict(
         d,
-        0.0 if matched and spread else math.hypot(sa.log_se, sb.log_se),
+        math.hypot(sa.log_se, sb.log_se),
         diffs,
         ka,
         kb,
@@ -393,6 +385,9 @@ def judge_service_rates(
         futility=futility,
         max_rounds=max_rounds,
         taken_df=taken,
+        # each side's exponent is an estimate: its error, carried through the host's distance from the
+        # common speed, is part of the effect's (one side's error taken as independent of the other's)
+        host_se=math.hypot(sa.host_log_se, sb.host_log_se),
     )
 
 
@@ -456,9 +451,7 @@ def floor_mde(
     # variance measured (df 0) there is nothing they would pool into
     kc = candidate_rounds or k
     df += min(k, kc) - 1 if df > 0 else 0
-    # a service rate read from matched steps: the candidate's are the same requests, and only the runs'
-    # spread separates them (judge_service_rates)
-    own = 0.0 if getattr(est, "matched", False) and df > 0 else est.log_se * math.sqrt(2) * own_scale
+    own = est.log_se * math.sqrt(2) * own_scale
     # var is that of one paired difference: the means of k and kc runs differ by var / 2 x (1/k + 1/kc)
     se, use_df = _standard_error(own, math.sqrt(var / 2 * (1 / k + 1 / kc)), df)
     mde = math.expm1((_crit(alpha, looks, use_df) + POWER_Z) * se)

@@ -365,19 +365,53 @@ class BudgetSpec(Strict):
     wall_clock_minutes: float = Field(default=60.0, gt=0)
 
 
+class CalibrationProtocol(Strict):
+    """The sweep settings a calibration's noise depends on (SweepSpec's fields of the same names), compared with
+    the run's at use: another ladder, step length or estimator measures another noise. The number of repeats is
+    not one of them: a calibration is the noise of one run's difference, which more repeats do not change."""
+
+    rates: list[float] | None
+    step_duration_s: float
+    min_requests: int
+    max_step_s: float | None
+    estimator: Literal["crossing", "service_rate"]
+    host_speed_probe: bool
+
+    @classmethod
+    def of(cls, sweep: "SweepSpec") -> "CalibrationProtocol":
+        return cls(**{k: getattr(sweep, k) for k in cls.model_fields})
+
+    def differences(self, sweep: "SweepSpec") -> list[str]:
+        """How ``sweep`` differs from this protocol, one phrase a setting ([] when it matches)."""
+        run = self.of(sweep)
+        return [
+            f"{k} {getattr(self, k)} (this run {getattr(run, k)})"
+            for k in type(self).model_fields
+            if getattr(self, k) != getattr(run, k)
+        ]
+
+
 class NoiseCalibration(Strict):
     """Between-run noise of the endpoint measured before a campaign, on its hardware with its sweep protocol:
     the sd of a paired log-capacity difference between two runs of one configuration, by ``estimator``,
     for the configurations whose SLA crossing ``limiting`` limits (their noise class; None: every class),
-    over ``df`` degrees of freedom. Every floor's prior pools it as it pools an earlier campaign's A/A
-    evidence (loadgen.noise_prior), so a fresh machine's first campaign judges with the noise measured, not
-    with the generic default alone. ``source``: where it was measured (a benchmark's recorded output)."""
+    over ``df`` degrees of freedom. ``source``: where it was measured (a benchmark's recorded output).
+
+    It applies only where it can speak for a verdict, which sets two launches side by side
+    (research.campaign.steps.endpoint_prior): ``scope`` between_launches (a within_launch sd, two sweeps of
+    one engine start, is ignored), ``hardware`` equal to the run's (research.campaign.steps.run_hardware, e.g.
+    "cpu x 2") and ``protocol`` equal to the run's sweep settings. Then every floor's prior pools it as it
+    pools an earlier campaign's A/A evidence, and the prior and the floor of its class are never narrower
+    than it (loadgen.noise_prior); else the prior says why it was ignored."""
 
     estimator: Literal["crossing", "service_rate"]
     limiting: Literal["ttft", "itl", "e2e", "errors"] | None = None
     sd: float = Field(gt=0, lt=1)
     df: float = Field(gt=0)
     source: str = Field(min_length=1)
+    scope: Literal["between_launches", "within_launch"]
+    hardware: str = Field(min_length=1)
+    protocol: CalibrationProtocol
 
 
 class EndpointSpec(Strict):

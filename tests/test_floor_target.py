@@ -2,7 +2,7 @@
 detectable effect is over the campaign's target gets one more sweep at a time, up to floor_max_sweeps
 and as the budget allows; the reference and every adopted baseline alike. Stand-in engine processes and
 stub sweeps (test_gpu_cap); the floor's MDE is set per sweep count so that the rule, not the noise, is
-what is tested (the MDE itself: test_verdict_power, test_matched_steps)."""
+what is tested (the MDE itself: test_verdict_power, test_service_rate_verdict)."""
 
 from __future__ import annotations
 

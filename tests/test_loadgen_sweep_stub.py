@@ -333,8 +333,8 @@ def test_an_endpoint_judged_by_its_service_rate_sweeps_on_until_its_queue_grows(
 @pytest.mark.parametrize("stub", [("serial", 0.1)], indirect=True)
 def test_a_steps_rate_alone_fixes_its_length_and_requests_whichever_way_the_ladder_went(stub):
     """Two sweeps whose SLA checks sent their ladders different ways (one broke at the first rung, one held
-    past it) run every rate they share for the same length with the same requests: what lets a verdict read
-    those steps as pairs (loadgen.queue_rate.matched_steps). A step past a broken rate used to be held
+    past it) run every rate they share for the same length with the same requests: what lets the host
+    exponent be fitted on repeated schedules (loadgen.host_elasticity). A step past a broken rate used to be held
     longer, so a repeat that broke one rung earlier served other requests there."""
     rates = [3.0, 6.0, 12.0, 16.0]
     sweep = dict(step_duration_s=1.0, min_requests=12, max_step_s=3.0, refine_steps=0, rates=rates)

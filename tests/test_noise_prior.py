@@ -277,7 +277,6 @@ def test_an_endpoints_declared_calibration_is_pooled_into_its_floors_by_class(tm
     is in a fresh machine's first floor: a noisy TTFT class widens that class's floors only, a calm ITL
     class tightens the simulated (ITL-limited) floor, the prior says where it came from, and a research
     memory's history still adds to it."""
-    from specs.config import NoiseCalibration
     from test_campaign_deadline import _endpoint
 
     bare = _endpoint(tmp_path)
@@ -285,9 +284,9 @@ def test_an_endpoints_declared_calibration_is_pooled_into_its_floors_by_class(tm
     declared = bare.model_copy(
         update={
             "noise_calibration": [
-                NoiseCalibration(estimator="service_rate", limiting="ttft", sd=0.09, df=6, source="lab runs"),
-                NoiseCalibration(estimator="service_rate", limiting="itl", sd=0.015, df=8, source="lab runs"),
-                NoiseCalibration(estimator="crossing", limiting="itl", sd=0.02, df=8, source="lab runs"),
+                _calibration(bare, "service_rate", "ttft", 0.09, 6),
+                _calibration(bare, "service_rate", "itl", 0.015, 8),
+                _calibration(bare, "crossing", "itl", 0.02, 8),
             ]
         }
     )
@@ -296,7 +295,8 @@ def test_an_endpoints_declared_calibration_is_pooled_into_its_floors_by_class(tm
     assert "declared calibration" in prior.source and prior.classes() == ["itl", "ttft"]
     ttft, itl = prior.for_limit("ttft"), prior.for_limit("itl")
     assert ttft.service_rate.df == PRIOR_DF + 6 and itl.service_rate.df == PRIOR_DF + 8
-    assert ttft.service_rate.sd == pytest.approx(math.sqrt((PRIOR_DF * PRIOR_SD**2 + 6 * 0.09**2) / (PRIOR_DF + 6)))
+    # pooled with the 3% default it would read 7.2%: narrower than the launches it was measured on
+    assert math.sqrt((PRIOR_DF * PRIOR_SD**2 + 6 * 0.09**2) / (PRIOR_DF + 6)) < ttft.service_rate.sd == 0.09
     assert itl.service_rate.sd < PRIOR_SD < ttft.service_rate.sd
     assert ttft.crossing.df == PRIOR_DF  # no crossing evidence of that class was declared
 
@@ -315,16 +315,128 @@ def test_an_endpoints_declared_calibration_is_pooled_into_its_floors_by_class(tm
     assert with_history.service_rate.df == PRIOR_DF + 6 + 8 + 3  # both classes' calibration and the memory's row
 
 
+def _calibration(endpoint, estimator, limiting, sd, df, **change):
+    """A calibration measured between launches on ``endpoint``'s own hardware and sweep protocol."""
+    from research.campaign.steps import run_hardware
+    from specs.config import CalibrationProtocol, NoiseCalibration
+
+    fields = dict(
+        estimator=estimator,
+        limiting=limiting,
+        sd=sd,
+        df=df,
+        source="lab runs",
+        scope="between_launches",
+        hardware=run_hardware(endpoint),
+        protocol=CalibrationProtocol.of(endpoint.sweep),
+    )
+    return NoiseCalibration(**(fields | change))
+
+
+def test_a_calibration_is_ignored_on_another_protocol_or_other_hardware_and_the_prior_says_why(tmp_path, rates):
+    """A declared sd speaks for the hardware and sweep settings it was measured with: on another protocol
+    (a longer step) or other hardware it is left out, every floor rests on what remains, and the prior's
+    source (the review's noise-floor line) says what was ignored and why. Within-launch evidence is never
+    taken for between-launch noise."""
+    from research.review import _noise_lines
+    from specs.config import CalibrationProtocol
+    from test_campaign_deadline import _endpoint
+
+    bare = _endpoint(tmp_path)
+    longer = CalibrationProtocol.of(bare.sweep).model_copy(update={"step_duration_s": 30.0})
+    for calibration, said in (
+        (_calibration(bare, "service_rate", "itl", 0.015, 8, protocol=longer), "step_duration_s 30.0 (this run 15.0)"),
+        (
+            _calibration(bare, "service_rate", "itl", 0.015, 8, hardware="cpu x 2"),
+            "measured on cpu x 2, this run is H200 x 1",
+        ),
+        (_calibration(bare, "service_rate", "itl", 0.015, 8, scope="within_launch"), "within-launch evidence"),
+    ):
+        declared = bare.model_copy(update={"noise_calibration": [calibration]})
+        prior = endpoint_prior(declared, None)
+        assert prior.floors == 0 and prior.classes() == [] and not prior.bounds
+        assert "declared calibration ignored (lab runs)" in prior.source and said in prior.source, prior.source
+        assert prior.for_limit("itl").service_rate.sd == pytest.approx(PRIOR_SD)
+        sweeps = _sweeps(BASE, rates, 11, "A", "service_rate")
+        floor = noise_floor(sweeps, prior=prior)
+        assert floor.mde == pytest.approx(noise_floor(sweeps, prior=endpoint_prior(bare, None)).mde)
+        assert "declared calibration ignored" in floor.prior_source
+        review = _noise_lines("reference", BaselineRecord(engine_args=[], sweeps=sweeps, noise=floor))[0]
+        assert "declared calibration ignored (lab runs)" in review and said in review  # the review says why
+    # the same calibration on its own protocol and hardware applies (the calm ITL class tightens the floor)
+    applied = endpoint_prior(
+        bare.model_copy(update={"noise_calibration": [_calibration(bare, "service_rate", "itl", 0.015, 8)]}), None
+    )
+    assert applied.floors == 1 and "ignored" not in applied.source
+    assert (
+        endpoint_prior(bare, None, hardware="cpu x 16").source == endpoint_prior(bare, None).source
+    )  # nothing declared
+
+
+def test_no_floor_of_a_class_is_narrower_than_its_declared_between_launch_noise(tmp_path, rates):
+    """Two sweeps of one launch (a floor's own repeats) can agree more closely than two launches do: a
+    floor's between-run variance, and the prior of its class, never fall below the declared between-launch
+    sd, over seeds; another class is not bound by it."""
+    from test_campaign_deadline import _endpoint
+
+    bare = _endpoint(tmp_path)
+    declared = bare.model_copy(update={"noise_calibration": [_calibration(bare, "service_rate", "itl", 0.06, 2)]})
+    prior = endpoint_prior(declared, None)
+    assert prior.for_limit("itl").service_rate.sd == pytest.approx(0.06)  # pooled with the 3% default: 4.2%
+    assert "at least sd 6.0%" in prior.for_limit("itl").source
+    assert prior.for_limit("ttft").service_rate.sd == pytest.approx(PRIOR_SD)
+    classes = []
+    for seed in range(11, 17):
+        sweeps = _sweeps(BASE, rates, seed, "A", "service_rate")
+        floor, free = noise_floor(sweeps, prior=prior), noise_floor(sweeps, prior=endpoint_prior(bare, None))
+        classes.append(floor.limiting)
+        if floor.limiting == "itl":
+            assert math.sqrt(floor.service_between_var) >= 0.06 - 1e-12
+            assert floor.service_between_var > free.service_between_var and floor.mde > free.mde
+        else:  # a floor of another class keeps its own noise
+            assert floor.service_between_var == pytest.approx(free.service_between_var)
+    assert classes.count("itl") >= 3, classes
+
+
+def test_the_embedded_default_declares_only_between_launch_noise_no_narrower_than_the_project_measured():
+    """Each of support_smollm's calibrations is between launches, at least the paired sd of two launches
+    that benchmarks/launch_variance.py recorded for its configuration at one host speed, and on no more df
+    than those launches' between-launch estimate has; it applies on the 2-core host it was measured on."""
+    import json
+    from pathlib import Path
+
+    from specs import paths
+    from dagster_project.lib import load_definitions
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    endpoint = load_definitions(paths.definitions_dir()).endpoint("support_smollm")
+    assert endpoint.noise_calibration
+    for c in endpoint.noise_calibration:
+        assert c.scope == "between_launches" and c.hardware == "cpu x 2" and not c.protocol.differences(endpoint.sweep)
+        measured = json.loads((results / c.source.split(",")[0] / "launch_variance.json").read_text())
+        at_host = measured["estimators"]["service_rate_at_host"]
+        assert c.estimator == "service_rate" and c.sd >= round(at_host["sd_pair_two_launches"], 3)
+        assert c.df <= at_host["df_between"]
+    prior = endpoint_prior(endpoint, None, hardware="cpu x 2")
+    assert prior.for_limit("itl").service_rate.sd >= 0.038 and prior.for_limit("ttft").service_rate.sd >= 0.043
+    assert "ignored" in endpoint_prior(endpoint, None, hardware="cpu x 16").source
+
+
 def test_a_calibration_the_product_cannot_use_is_refused_with_its_field():
     from pydantic import ValidationError
 
-    from specs.config import NoiseCalibration
+    from specs.config import CalibrationProtocol, NoiseCalibration, SweepSpec
 
+    where = dict(source="x", scope="between_launches", hardware="cpu x 2", protocol=CalibrationProtocol.of(SweepSpec()))
     with pytest.raises(ValidationError, match="estimator"):
-        NoiseCalibration(estimator="p95", sd=0.05, df=3, source="x")
+        NoiseCalibration(estimator="p95", sd=0.05, df=3, **where)
     with pytest.raises(ValidationError, match="sd"):
-        NoiseCalibration(estimator="crossing", sd=5.0, df=3, source="x")  # 500%: a percentage written as one
+        NoiseCalibration(estimator="crossing", sd=5.0, df=3, **where)  # 500%: a percentage written as one
     with pytest.raises(ValidationError, match="df"):
-        NoiseCalibration(estimator="crossing", sd=0.05, df=0, source="x")
+        NoiseCalibration(estimator="crossing", sd=0.05, df=0, **where)
     with pytest.raises(ValidationError, match="limiting"):
-        NoiseCalibration(estimator="crossing", limiting="tpot", sd=0.05, df=3, source="x")
+        NoiseCalibration(estimator="crossing", limiting="tpot", sd=0.05, df=3, **where)
+    with pytest.raises(ValidationError, match="scope"):  # which launches it compares must be said
+        NoiseCalibration(estimator="crossing", sd=0.05, df=3, **(where | {"scope": "runs"}))
+    with pytest.raises(ValidationError, match="protocol"):  # and what it was measured with
+        NoiseCalibration(estimator="crossing", sd=0.05, df=3, source="x", scope="between_launches", hardware="cpu x 2")

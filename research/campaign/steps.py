@@ -45,6 +45,27 @@ class MemoryUnreadable(RuntimeError):
     its floor without the endpoint's history (research.campaign.run)."""
 
 
+def run_hardware(endpoint: EndpointSpec) -> str:
+    """The hardware a run of ``endpoint`` measures on, as a calibration records it: its GPUs, or for a CPU
+    engine the cores this host gives it (a 2-core VM's noise says nothing of a 16-core host's)."""
+    import os
+
+    hw = endpoint.hardware
+    if hw.gpu_type.lower() != "cpu" and hw.gpu_count:
+        return f"{hw.gpu_type} x {hw.gpu_count}"
+    return f"cpu x {len(os.sched_getaffinity(0))}"
+
+
+def calibration_mismatch(calibration, endpoint: EndpointSpec, hardware: str) -> str | None:
+    """Why a declared calibration cannot speak for this run's verdicts, or None when it can."""
+    if calibration.scope != "between_launches":
+        return "it is within-launch evidence, and a verdict compares two launches"
+    if calibration.hardware != hardware:
+        return f"measured on {calibration.hardware}, this run is {hardware}"
+    differs = calibration.protocol.differences(endpoint.sweep)
+    return f"measured with {', '.join(differs)}" if differs else None
+
+
 def endpoint_prior(
     endpoint: EndpointSpec,
     memory,
@@ -53,17 +74,26 @@ def endpoint_prior(
     own: dict[str, list[AAEvidence]] | None = None,
     progress: Progress = print,
     strict: bool = False,
+    hardware: str | None = None,
 ) -> NoisePrior:
     """The between-run noise a new floor of ``endpoint`` starts from: the default pooled with ``own``
     evidence (a campaign's, by source: :func:`campaign_evidence`), the endpoint's declared calibration
-    (``noise_calibration``: noise measured on its hardware before any campaign) and the endpoint's other
-    campaigns' under the same protocol in the research memory (when there is one; a failing memory is left
-    out with a warning, or with ``strict`` raises MemoryUnreadable)."""
+    (``noise_calibration``: between-launch noise measured before any campaign, where its hardware and
+    protocol are this run's, ``hardware`` as :func:`run_hardware` says; no floor of its class is narrower
+    than it) and the endpoint's other campaigns' under the same protocol in the research memory (when
+    there is one; a failing memory is left out with a warning, or with ``strict`` raises MemoryUnreadable).
+    A calibration that does not apply is left out, and the prior's source says why."""
     sources = dict(own or {})
+    here = hardware or run_hardware(endpoint)
+    bounds, notes = [], []
     for c in endpoint.noise_calibration:
-        sources.setdefault(f"calibration: {c.source}", []).append(
-            AAEvidence(estimator=c.estimator, sum_sq=c.sd**2 * c.df, df=c.df, limiting=c.limiting)
-        )
+        why = calibration_mismatch(c, endpoint, here)
+        if why:
+            notes.append(f"declared calibration ignored ({c.source}): {why}")
+            continue
+        ev = AAEvidence(estimator=c.estimator, sum_sq=c.sd**2 * c.df, df=c.df, limiting=c.limiting)
+        sources.setdefault(f"calibration: {c.source}", []).append(ev)
+        bounds.append(ev)
     if memory is not None:
         try:
             rows = memory.aa_evidence(endpoint.name, protocol_key(endpoint), exclude_campaign=exclude_campaign)
@@ -79,9 +109,9 @@ def endpoint_prior(
     evidence = [ev for evs in sources.values() for ev in evs if ev.df]
     used = sum(1 for evs in sources.values() if any(ev.df for ev in evs))
     where = "repeated configurations of the endpoint"
-    if endpoint.noise_calibration:
+    if bounds:
         where += " or its declared calibration"
-    return NoisePrior.from_history(evidence, used, where)
+    return NoisePrior.from_history(evidence, used, where, bounds=bounds, notes=notes)
 
 
 def campaign_evidence(state: CampaignState, exclude: list[SweepResult] = ()) -> dict[str, list[AAEvidence]]:
