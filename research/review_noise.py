@@ -39,7 +39,7 @@ def noise_lines(name: str, b: BaselineRecord) -> list[str]:
     summary = (
         f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
         f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
-        f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
+        f"the floor's threshold to beat {getattr(n, 'threshold', 0):.1%}"
         + (
             f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, the floor's MDE {n.mde:.1%} (an input to the "
             "verdicts, not a verdict's MDE; "

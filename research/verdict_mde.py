@@ -14,6 +14,7 @@ from statistics import median
 from pydantic import BaseModel, Field, computed_field
 
 from research.state import CampaignState
+from specs.engine_args import REMOVE
 
 MADE = ("better", "same", "worse")  # verdicts the harness made (invalid and skipped ones judged nothing)
 
@@ -98,7 +99,9 @@ def verdict_mdes(state: CampaignState, target: float | None = None) -> VerdictMD
         if e.verdict not in MADE or e.comparison is None:
             continue
         c = e.comparison
-        change = " ".join(f"{k}" if v is None else f"{k} {v}" for k, v in e.diff.items())
+        change = " ".join(
+            k if v is None else f"{k} (removed)" if v == REMOVE else f"{k} {v}" for k, v in e.diff.items()
+        )
         rows.append(
             VerdictMDE(
                 experiment_id=e.experiment_id,
