@@ -14,6 +14,8 @@ from autoresearch.cli import format_outcome
 from helpers_memory import T0, experiment, memory_store
 from loadgen.compare import compare
 from loadgen.noise import noise_floor
+from memory_db import CampaignRecord
+from memory_db.export import export_endpoint_markdown
 from memory_db.records import AAEvidenceRecord
 from research.campaign import run_campaign
 from research.review import write_report
@@ -130,6 +132,12 @@ def test_the_memory_reports_each_verdicts_mde_and_the_campaign_median(tmp_path: 
     columns = list(noise)
     assert columns.index("verdict_mde_median") < columns.index("between_run_sd")
     assert store.query("SELECT worst_mde FROM v_endpoint_mde")["worst_mde"].to_list() == [0.50]
+    store.record(CampaignRecord(campaign_id="c1", campaign="tune", endpoint="chat", started_at=T0, status="finished"))
+    page = export_endpoint_markdown(store, "chat")  # the memory's markdown page says the same
+    campaigns = page.split("## Campaigns")[1].split("\n## ")[0]
+    assert "| verdicts' median MDE | MDE min | MDE max |" in campaigns and "| 0.300 | 0.200 | 0.500 |" in campaigns
+    experiments = page.split("## Experiments")[1].split("\n## ")[0]
+    assert "| worse | 1.200 | 0.500 | 0.050 |" in experiments and "| invalid | 1.200 |  | 0.050 |" in experiments
 
 
 def test_a_campaign_with_narrow_floors_and_wide_verdicts_headlines_the_wide_verdicts(tmp_path: Path):
