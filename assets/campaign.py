@@ -84,6 +84,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
         )
         state = StateStore(campaign_dir(chosen, context.partition_key), chosen.name).load()
         tables = record_campaign_assets(context, endpoint, state, outcome, io)
+        from research.verdict_mde import console_line
+
         metadata = {
             "end_reason": outcome.end_reason or "",
             "reference_capacity_rps": outcome.reference_capacity,
@@ -96,6 +98,8 @@ def build(endpoint: EndpointSpec, definitions: DefinitionSet) -> dg.Definitions:
                 if outcome.adopted_experiments
                 else "none adopted"
             ),
+            # the campaign's headline MDE: the verdicts' median with its range, never a floor's
+            "verdict_mde": console_line(outcome.verdict_mde) if outcome.verdict_mde else "not measured",
             "best_engine_args": " ".join(outcome.best_args),
             "experiments": table(
                 [

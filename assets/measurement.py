@@ -175,8 +175,9 @@ def noise_floor_metadata(floor: NoiseFloor) -> dict:
         "threshold": floor.threshold,
         "validity": floor.validity,
         "invalid_reason": floor.invalid_reason or "",
-        # the interval verdict's noise: the smallest effect it can see, from A/A pairs pooled with the prior
-        "minimum_detectable_effect": floor.mde,
+        # the floor's own MDE, from A/A pairs pooled with the prior: an input to the verdicts judged on it, not
+        # their MDE (a crossing-judged or other-class candidate meets a wider one: research.verdict_mde)
+        "floor_mde_input": floor.mde,
         "fitted_capacity_rps": floor.capacity_fit_rps,
         "between_run_sd": (floor.between_var or 0.0) ** 0.5 if floor.between_var is not None else None,
         "between_run_df": floor.between_df,

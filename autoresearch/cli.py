@@ -381,6 +381,8 @@ def _rate(capacity: float | None) -> str:
 
 
 def format_outcome(outcome) -> str:
+    from research.verdict_mde import console_line
+
     gain = (
         f"{'>=' if outcome.total_gain_is_lower_bound else ''}{outcome.total_gain:.2f}x"
         if outcome.total_gain
@@ -394,6 +396,11 @@ def format_outcome(outcome) -> str:
         f"  best capacity       {_rate(outcome.best_capacity)} with {' '.join(outcome.best_args)}",
         "  total gain          "
         + (f"{outcome.judged_gain.describe()}; capacity ratio {gain}" if outcome.judged_gain else gain),
+        *(
+            [f"  detectable effect   {console_line(outcome.verdict_mde)} (the verdicts' MDEs)"]
+            if outcome.verdict_mde
+            else []
+        ),
         f"  experiments         {outcome.experiments_run} run ({outcome.experiments_measured} to a verdict), "
         f"{outcome.experiments_skipped} skipped",
     ]

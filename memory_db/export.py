@@ -98,7 +98,8 @@ def endpoint_markdown(con: duckdb.DuckDBPyConnection, endpoint: str) -> str:
                 "technique",
                 "change",
                 "capacity ratio",
-                "noise threshold",
+                "verdict MDE",
+                "floor threshold (input)",
                 "lossless",
                 "experiment",
             ],
@@ -125,6 +126,9 @@ def endpoint_markdown(con: duckdb.DuckDBPyConnection, endpoint: str) -> str:
                 "baseline capacity",
                 "best capacity",
                 "total gain (x)",
+                "verdicts' median MDE",
+                "MDE min",
+                "MDE max",
                 "experiments",
                 "confirmed",
                 "skipped",
@@ -132,10 +136,11 @@ def endpoint_markdown(con: duckdb.DuckDBPyConnection, endpoint: str) -> str:
             ],
             _fetch(
                 con,
-                "SELECT campaign, campaign_id, status, started_at, finished_at, baseline_capacity, "
-                "best_capacity, total_gain_ratio, experiments, confirmed, skipped, stop_reason "
-                "FROM v_campaign_history WHERE endpoint = ? "
-                "ORDER BY started_at, campaign_id",
+                "SELECT h.campaign, h.campaign_id, h.status, h.started_at, h.finished_at, h.baseline_capacity, "
+                "h.best_capacity, h.total_gain_ratio, m.median_mde, m.min_mde, m.max_mde, h.experiments, "
+                "h.confirmed, h.skipped, h.stop_reason "
+                "FROM v_campaign_history h LEFT JOIN v_campaign_mde m ON m.campaign_id = h.campaign_id "
+                "WHERE h.endpoint = ? ORDER BY h.started_at, h.campaign_id",
                 [endpoint],
             ),
         )
@@ -152,7 +157,8 @@ def endpoint_markdown(con: duckdb.DuckDBPyConnection, endpoint: str) -> str:
                 "change",
                 "verdict",
                 "capacity ratio",
-                "noise threshold",
+                "verdict MDE",
+                "floor threshold (input)",
                 "lossless",
                 "confirmed",
                 "evidence (Dagster runs)",
@@ -160,7 +166,8 @@ def endpoint_markdown(con: duckdb.DuckDBPyConnection, endpoint: str) -> str:
             _fetch(
                 con,
                 "SELECT created_at, campaign_id, bottleneck, technique, change_signature, verdict, "
-                "capacity_ratio, noise_threshold, lossless, confirmed, dagster_run_ids "
+                "capacity_ratio, CASE WHEN verdict IN ('better', 'same', 'worse') THEN mde END, noise_threshold, lossless, "
+                "confirmed, dagster_run_ids "
                 "FROM v_experiments WHERE endpoint = ? ORDER BY created_at, experiment_id",
                 [endpoint],
             ),

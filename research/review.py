@@ -1,7 +1,7 @@
 """The review report of a campaign: what a person reads before approving a configuration.
 
 Markdown plus a PNG of the load curves: config diff (reference -> best), load curves before and
-after, the noise floor, every repeat, correctness evidence, the lossy/lossless label, every
+after, the verdicts' detectable effects (the headline MDE) above the noise floors they rest on, every repeat, correctness evidence, the lossy/lossless label, every
 experiment with its verdict, open questions, and the exact commands that reproduce the result.
 Nothing is deployed: the report says so, and approval is a person's decision.
 """
@@ -13,12 +13,16 @@ from pathlib import Path
 
 from specs.config import CampaignSpec, EndpointSpec
 from specs.engine_args import REMOVE, diff_args, parse_args
-from loadgen.ladder import held
 from loadgen.report import load_curve_markdown
 from loadgen.results import SweepResult
 from research import internals_evidence
 from research.internals_evidence import summary as internals_summary
-from research.state import BaselineRecord, CampaignState, ExperimentState
+from research.review_economics import capacity_economics, economics_lines  # noqa: F401 - read from here too
+from research.review_noise import noise_lines as _noise_lines  # noqa: F401 - tests read it from here
+from research.review_noise import noise_section
+from research.state import CampaignState, ExperimentState
+from research.verdict_mde import review_lines as verdict_mde_lines
+from research.verdict_mde import verdict_mdes
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -82,76 +86,6 @@ def load_curves_png(before: list[SweepResult], after: list[SweepResult], endpoin
     return path
 
 
-def capacity_economics(sweeps: list[SweepResult], endpoint: EndpointSpec) -> dict:
-    """Output tokens/s per GPU, $ per million output tokens and joules per output token at capacity.
-
-    At capacity = the highest tested step that held the SLA, median over the repeats; the same
-    formulas as the research memory's v_run_steps (docs/memory.md): $ = price per GPU-hour x GPUs /
-    tokens per hour, J/token = mean NVML power of the step (all GPUs) / output tokens per second.
-    """
-    from statistics import median
-
-    divisor = endpoint.hardware.capacity_divisor
-    price = endpoint.hardware.price_per_gpu_hour_usd
-    tokens, usd, joules = [], [], []
-    for sweep in sweeps:
-        sustained = [s for s in sweep.steps if s.validity == "valid" and held(s) and s.output_tokens_per_s > 0]
-        if not sustained:
-            continue
-        step = max(sustained, key=lambda s: s.target_rate)
-        tokens.append(step.output_tokens_per_s / divisor)
-        if price is not None:
-            usd.append(price * divisor / 3600 / step.output_tokens_per_s * 1e6)
-        power = step.device_metrics.get("power_mean_w")
-        if power is not None:
-            joules.append(power / step.output_tokens_per_s)
-    if joules:
-        energy_note = "NVML power sampled per sweep step"
-    elif endpoint.hardware.gpu_count == 0:
-        energy_note = "no power telemetry (CPU host)"
-    else:
-        energy_note = "no power telemetry (NVML did not report power during the sweeps)"
-    return {
-        "output_tokens_per_s_per_gpu": median(tokens) if tokens else None,
-        "usd_per_million_output_tokens": median(usd) if usd else None,
-        "joules_per_output_token": median(joules) if joules else None,
-        "price_note": ""
-        if price is not None
-        else "no price per GPU-hour in the endpoint YAML (hardware.price_per_gpu_hour_usd)",
-        "energy_note": energy_note,
-    }
-
-
-def economics_lines(rows: list[tuple[str, list[SweepResult]]], endpoint: EndpointSpec) -> list[str]:
-    """The report's "Cost and energy at capacity" table, one row per configuration, with what is missing said."""
-    md = [
-        "## Cost and energy at capacity",
-        "",
-        "| config | output tokens/s per GPU | $ per million output tokens | J per output token |",
-        "|---|---|---|---|",
-    ]
-    price_notes, energy_notes = set(), set()
-    for name, sweeps in rows:
-        e = capacity_economics(sweeps, endpoint)
-        price_notes.add(e["price_note"])
-        energy_notes.add(e["energy_note"])
-        usd, joules = e["usd_per_million_output_tokens"], e["joules_per_output_token"]
-        md.append(
-            f"| {name} | {_fmt(e['output_tokens_per_s_per_gpu'])} | "
-            f"{'no price' if usd is None else _fmt(usd)} | {'no power telemetry' if joules is None else _fmt(joules)} |"
-        )
-    price = endpoint.hardware.price_per_gpu_hour_usd
-    md += [
-        "",
-        f"Cost: ${price:g} per GPU-hour x {endpoint.hardware.capacity_divisor}."
-        if price is not None
-        else f"Cost: {' '.join(sorted(n for n in price_notes if n))}.",
-        f"Energy: {'; '.join(sorted(energy_notes))}.",
-        "",
-    ]
-    return md
-
-
 def _diff_table(before: list[str], after: list[str]) -> list[str]:
     diff = diff_args(before, after)
     if not diff:
@@ -182,70 +116,6 @@ def _label(adopted: list[ExperimentState], any_lossy: bool) -> str:
         + "; ".join(labels)
         + ") - review before use"
     )
-
-
-def _noise_lines(name: str, b: BaselineRecord) -> list[str]:
-    n = b.noise
-    summary = (
-        f"- {name}: `{' '.join(b.engine_args)}` - capacity {_fmt(n.capacity_mean)} req/s over {n.repeats} sweeps "
-        f"{[round(c, 3) for c in n.capacities]}, std {_fmt(n.capacity_std)}, spread {n.capacity_rel_spread:.1%}, "
-        f"threshold to beat {getattr(n, 'threshold', 0):.1%}"
-        + (
-            f"; fitted capacity {_fmt(n.capacity_fit_rps)} req/s, minimum detectable effect {n.mde:.1%} "
-            f"(between-run sd of a paired difference {(n.between_var or 0) ** 0.5:.1%}, {n.between_df:.3g} df"
-            + (
-                f"; verdicts by the service rate {_fmt(n.service_rate_rps)} req/s served, sd "
-                f"{(n.service_between_var or 0) ** 0.5:.1%}, {n.service_between_df:.3g} df, with the SLA crossing"
-                + _crossing_alone(n)
-                if getattr(n, "estimator", "crossing") == "service_rate"
-                else ""
-            )
-            + (f"; prior: {n.prior_source}" if getattr(n, "prior_source", None) else "")
-            + _own_evidence(n.aa_evidence)
-            + _classes(n)
-            + ")"
-            if n.mde is not None
-            else ""
-        )
-        + (f"; {b.soak.summary()}" if b.soak else "")
-    )
-    internals = internals_evidence.latest(b.sweeps)
-    return (
-        [summary]
-        + [f"  - floor: {note}" for note in b.notes]
-        + ([f"  - engine internals: {internals_summary(internals)}"] if internals is not None else [])
-    )
-
-
-def _crossing_alone(n) -> str:
-    """What a candidate ITL limits is judged at: the service rate does not speak for its SLA (loadgen.judge)."""
-    mde = getattr(n, "mde_crossing_alone", None)
-    if mde is None:
-        return ""
-    return f"; a change where ITL, not a queue, sets the SLA limit is judged by the crossing alone: MDE {mde:.1%}"
-
-
-def _own_evidence(evidence) -> str:
-    """The floor's own repeats, beside the pooled sd: configurations of one endpoint are not equally noisy
-    (docs/measurement.md), so a reader can see when the pool, not this baseline, set its MDE."""
-    own = [f"{ev.estimator.replace('_', ' ')} {ev.sd:.1%} ({ev.df:.3g} df)" for ev in evidence if ev.df]
-    return f"; its own repeats alone: {', '.join(own)}" if own else ""
-
-
-def _classes(n) -> str:
-    """The floor's noise class (the SLA target that limits it), and the other classes' noise a candidate
-    they limit brings to its verdict (loadgen.noise_prior)."""
-    if not getattr(n, "limiting", None):
-        return ""
-    estimator = "service_rate" if getattr(n, "estimator", "crossing") == "service_rate" else "crossing"
-    others = [
-        f"{cls} {var**0.5:.1%} ({df:.3g} df)"
-        for cls, by in sorted(n.class_noise.items())
-        if cls != "any" and estimator in by
-        for var, df in [by[estimator]]
-    ]
-    said = f"; limited by {n.limiting}, pooled with configurations {n.limiting} limits"
-    return said + (f"; a candidate another target limits adds its class's sd: {', '.join(others)}" if others else "")
 
 
 def _bound(value: float | None) -> str:
@@ -496,6 +366,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         if b.source_experiment and b.source_experiment in state.experiments
     ]
     any_lossy = any(e.lossy for e in adopted)
+    mdes = verdict_mdes(state, campaign.target_mde)
     md += [
         "## Summary",
         "",
@@ -525,6 +396,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
         f"| capacity ratio (best / reference, by rung) | x{'>=' if gain_bound else ''}{_fmt(gain)}"
         + (" (a lower bound: the reference held no rate down to its floor)" if gain_bound else "")
         + " |",
+        f"| minimum detectable effect (the verdicts') | **{mdes.headline()}**; {mdes.target_line()} |",
         f"| label | **{_label(adopted, any_lossy)}** |",
         f"| ended because | {state.end_reason or 'still running'} |",
         f"| experiments | {sum(e.verdict != 'skipped' for e in state.experiments.values())} run, "
@@ -545,20 +417,7 @@ def write_report(state: CampaignState, endpoint: EndpointSpec, campaign: Campaig
     md += ["## Load curves", "", f"![load curves]({png.name})", ""]
     md += load_curve_markdown([(name, b.sweeps[0]) for name, b in (("reference", ref), ("best", best)) if b.sweeps])
     md += [""] + economics_lines([("reference", ref.sweeps), ("best", best.sweeps)], endpoint)
-    md += ["## Noise floor", ""]
-    md += _noise_lines("reference (campaign start)", ref)
-    for i, b in enumerate(state.baselines[1:], start=1):
-        md += _noise_lines(f"working baseline {i} (from `{b.source_experiment}`)", b)
-    md += [
-        "",
-        "A candidate counts when the 95% interval of its capacity change against its working baseline lies "
-        "above zero (a paired, sequential test with a stated error rate: docs/measurement.md); the threshold is "
-        "the smallest effect that interval can resolve. An endpoint judged by its service rate "
-        "(sweep.estimator: service_rate) tests the service rate from queue growth and the SLA crossing each at "
-        "97.5%, and each verdict names the one that decided. Results without per-request samples use the older "
-        "rule: every repeat beyond the baseline by more than the threshold.",
-        "",
-    ]
+    md += verdict_mde_lines(mdes) + noise_section(state)
     md += _production_lines(state.production_check)
     md += ["## Adopted changes (in order)", ""]
     if not adopted:

@@ -486,6 +486,10 @@ class CampaignSpec(Strict):
     # (0.10: a 10% change), one more baseline sweep on a fresh engine, up to `floor_max_sweeps` and as the
     # budget allows. None measures the endpoint's `sweep.repeats` sweeps and no more.
     floor_target_mde: float | None = Field(default=None, gt=0, lt=1)
+    # The campaign's target: the median MDE of the verdicts it makes (research.verdict_mde), which the
+    # review and the console summary state as measured against it. A floor's MDE above is an input to
+    # those verdicts, not their MDE. None states no target.
+    target_mde: float | None = Field(default=None, gt=0, lt=1)
     floor_max_sweeps: int = Field(default=4, ge=2)
     proposer: ProposerMode = "auto"
     recipes: list[str] = Field(default_factory=list)

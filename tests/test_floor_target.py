@@ -63,9 +63,10 @@ def test_a_floor_over_its_target_gets_sweeps_until_it_is_under(tmp_path: Path):
     # the adopted candidate: its own sweep, the re-measure to K = 2, then one more for the target
     assert state.working is not state.reference and len(state.working.sweeps) == 3
     asked = [line for line in lines if "one more sweep" in line]
-    assert len(asked) == 2 and all("MDE 14.0% over the 10% target after 2 sweeps" in line for line in asked), asked
+    said = "MDE 14.0% over the 10% floor target after 2 sweeps"
+    assert len(asked) == 2 and all(said in line for line in asked), asked
     # the review says why each floor has its sweeps
-    assert state.reference.notes[0] == "MDE 14.0% over the 10% target after 2 sweeps: one more sweep"
+    assert state.reference.notes[0] == "MDE 14.0% over the 10% floor target after 2 sweeps: one more sweep"
     review = next(state_dir.glob("*.review/review.md")).read_text()
     assert "  - floor: MDE 9.0% over 3 sweeps" in review
 
@@ -80,7 +81,7 @@ def test_without_a_target_or_under_it_a_floor_keeps_its_repeats(tmp_path: Path):
 def test_a_floor_stops_at_its_most_sweeps_and_says_it_missed(tmp_path: Path):
     state, lines = _run(tmp_path, {2: 0.14, 3: 0.12}, floor_target_mde=0.10, floor_max_sweeps=3)
     assert len(state.reference.sweeps) == 3 and state.reference.noise.mde == pytest.approx(0.12)
-    assert any("MDE 12.0% over the 10% target after 3 sweeps (the most)" in line for line in lines), lines
+    assert any("MDE 12.0% over the 10% floor target after 3 sweeps (the most)" in line for line in lines), lines
 
 
 def test_a_floor_takes_no_sweep_the_budget_refuses(tmp_path: Path, monkeypatch):
@@ -103,7 +104,7 @@ def test_a_floor_takes_no_sweep_that_cannot_bring_it_under_its_target(tmp_path: 
     takes it."""
     state, lines = _run(tmp_path / "futile", {2: 0.14, 3: 0.12}, {2: 0.11}, floor_target_mde=0.10)
     assert len(state.reference.sweeps) == 2 and len(state.working.sweeps) == 2
-    said = "MDE 14.0% over the 10% target after 2 sweeps; one more could reach 11.0% at best"
+    said = "MDE 14.0% over the 10% floor target after 2 sweeps; one more could reach 11.0% at best"
     assert state.reference.notes and state.reference.notes[0].startswith(said), state.reference.notes
     assert not any("one more sweep" in line for line in lines), lines
     state, _ = _run(tmp_path / "within", {2: 0.14, 3: 0.09}, {2: 0.095}, floor_target_mde=0.10)

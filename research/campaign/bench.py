@@ -85,7 +85,8 @@ class Bench:
         ``floor_target_mde``, one more sweep of ``args`` on a fresh engine (the candidates run on engines
         of their own, so the floor's spread should hold a launch's too), up to ``floor_max_sweeps`` and as
         the budget allows, and only while one more could bring it under the target (``mde_next_best``: a
-        floor whose pairs moved too much for any one sweep to fix gives its time to the experiments). Returns (sweeps, floor, wall seconds, notes for the review)."""
+        floor whose pairs moved too much for any one sweep to fix gives its time to the experiments). The
+        floor's MDE is an input to the verdicts; the campaign's target is their median (``target_mde``). Returns (sweeps, floor, wall seconds, notes for the review)."""
         campaign, notes, noise = self.ctx.campaign, [], noise_fn(sweeps)
         target = campaign.floor_target_mde
 
@@ -97,7 +98,7 @@ class Bench:
             return sweeps, noise, wall_s, notes
         sweeps = list(sweeps)
         while noise.mde is not None and noise.mde > target:
-            over = f"MDE {noise.mde:.1%} over the {target:.0%} target"
+            over = f"MDE {noise.mde:.1%} over the {target:.0%} floor target"
             if len(sweeps) >= campaign.floor_max_sweeps:
                 note(f"{over} after {len(sweeps)} sweeps (the most)")
                 break

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from specs.engine_args import diff_args
 from research.campaign.context import CampaignContext
 from research.state import BaselineRecord, CampaignState
+from research.verdict_mde import VerdictMDEs, verdict_mdes
 
 
 class JudgedGain(BaseModel):
@@ -90,6 +91,7 @@ class CampaignOutcome(BaseModel):
     total_gain: float | None = None  # best / reference capacity
     total_gain_is_lower_bound: bool = False  # the reference held no rate down to its floor
     judged_gain: JudgedGain | None = None  # the adopted changes' judged effects, chained (the headline)
+    verdict_mde: VerdictMDEs | None = None  # the verdicts' MDEs and their median: the campaign's headline MDE
     adopted_experiments: list[str] = Field(default_factory=list)
     experiments_run: int = 0
     experiments_measured: int = 0  # run to a verdict of better / same / worse (not invalid)
@@ -186,6 +188,7 @@ def summarize(ctx: CampaignContext, report_path: Path | None = None, best_path: 
         total_gain=gain,
         total_gain_is_lower_bound=gain_is_bound,
         judged_gain=judged_gain(s),
+        verdict_mde=verdict_mdes(s, ctx.campaign.target_mde),
         adopted_experiments=[b.source_experiment for b in s.baselines if b.source_experiment],
         experiments_run=sum(
             e.verdict != "skipped" and bool(e.sweeps or e.correctness or e.log_tail) for e in experiments

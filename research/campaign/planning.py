@@ -16,8 +16,8 @@ from research.state import BaselineRecord, ProposalRecord, RoundRecord
 
 def below_mde(proposals: list, working: BaselineRecord, subagents: int, question: Callable[[str], None]) -> list:
     """Order proposals so that those the harness can see run first: a proposal predicted to gain less
-    than the minimum detectable effect at this noise goes after them, and when the round has no slot
-    left for it (``subagents``) it waits, as an open question with the reason (a `same` for it would
+    than the floor's minimum detectable effect (the best case of a verdict on it: research.verdict_mde)
+    goes after them, and when the round has no slot left for it (``subagents``) it waits, as an open question with the reason (a `same` for it would
     say nothing). A slot the visible proposals leave free still runs it: a prediction is a guess (prefix
     caching was predicted +46% on the CPU default and measured x4), and the verdict's interval says how
     little it could see."""
@@ -30,8 +30,8 @@ def below_mde(proposals: list, working: BaselineRecord, subagents: int, question
     for p in below[slots:]:
         question(
             f"{p.title} is predicted to gain {p.predicted_capacity_ratio - 1:+.1%}, below the "
-            f"harness's minimum detectable effect {mde:.1%} at this noise: queued until the harness "
-            "can see it (more repeats, longer steps, a quieter host)"
+            f"working floor's minimum detectable effect {mde:.1%} (the best a verdict on it can see): queued "
+            "until the harness can see it (more repeats, longer steps, a quieter host)"
         )
     return visible + below[:slots]
 
