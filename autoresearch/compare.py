@@ -160,8 +160,8 @@ def check_change(spec, base: list[str], cand: list[str]) -> bool:
 
 
 def cmd_compare(args) -> int:
-    from autoresearch.cli import _apply_sets, _endpoint, _memory_store
-    from autoresearch.cli_preflight import preflight
+    from autoresearch.cli import _endpoint, _memory_store
+    from autoresearch.cli_preflight import check_engine, preflight
     from autoresearch.workflows import check_campaign_launch
 
     spec = _endpoint(args, args.endpoint)
@@ -170,10 +170,12 @@ def cmd_compare(args) -> int:
     base = baseline_args(spec, args.against, memory)
     base_spec = spec.with_engine_args(base)
     cand = candidate_args(base, args.set, args.unset)
+    cand_spec = base_spec.with_engine_args(cand)
     check_campaign_launch(spec)
-    preflight(base_spec, engine="here")  # the baseline's own flags (an --against file's)
-    preflight(_apply_sets(base_spec, args.set, args.unset), args.set, args.unset, pool=False)
+    check_engine(cand_spec, args.set, args.unset, here=False)  # flags the adapter rejects: before any host check
     lossy = check_change(spec, base, cand)
+    preflight(base_spec, engine="here")  # the baseline's own flags (an --against file's), the host, the port
+    preflight(cand_spec, args.set, args.unset, pool=False)
     campaign = COMMAND_CONTEXT["definitions"].campaign_of(spec.name)
     result = run_comparison(campaign, args.against, base_spec, cand, lossy, memory)
     print(json.dumps(result, indent=1) if args.json else render(result))
@@ -317,7 +319,7 @@ def render(r: dict) -> str:
     lines.append(f"  change              {change}")
     if r.get("effect") is not None:
         interval = (
-            f" ({r['confidence']:.1%} interval {r['effect_low']:+.1%} to {r['effect_high']:+.1%})"
+            f" ({r['confidence'] * 100:g}% interval {r['effect_low']:+.1%} to {r['effect_high']:+.1%})"
             if r.get("effect_low") is not None
             else ""
         )
