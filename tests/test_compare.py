@@ -180,3 +180,30 @@ def test_an_a_a_pair_is_same_and_a_planted_slowdown_is_worse_each_recorded(tmp_p
     assert recorded.change == {"--overlay": "planted_slowdown=3"} and recorded.technique == "user_compare"
     assert recorded.effect == pytest.approx(slow["effect"]) and recorded.mde == pytest.approx(slow["mde"])
     assert len(recorded.run_ids) == slow["repeats"]["candidate"] and recorded.overlays  # its sweeps and overlay
+
+
+@pytest.mark.engine
+def test_a_comparison_whose_baseline_cannot_start_is_invalid_and_exits_non_zero(tmp_path, engine_slot):
+    """A baseline the engine refuses at launch (a context longer than the model's): one failed start, no
+    sweep; the comparison says why and exits 5, and no verdict is recorded."""
+    engine_slot.release()
+    env = _compare_home(tmp_path)
+    bad = tmp_path / "bad.json"
+    declared = yaml.safe_load((tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
+    args = list(declared["attributes"]["engine"]["args"])
+    args[args.index("--max-model-len") + 1] = "10000000"
+    bad.write_text(json.dumps({"engine_args": args}))
+    done = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "compare", "tiny_random", "--against", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=1200,
+    )
+    assert done.returncode == 5, (done.stdout[-2000:], done.stderr[-3000:])
+    assert "compare tiny_random: INVALID" in done.stdout and "baseline invalid" in done.stdout
+    assert done.stderr.splitlines()[-1].startswith("error: the comparison is invalid: baseline invalid")
+    assert "Traceback" not in done.stderr
+    assert MemoryStore(tmp_path / "memory.duckdb").experiments("tiny_random") == []
+    assert list((tmp_path / "home").rglob("engine.log"))  # it was tried for real
