@@ -236,13 +236,12 @@ def run_comparison(declared, against: str, base_spec, cand: list[str], lossy: bo
         "recorded": False,
     }
     _progress(f"compare {spec.name}: candidate {change} against the {against} configuration")
-    reason = loop.baseline()
-    if reason is not None:
-        loop.recorder.campaign("failed")  # the campaign's record says why (its stop reason)
+    reason = loop.baseline() or loop.budget.check(loop.budget.estimate(loop.ctx.repeats))
+    if reason is not None:  # no verdict: the campaign's record says why (its stop reason)
+        state.finished, state.end_reason = True, reason
+        loop.ctx.save()
+        loop.recorder.campaign("failed")
         return {**out, "verdict": "invalid", "reason": reason}
-    problem = loop.budget.check(loop.budget.estimate(loop.ctx.repeats))
-    if problem is not None:
-        return {**out, "verdict": "invalid", "reason": problem}
     proposal = ProposalRecord(
         proposal_id="compare",
         title=f"compare: {change}",

@@ -121,10 +121,12 @@ def test_the_command_is_in_the_cli_help_with_its_syntax():
 
 # --- on the tiny model: A/A same, a planted slowdown worse ------------------------------------------------
 def _compare_home(tmp_path: Path) -> dict:
-    """tiny_random with short steps on a ladder around its capacity, and a campaign of one candidate
-    sweep (up to two more while the sequential rule asks): the cheapest verdict the behaviour allows."""
+    """tiny_random with short steps (its automatic rate search: a fixed ladder on this shared host held its
+    top rate in one sweep and nothing in another, and a verdict had no crossing to compare), two baseline
+    sweeps, and a campaign of one candidate sweep (up to two more while the sequential rule asks): the
+    cheapest verdict the behaviour allows."""
     spec = yaml.safe_load((REPO / "definitions" / "endpoints" / "tiny_random" / "defs.yaml").read_text())
-    spec["attributes"]["sweep"].update({"rates": [1.0, 2.0, 4.0, 8.0], "step_duration_s": 4, "repeats": 2})
+    spec["attributes"]["sweep"].update({"step_duration_s": 4, "max_steps": 6, "repeats": 2})
     (tmp_path / "defs" / "endpoints" / "tiny_random").mkdir(parents=True)
     (tmp_path / "defs" / "campaigns" / "c").mkdir(parents=True)
     (tmp_path / "defs" / "endpoints" / "tiny_random" / "defs.yaml").write_text(yaml.safe_dump(spec))
