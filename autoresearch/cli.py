@@ -798,7 +798,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_memory)
 
-    from autoresearch.compare import add_parser as add_compare  # an A/B of two configurations (its own module)
+    from autoresearch.cli_compare import add_parser as add_compare  # an A/B of two configurations (its own module)
 
     add_compare(sub)
     return parser

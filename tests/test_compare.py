@@ -1,11 +1,11 @@
-"""``autoresearch compare`` (autoresearch/compare.py): an A/B of two engine configurations by the
+"""``autoresearch compare`` (autoresearch/cli_compare.py): an A/B of two engine configurations by the
 campaign's own baseline and experiment path.
 
 - Its arguments: which two configurations they name, and a one-line error (exit 2, no traceback) for an
   unknown endpoint, a malformed override, an argument the baseline lacks, a flag or a value the engine
   adapter rejects, a baseline that is not there. No engine starts in these.
 - On the tiny model (a real vLLM CPU engine each side): an A/A pair is judged ``same``, a candidate with a
-  planted slowdown (engines/patches/planted_slowdown: every engine step four times as long) ``worse``; each
+  planted slowdown (engines/patches/planted_slowdown: every engine step three times as long) ``worse``; each
   verdict is in the research memory (a real DuckDB file) as a campaign experiment's record is.
 """
 
@@ -22,7 +22,7 @@ import yaml
 
 from autoresearch.cli import main
 from autoresearch.cli_errors import UsageError
-from autoresearch.compare import baseline_args, candidate_args
+from autoresearch.cli_compare import baseline_args, candidate_args
 from memory_db import MemoryStore
 from memory_db.records import ConfirmationRecord
 
@@ -35,7 +35,7 @@ def test_the_candidate_is_the_baseline_with_the_overrides_and_none_is_an_a_a_pai
     assert candidate_args(DECLARED, None, None) == DECLARED
     cand = candidate_args(
         DECLARED,
-        ["engine.max-num-seqs=8", "engine.enable-prefix-caching=", "engine.overlay=planted_slowdown=3"],
+        ["engine.max-num-seqs=8", "engine.enable-prefix-caching=", "engine.overlay=planted_slowdown=2"],
         ["engine.enforce-eager"],
     )
     assert cand == [
@@ -45,7 +45,7 @@ def test_the_candidate_is_the_baseline_with_the_overrides_and_none_is_an_a_a_pai
         "float32",
         "--enable-prefix-caching",
         "--overlay",
-        "planted_slowdown=3",
+        "planted_slowdown=2",
     ]
 
 
@@ -167,8 +167,8 @@ def test_an_a_a_pair_is_same_and_a_planted_slowdown_is_worse_each_recorded(tmp_p
     aa = _compare(env)
     assert aa["change"] == {} and aa["verdict"] == "same", aa
     assert aa["effect_low"] <= 0 <= aa["effect_high"] and aa["mde"] > 0, aa
-    slow = _compare(env, "--set", "engine.overlay=planted_slowdown=3")
-    assert slow["change"] == {"--overlay": "planted_slowdown=3"} and slow["verdict"] == "worse", slow
+    slow = _compare(env, "--set", "engine.overlay=planted_slowdown=2")
+    assert slow["change"] == {"--overlay": "planted_slowdown=2"} and slow["verdict"] == "worse", slow
     assert slow["effect_high"] < 0 and slow["candidate_capacity"] < slow["baseline_capacity"], slow
     for r in (aa, slow):
         assert r["recorded"] and r["baseline_capacity"] > 0 and r["mde"] is not None
@@ -179,7 +179,7 @@ def test_an_a_a_pair_is_same_and_a_planted_slowdown_is_worse_each_recorded(tmp_p
         slow["campaign_id"]: "worse",
     }
     recorded = rows[slow["campaign_id"]]
-    assert recorded.change == {"--overlay": "planted_slowdown=3"} and recorded.technique == "user_compare"
+    assert recorded.change == {"--overlay": "planted_slowdown=2"} and recorded.technique == "user_compare"
     assert recorded.effect == pytest.approx(slow["effect"]) and recorded.mde == pytest.approx(slow["mde"])
     assert len(recorded.run_ids) == slow["repeats"]["candidate"] and recorded.overlays  # its sweeps and overlay
 
