@@ -282,7 +282,8 @@ def run_comparison(declared, against: str, base_spec, cand: list[str], lossy: bo
 
 def summary(record, working) -> dict:
     """What the comparison says: verdict, effect with its interval, MDE, and both sides' capacities (the
-    sweeps' capacity within the SLA, and what each side's soak held where one ran)."""
+    verdict's own: its estimator's capacity within the SLA, the one docs/measurement.md defines; and what
+    each side's soak held where one ran)."""
     c = record.comparison
     return {
         "verdict": record.verdict,
@@ -329,13 +330,16 @@ def render(r: dict) -> str:
     if r.get("mde") is not None:
         lines.append(f"  MDE                 {r['mde']:.1%} (the smallest effect this verdict could detect)")
     if "baseline_capacity" in r:
-        soak = lambda v: f", soak held {v:.3g}" if v is not None else ""  # noqa: E731
-        n = r.get("repeats", {})
+        n, by = r.get("repeats", {}), r.get("decided_by") or "the sweeps"
         lines.append(
-            f"  sustained capacity  baseline {_rate(r['baseline_capacity'])} ({n.get('baseline')} sweeps"
-            f"{soak(r.get('baseline_soak_rps'))}), candidate {_rate(r['candidate_capacity'])} "
-            f"({n.get('candidate')} sweeps{soak(r.get('candidate_soak_rps'))})"
+            f"  capacity            baseline {_rate(r['baseline_capacity'])}, candidate {_rate(r['candidate_capacity'])} "
+            f"(by {by}, within the SLA; {n.get('baseline')} and {n.get('candidate')} sweep(s))"
         )
+        if r.get("baseline_soak_rps") is not None or r.get("candidate_soak_rps") is not None:
+            lines.append(
+                f"  sustained (soak)    baseline {_rate(r.get('baseline_soak_rps'))}, "
+                f"candidate {_rate(r.get('candidate_soak_rps'))}"
+            )
     if r.get("correctness"):
         lines.append(f"  correctness         {r['correctness']}")
     if r.get("reason"):
