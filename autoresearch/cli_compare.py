@@ -13,7 +13,9 @@ own code (research.campaign): the baseline's sweeps, reference outputs and noise
 its engine start, correctness check, sweeps, the paired sequential verdict, its soak) and booked by
 ``Bench.fill``/``Bench.finish``, which write the experiment's record to the research memory exactly as a
 campaign's experiment is written. The measurement settings (repeats, extra repeats, floor target) are
-those of the endpoint's campaign (its first declared one, else the defaults).
+those of the endpoint's campaign (its first declared one, else the defaults). The rule is the campaign's, so
+it is its stopping rule too: an early look with no gain in sight stops as ``same`` ("stopped early: no gain
+in sight"); a loss is ``worse`` only once its interval lies below zero at a look.
 """
 
 from __future__ import annotations

@@ -83,6 +83,41 @@ def test_against_names_the_declared_the_confirmed_or_a_file_configuration(tmp_pa
         baseline_args(spec, str(tmp_path / "missing.json"), memory)
 
 
+def test_the_printed_comparison_states_verdict_effect_interval_mde_and_both_capacities():
+    from autoresearch.cli_compare import render
+
+    text = render(
+        {
+            "endpoint": "tiny_random",
+            "against": "declared",
+            "baseline_args": DECLARED,
+            "change": {"--overlay": "planted_slowdown=2"},
+            "verdict": "worse",
+            "effect": -0.846,
+            "effect_low": -0.951,
+            "effect_high": -0.514,
+            "confidence": 0.95,
+            "mde": 0.30,
+            "decided_by": "SLA crossing",
+            "baseline_capacity": 8.51,
+            "candidate_capacity": 1.31,
+            "repeats": {"baseline": 2, "candidate": 1},
+            "baseline_soak_rps": None,
+            "candidate_soak_rps": None,
+            "experiment_id": "c:e",
+            "memory": "m.duckdb",
+            "recorded": True,
+            "state_dir": "s",
+        }
+    )
+    assert text.splitlines()[0] == "compare tiny_random: WORSE"
+    assert "change              --overlay=planted_slowdown=2" in text
+    assert "effect              -84.6% (95% interval -95.1% to -51.4%), by SLA crossing" in text
+    assert "MDE                 30.0%" in text
+    assert "baseline 8.51 req/s, candidate 1.31 req/s (by SLA crossing, within the SLA; 2 and 1 sweep(s))" in text
+    assert "recorded            c:e in m.duckdb" in text and "sustained (soak)" not in text
+
+
 # --- bad input: one line, exit 2, nothing started ---------------------------------------------------------
 @pytest.mark.parametrize(
     "argv, says, where",
