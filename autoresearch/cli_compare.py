@@ -42,7 +42,8 @@ def add_parser(sub) -> None:
         "campaign's paired sequential verdict; recorded in the research memory",
         description="Candidate = the baseline (--against) with the --set/--unset overrides; no override is an "
         "A/A. Prints the verdict, the effect with its interval, the MDE and both sides' capacities. "
-        "Exit 0 on a verdict (better, same or worse), 2 on bad input, 5 when the comparison is invalid.",
+        "Exit 0 on a verdict (better, same or worse), 2 on bad input, 5 when the comparison is invalid, 6 when "
+        "its record could not be written to the research memory.",
     )
     p.add_argument("endpoint")
     p.add_argument(
