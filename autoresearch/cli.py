@@ -819,6 +819,10 @@ def build_parser() -> argparse.ArgumentParser:
         "partitioned by endpoint (DIR/endpoint=NAME/steps.parquet)",
     )
     p.set_defaults(func=cmd_memory)
+
+    from autoresearch.cli_compare import add_parser as add_compare  # an A/B of two configurations (its own module)
+
+    add_compare(sub)
     return parser
 
 

@@ -30,7 +30,13 @@ LAYERS = {0: "bottom", 1: "domain", 2: "app"}
 #: of ``autoresearch`` (workflows, engine control, the experiment unit) is what the CLI and the assets run.
 #: Its error messages (a field's file:line, read through the defs folder) and its checks before a command
 #: runs are the command line's own.
-TOP = ("autoresearch.cli", "autoresearch.cli_errors", "autoresearch.cli_preflight", "autoresearch.__main__")
+TOP = (
+    "autoresearch.cli",
+    "autoresearch.cli_compare",
+    "autoresearch.cli_errors",
+    "autoresearch.cli_preflight",
+    "autoresearch.__main__",
+)
 
 
 def package(module: str) -> str:
