@@ -391,7 +391,8 @@ def adapter(args) -> None:
             record["probe_capacity_rps"] = result.capacity_rps
             return result.validity == "valid", f"capacity {result.capacity_rps} req/s ({result.validity})", None
 
-        _check(checks, "sweep", sweep)
+        if not args.skip_sweep:  # the capacity the power call starts from; not one of the adapter's checks
+            _check(checks, "sweep", sweep)
 
         def stop():
             pid, before = engine.pid, gpu_memory_used_mib()
@@ -666,6 +667,7 @@ def main(argv: list[str] | None = None) -> None:
     a = sub.add_parser("adapter")
     a.add_argument("--out", required=True)
     a.add_argument("--smoke", action="store_true", help="this host's vLLM CPU build, SmolLM2's shape")
+    a.add_argument("--skip-sweep", action="store_true", help="no capacity sweep (it only guides the power call)")
     w = sub.add_parser("power")
     w.add_argument("--out", required=True)
     w.add_argument("--smoke", action="store_true", help="this host's vLLM CPU build, SmolLM2's shape")
