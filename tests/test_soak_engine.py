@@ -2,7 +2,8 @@
 
 A candidate that leaks memory under sustained load (engines/patches/planted_leak: real, touched memory
 for every second of engine work, ``MemoryError`` past a ceiling) holds its short sweep steps and is
-judged better than a one-sequence baseline; then it dies within its soak at its capacity. The harness
+judged better than a one-sequence baseline (slowed by engines/patches/planted_slowdown, so the margin is
+known); then it dies within its soak at its capacity. The harness
 rejects it as ``invalid: unstable under sustained load``, names the out-of-memory error, keeps the
 engine's log tail and the comparison the sweeps had shown. The baseline's own soak (no leak) ends
 with its engine alive.
@@ -33,6 +34,11 @@ LEAK_ENV = {
     "PYTHONPATH": str(REPO_ROOT / "engines" / "patches" / "planted_leak"),
     "AUTORESEARCH_PLANTED_LEAK_MB_PER_S": "6",
     "AUTORESEARCH_PLANTED_LEAK_CEILING_MB": "240",
+}
+
+SLOW_ENV = {
+    "PYTHONPATH": str(REPO_ROOT / "engines" / "patches" / "planted_slowdown"),
+    "AUTORESEARCH_PLANTED_SLOWDOWN": "3",
 }
 
 
@@ -75,19 +81,23 @@ def test_soak_rejects_a_candidate_that_runs_out_of_memory_under_sustained_load(e
         update={
             "sweep": spec.sweep.model_copy(
                 update=dict(
-                    rates=[0.5, 1.0, 2.0, 4.0, 8.0],
+                    rates=[0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
                     step_duration_s=4,
                     warmup_requests=1,
-                    max_steps=6,
+                    max_steps=8,
                     warm_prefix_groups=0,
                 )
             ),
             "soak": SoakSpec(hold_s=10, overload_s=3, recovery_s=3),
         }
     )
+    # The tiny model's one-sequence baseline reached the ladder's top (8 req/s) here: its API server, not
+    # the batch limit, bounds it. A planted slowdown (each engine step 4x as long) makes the baseline poor
+    # by a known margin, so the leaking candidate's sweeps show it far better, as a real fault would hide.
+    slowed = spec.model_copy(update={"engine": spec.engine.model_copy(update={"env": {**spec.engine.env, **SLOW_ENV}})})
     lines: list[str] = []
     baseline = run_candidate(
-        spec, seqs(spec, 1), pool(), None, 2, capture=True, workdir=tmp_path / "base", progress=lines.append
+        slowed, seqs(spec, 1), pool(), None, 2, capture=True, workdir=tmp_path / "base", progress=lines.append
     )
     assert baseline.verdict != "invalid", "\n".join(lines)
     assert baseline.soak is not None and baseline.soak.diagnosis not in ("oom", "engine died"), baseline.soak
