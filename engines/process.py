@@ -56,7 +56,7 @@ def read_tail(path: Path, lines: int = 60) -> str:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
-            handle.seek(max(0, size - 256 * 1024))
+            handle.seek(max(0, size - max(256 * 1024, lines * 512)))  # ~512 bytes a line at most
             data = handle.read().decode("utf-8", errors="replace")
     except FileNotFoundError:
         return ""

@@ -288,8 +288,10 @@ class _Soak:
         return step, keep.get("records", [])
 
     def died(self, result: SoakResult, phase: str, exc: Exception) -> SoakResult:
-        try:  # the engine's last 400 lines: its shutdown chatter can push the cause out of a short tail
-            tail = self.engine.log_tail(400) or getattr(exc, "log_tail", "") or ""
+        try:  # the engine's last 20000 lines: its shutdown chatter (an error per aborted request: 2651
+            # lines after a planted OOM with 16 sequences running, tests/test_soak_engine.py) pushes the
+            # cause out of a short tail
+            tail = self.engine.log_tail(20000) or getattr(exc, "log_tail", "") or ""
         except Exception:  # noqa: BLE001 - an external engine has no log here
             tail = getattr(exc, "log_tail", "") or ""
         result.outcome, result.diagnosis, result.log_tail = "unstable", death_cause(tail), kept_tail(tail) or None

@@ -37,7 +37,7 @@ class EngineSlot:
         self.engine: RunningEngine | None = None
 
     def get(self, spec: EndpointSpec, args: list[str] | None = None) -> RunningEngine:
-        key = (spec.name, tuple(args) if args is not None else None)
+        key = (spec.name, tuple(args) if args is not None else None, tuple(sorted(spec.engine.env.items())))
         if self.engine is not None and self.key == key:
             if self.engine.process is not None and self.engine.process.poll() is None:
                 return self.engine
@@ -50,20 +50,6 @@ class EngineSlot:
         if self.engine is not None:
             self.engine.stop()
         self.engine, self.key = None, None
-
-
-# Tests that need long, quiet measurement (minutes of sweeps on a 2-core host whose scheduler stalls
-# every process now and then), or that start several engines for one relation already covered by a
-# lighter test: opt in with AUTORESEARCH_LONG_TESTS=1 (docs/architecture.md, "The long tier").
-LONG_TESTS = __import__("os").environ.get("AUTORESEARCH_LONG_TESTS") == "1"
-
-
-def long_test(why: str):
-    """Skip unless AUTORESEARCH_LONG_TESTS=1; ``why`` says what it costs and what covers it by default."""
-    return pytest.mark.skipif(not LONG_TESTS, reason=f"long tier (AUTORESEARCH_LONG_TESTS=1): {why}")
-
-
-long_measurement = long_test("a measurement relation test that needs a quiet machine, 15-30 min")
 
 
 # Every process this test session starts inherits this marker, so the guard below can tell the

@@ -71,6 +71,23 @@ def test_the_out_of_memory_error_is_named_and_kept_from_a_long_shutdown():
     assert kept_tail("INFO a\nERROR b\n") == "INFO a\nERROR b\n"
 
 
+def test_the_log_tail_a_soak_reads_reaches_an_error_before_370_kb_of_shutdown(tmp_path):
+    """vLLM wrote 2,651 lines (370 KB) of shutdown after a planted MemoryError (tests/test_soak_engine.py):
+    a tail of the last 256 KiB never saw it, and the death read as 'engine died'."""
+    from engines.process import read_tail
+
+    log = tmp_path / "engine.log"
+    shutdown = "(APIServer pid=1) ERROR 12-07 12:43:45 [serving.py:1] request aborted: engine core died "
+    log.write_text(
+        "INFO step\n" * 100
+        + "MemoryError: planted leak: out of memory after 240 MiB\n"
+        + (shutdown + "x" * 60 + "\n") * 2700
+    )
+    assert log.stat().st_size > 370_000
+    assert death_cause(read_tail(log, 400)) == "engine died"  # what a short tail sees
+    assert death_cause(read_tail(log, 20_000)) == "oom"  # what the soak reads (loadgen.soak: died)
+
+
 SLA = SLASpec(ttft_ms=300, itl_ms=50, max_error_rate=0.01)
 
 
