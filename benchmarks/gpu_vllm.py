@@ -254,7 +254,7 @@ def many(engine, prompts: list[str], max_tokens: int, **extra) -> None:
         list(ex.map(lambda p: complete(engine, p, max_tokens, **extra), prompts))
 
 
-def _check(checks: dict, name: str, fn) -> object:
+def _run_check(checks: dict, name: str, fn) -> object:
     """Run one check; a failure is recorded with its reason, never raised past the others."""
     began = time.monotonic()
     try:
@@ -278,6 +278,12 @@ def adapter(args) -> None:
     spec = run_endpoint(args)
     record = {"vllm_version": _vllm_version(), "card": gpu_name(), "checks": {}}
     checks = record["checks"]
+    saved = out / "vllm_gpu_adapter.json"
+
+    def _check(checks: dict, name: str, fn) -> object:  # each check's record is written as it ends
+        value = _run_check(checks, name, fn)
+        saved.write_text(json.dumps(record, indent=1, default=str))
+        return value
 
     def flags():
         dump = subprocess.run(
