@@ -72,7 +72,7 @@ def test_the_out_of_memory_error_is_named_and_kept_from_a_long_shutdown():
 
 
 def test_the_log_tail_a_soak_reads_reaches_an_error_before_370_kb_of_shutdown(tmp_path):
-    """vLLM wrote 2,651 lines (370 KB) of shutdown after a planted MemoryError (tests/test_soak_engine.py):
+    """vLLM wrote 2,651 lines (370 KB) of shutdown after a planted MemoryError (a real engine run, 2026-12-07):
     a tail of the last 256 KiB never saw it, and the death read as 'engine died'."""
     from engines.process import read_tail
 
