@@ -154,7 +154,7 @@ def test_the_command_is_in_the_cli_help_with_its_syntax():
     assert "--set engine.ARG=VALUE" in done.stdout and "declared|confirmed|FILE" in done.stdout
 
 
-# --- on the tiny model: A/A same, a planted slowdown worse ------------------------------------------------
+# --- on the tiny model: a baseline that cannot start -----------------------------------------------------
 def _compare_home(tmp_path: Path) -> dict:
     """tiny_random with short steps (its automatic rate search: a fixed ladder on this shared host held its
     top rate in one sweep and nothing in another, and a verdict had no crossing to compare), two baseline
@@ -178,20 +178,6 @@ def _compare_home(tmp_path: Path) -> dict:
         "AUTORESEARCH_MODELS": str(models_dir()),
         "AUTORESEARCH_MEMORY_DB": str(tmp_path / "memory.duckdb"),
     }
-
-
-def _compare(env: dict, *overrides: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "autoresearch.cli", "compare", "tiny_random", *overrides, "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=1500,
-    )
-    print(done.stderr[-6000:])  # the progress: shown when the test fails
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
-    return json.loads(done.stdout)
 
 
 @pytest.mark.engine
