@@ -121,33 +121,30 @@ def pack_wheels(wheels: Path, piece_mib: int) -> list[Path]:
     up to ``piece_mib``, the rest go in new pieces (each staged like the bundle's, docs/gpu.md)."""
     import tarfile
 
+    for old in BUNDLE.glob("p*/project.part_*"):  # an earlier prepare's parts, and the pieces it added
+        old.unlink()
+    for folder in BUNDLE.glob("p[0-9][0-9]"):
+        if not any(folder.glob("payload.part_*")):
+            shutil.rmtree(folder)
     pieces = sorted(BUNDLE.glob("p[0-9][0-9]"))
     if not pieces:
         raise SystemExit("build the vLLM bundle first: ../shared/gpu/vllm/build_bundle.sh .gpubundle 24")
-    for old in BUNDLE.glob("p*/project.part_*"):
-        old.unlink()
     tar_path = WORK / "project_wheels.tar"
     with tarfile.open(tar_path, "w") as tar:
         for whl in sorted(wheels.glob("*.whl")):
             tar.add(whl, arcname=whl.name)
     data, limit = tar_path.read_bytes(), piece_mib * 2**20
-    room = max(limit - sum(f.stat().st_size for f in pieces[-1].iterdir()), 0)
-    chunks, at = [], 0
-    while at < len(data):
-        size = room if not chunks and room > 2**20 else limit
-        chunks.append(data[at : at + size])
-        at += size
-    written = []
-    for i, chunk in enumerate(chunks):
-        folder = (
-            pieces[-1] if i == 0 and room > 2**20 else BUNDLE / f"p{len(pieces) + len(written) - (room > 2**20):02d}"
-        )
+    room = limit - sum(f.stat().st_size for f in pieces[-1].iterdir())
+    first = room if room > 2**20 else 0  # the last piece's room, where worth a part
+    chunks = ([data[:first]] if first else []) + [data[at : at + limit] for at in range(first, len(data), limit)]
+    new = [BUNDLE / f"p{len(pieces) + i:02d}" for i in range(len(chunks) - bool(first))]
+    written = ([pieces[-1]] if first else []) + new
+    for i, (folder, chunk) in enumerate(zip(written, chunks)):
         folder.mkdir(exist_ok=True)
         shutil.copy2(BUNDLE / "p00" / "install.sh", folder / "install.sh")
         (folder / f"project.part_{i:02d}").write_bytes(chunk)
-        written.append(folder)
     tar_path.unlink()
-    return sorted(set(written))
+    return written
 
 
 def prepare(args) -> None:
@@ -305,6 +302,7 @@ def adapter(args) -> None:
 
     _check(checks, "flags", flags)
     engines = {}
+    prompt = " ".join(f"word{i}" for i in range(600))  # long enough to fill prefix-cache blocks
 
     def launch():
         cache = compile_cache_mib()
@@ -316,7 +314,6 @@ def adapter(args) -> None:
 
     engine = _check(checks, "launch", launch)
     if engine is not None:
-        prompt = " ".join(f"word{i}" for i in range(600))
 
         def metrics():
             import httpx
@@ -447,7 +444,6 @@ def adapter(args) -> None:
             None,
         )
 
-    prompt = " ".join(f"word{i}" for i in range(600))
     _check(checks, "spec_decode_counters", spec_decode)
     record["compile_cache_mib_after"] = compile_cache_mib()
     (out / "vllm_gpu_adapter.json").write_text(json.dumps(record, indent=1, default=str))
@@ -485,6 +481,7 @@ def _vocabulary_flags() -> set[str]:
 def power(args) -> None:
     import signal
 
+    from benchmarks.gpu_power import round_steps
     from engines import start_engine
     from loadgen.noise_prior import PRIOR_DF, PRIOR_SD
     from loadgen.sequential import sequential_verdict
@@ -562,10 +559,7 @@ def power(args) -> None:
                                "validity": sweep.validity})  # fmt: skip
                 log(f"{side} round {i + 1}: " + ", ".join(f"{st.target_rate:g}:{'ok' if st.within_sla else 'x'}"
                                                          for st in sweep.steps) + f" in {time.monotonic() - t0:.0f} s")  # fmt: skip
-                if sweep.validity != "valid":
-                    return [st.model_copy(update={"validity": "invalid", "invalid_reason": sweep.invalid_reason})
-                            for st in sweep.steps]  # fmt: skip
-                return sweep.steps
+                return round_steps(sweep)
 
             left = lambda: args.window_s - (time.monotonic() - began)  # noqa: E731
             stats, _ = sequential_verdict(

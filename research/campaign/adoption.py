@@ -67,16 +67,13 @@ class Adoption:
                 candidates.append(combo)
         for e in (experiments[e] for e in rnd.experiment_ids):
             if e.confirmed and e.lossy:
-                if self.ctx.endpoint.model.weights == "random":
-                    self.ctx.question(
-                        f"Lossy change {e.title} beat the noise floor ({ratio(e)}): {RANDOM_WEIGHTS_REVIEW} "
-                        "(check its quality on trained weights of the same family before it is used)."
-                    )
-                else:
-                    self.ctx.question(
-                        f"Lossy change {e.title} beat the noise floor ({ratio(e)}); a person must "
-                        f"review its correctness evidence before it is used."
-                    )
+                review = (
+                    f": {RANDOM_WEIGHTS_REVIEW} (check its quality on trained weights of the same family before it "
+                    "is used)."
+                    if self.ctx.endpoint.model.weights == "random"
+                    else "; a person must review its correctness evidence before it is used."
+                )
+                self.ctx.question(f"Lossy change {e.title} beat the noise floor ({ratio(e)}){review}")
             elif e.confirmed and not outputs_checked(e):
                 why = e.correctness.reason if e.correctness is not None else "no correctness check ran"
                 self.ctx.question(
