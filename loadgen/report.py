@@ -5,7 +5,7 @@ from __future__ import annotations
 from loadgen.ladder import held
 from loadgen.queue_rate import step_host_s
 from loadgen.results import SweepResult
-from loadgen.sustained import queue_bound, queue_note, served_rate, shortfall
+from loadgen.sustained import Z, backlog_grew, queue_bound, queue_note, served_rate, shortfall
 
 
 def _fmt(value, digits: int = 0) -> str:
@@ -134,11 +134,20 @@ def load_curve_markdown(rows: list[tuple[str, SweepResult]]) -> list[str]:
             bound, gap = queue_bound(s), shortfall(s.ttft_growth)
             queue = "unmeasured"
             if gap is not None:  # requests the queue gained over the step, +- the step's noise
-                queue = f"{'**grew**' if bound else 'held'}: +{gap[0]:.0f} +-{gap[1]:.0f} of {s.ttft_growth['n']:.0f}"
+                if backlog_grew(s.backlog) and gap[0] <= Z * gap[1]:  # in the running batch: the counts saw it
+                    b = s.backlog
+                    gained, noise = b["arrived"] - b["departed"], (b["arrived"] + b["departed"]) ** 0.5
+                    queue = (
+                        f"**grew**: +{gained:.0f} +-{noise:.0f} of {b['arrived']:.0f} in its last {b['window_s']:.3g} s"
+                    )
+                else:
+                    queue = (
+                        f"{'**grew**' if bound else 'held'}: +{gap[0]:.0f} +-{gap[1]:.0f} of {s.ttft_growth['n']:.0f}"
+                    )
                 queue += f", served {served_rate(s):.3g} req/s" if bound else ""
             reasons = list(s.sla_violations)
             if bound and not any(r.startswith("queue grew") for r in reasons):
-                reasons.append(queue_note(s.ttft_growth, s.target_rate))  # recorded before the rule
+                reasons.append(queue_note(s.ttft_growth, s.target_rate, s.backlog))  # recorded before the rule
             ok = held(s)
             md.append(
                 f"| {name} | {s.target_rate:g} | {s.throughput_rps:.2f} | {queue} | {_fmt(s.ttft_ms.p95)} | "

@@ -104,6 +104,9 @@ class StepResult(BaseModel):
     # TTFT growth per second of arrivals over the step, with its 95% interval and request count
     # (loadgen.queue_rate.ttft_growth): how fast the queue grew, the service-rate estimator's input.
     ttft_growth: dict[str, float] | None = None
+    # Arrivals and departures over the step's second half, {arrived, departed, window_s}
+    # (loadgen.sustained.backlog): a queue that grows inside the running batch, where TTFT hardly shows it.
+    backlog: dict[str, float] | None = None
     # Seconds one core took to read a buffer past the caches, with the engine idle, just before the step and
     # just before the next one (or after the last) (loadgen.host_speed; sweeps with sweep.host_speed_probe):
     # how fast the shared host ran on either side of the step (the faster stands for it:

@@ -26,7 +26,7 @@ from loadgen.capacity import sla_samples
 from loadgen.queue_rate import ttft_growth
 from loadgen.results import LatencySummary, RequestRecord, StepResult
 from loadgen.runner import RunOutcome
-from loadgen.sustained import queue_grew, queue_note
+from loadgen.sustained import backlog, queue_grew, queue_note
 
 
 def summary_ms(values_s) -> LatencySummary:
@@ -204,8 +204,9 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
     rate = float(target_rate if target_rate is not None else outcome.target_rate)
     growth = ttft_growth(records)
     closed = any(r.turn is not None for r in records)  # closed-loop users: the queue is bounded by them
-    if rate > 0 and not closed and queue_grew(growth):
-        violations.append(queue_note(growth, rate))
+    counts = None if closed else backlog(records, outcome.duration_s)
+    if rate > 0 and not closed and queue_grew(growth, counts):
+        violations.append(queue_note(growth, rate, counts))
     return StepResult(
         target_rate=rate,
         achieved_rate=outcome.achieved_rate,
@@ -230,4 +231,5 @@ def summarize(outcome: RunOutcome, sla: SLASpec, *, target_rate: float | None = 
         sla_ratios=ratios,
         sla_samples=sla_samples(records, sla),
         ttft_growth=growth,
+        backlog=counts,
     )

@@ -10,6 +10,12 @@ kept exact pace with the arrivals serves a Poisson count with sd sqrt(n) in the 
 own fitting error (its 95% interval), carried to the shortfall by the delta method. The step is
 queue-bound when the shortfall exceeds :data:`Z` standard errors (one-sided, 2.5%). What it served
 (:func:`served_rate`) is the most the engine sustains: a capacity within the SLA lies below it.
+
+An engine that admits every arrival into its running batch (vLLM's default) queues in the batch, not in
+front of it: TTFT then barely climbs while every sequence decodes slower. The step's backlog
+(:func:`backlog`) counts that queue directly: over the step's second half (once the engine had time to
+fill), arrivals that outnumber departures beyond their Poisson noise are a queue growing, wherever it
+sits. Either reading makes a step queue-bound.
 """
 
 from __future__ import annotations
@@ -35,17 +41,50 @@ def shortfall(growth: dict[str, float] | None) -> tuple[float, float] | None:
     return gained, math.sqrt(n + (n / (1 + k) ** 2 * se_k) ** 2)
 
 
-def queue_grew(growth: dict[str, float] | None) -> bool:
-    """A step's ``ttft_growth`` says its queue grew beyond its noise: completions fell short of arrivals."""
+def queue_grew(growth: dict[str, float] | None, backlog_counts: dict[str, float] | None = None) -> bool:
+    """A step's ``ttft_growth`` or its ``backlog`` says its queue grew beyond its noise: completions fell
+    short of arrivals."""
     gap = shortfall(growth)
-    return gap is not None and gap[0] > Z * gap[1]
+    return (gap is not None and gap[0] > Z * gap[1]) or backlog_grew(backlog_counts)
+
+
+def backlog(records, duration_s: float) -> dict[str, float] | None:
+    """Arrivals and departures over the step's second half, {arrived, departed, window_s}, or None where
+    the engine's own latency leaves less than a quarter of the step to count in.
+
+    The window opens at half the step, or later where requests that arrived in its first quarter took
+    longer (median end-to-end) to leave: until then an engine that keeps pace is still filling its batch,
+    and departures trail arrivals by its latency alone. A request arrives when it was sent and departs when
+    its answer (or error) ended; one cut at the drain deadline never departs."""
+    sent = [r for r in records if r.sent_s is not None]
+    early = [r.e2e_s for r in sent if r.e2e_s is not None and r.sent_s <= duration_s / 4]
+    if not sent or not early or duration_s <= 0:
+        return None
+    opens = max(duration_s / 2, float(np.median(early)))
+    if duration_s - opens < duration_s / 4:
+        return None
+    arrived = sum(opens < r.sent_s <= duration_s for r in sent)
+    ends = [r.sent_s + (r.e2e_s or 0.0) for r in sent if not r.cut and (r.e2e_s is not None or r.error)]
+    departed = sum(opens < t <= duration_s for t in ends)
+    return {"arrived": float(arrived), "departed": float(departed), "window_s": duration_s - opens}
+
+
+def backlog_grew(counts: dict[str, float] | None) -> bool:
+    """Arrivals outnumbered departures beyond their noise: two Poisson counts, sd sqrt(arrived + departed)
+    (an engine that keeps pace departs in step with its arrivals, so this errs wide, never narrow)."""
+    if not counts:
+        return False
+    a, d = counts["arrived"], counts["departed"]
+    return a - d > Z * math.sqrt(a + d) if a + d > 0 else False
 
 
 def queue_bound(step) -> bool:
     """A valid step whose queue grew beyond its noise (what :func:`loadgen.stats.summarize` judges it by,
     read again from the stored growth so that steps recorded before the rule are judged alike)."""
     open_loop = step.users is None  # closed-loop users never queue more requests than there are users
-    return open_loop and step.validity == "valid" and step.target_rate > 0 and queue_grew(step.ttft_growth)
+    return (
+        open_loop and step.validity == "valid" and step.target_rate > 0 and queue_grew(step.ttft_growth, step.backlog)
+    )
 
 
 def served_rate(step) -> float | None:
@@ -54,16 +93,27 @@ def served_rate(step) -> float | None:
     one ended, which the engine's unsaturated start and requests cut at the drain deadline only lower). Each
     errs high somewhere (k reads low where a batch absorbs the first arrivals), and a capacity must not rest
     on the more flattering one."""
-    g = step.ttft_growth
+    g, b = step.ttft_growth, step.backlog
     if not g or step.target_rate <= 0:
         return None
-    by_queue = step.target_rate / (1 + max(g["slope"], 0.0))
-    return min(by_queue, step.throughput_rps) if step.throughput_rps > 0 else by_queue
+    readings = [step.target_rate / (1 + max(g["slope"], 0.0))]
+    if step.throughput_rps > 0:
+        readings.append(step.throughput_rps)
+    if backlog_grew(b):  # what left over the window the batch was growing in
+        readings.append(b["departed"] / b["window_s"])
+    return min(readings)
 
 
-def queue_note(growth: dict[str, float], rate: float) -> str:
+def queue_note(growth: dict[str, float] | None, rate: float, backlog_counts: dict[str, float] | None = None) -> str:
     """The violation a queue-bound step reports (``rate``: what it offered)."""
-    gained, se = shortfall(growth)
+    gap = shortfall(growth)
+    if gap is None or gap[0] <= Z * gap[1]:  # the backlog saw it
+        a, d, w = backlog_counts["arrived"], backlog_counts["departed"], backlog_counts["window_s"]
+        return (
+            f"queue grew: {a:.0f} arrived and {d:.0f} left (+-{math.sqrt(a + d):.0f}) in the step's last "
+            f"{w:.3g} s ({rate:.3g} req/s offered, {d / w:.3g} served)"
+        )
+    gained, se = gap
     k = max(growth["slope"], 0.0)
     return (
         f"queue grew: {gained:.0f} +-{se:.0f} of {growth['n']:.0f} arrivals left waiting "
@@ -79,8 +129,20 @@ def sustained_bound(steps) -> tuple[float, float] | None:
     bound = [s for s in steps if queue_bound(s)]
     if not bound:
         return None
+    bound = [s for s in bound if s.ttft_growth]
+    if not bound:
+        return None
     n = np.array([s.ttft_growth["n"] for s in bound])
-    k = np.array([max(s.ttft_growth["slope"], 0.0) for s in bound])
     w = n / n.sum()
     logs = np.log([served_rate(s) for s in bound])
-    return float(w @ logs), float(np.sqrt(np.sum(w**2 * (1 + k) / n)))
+    return float(w @ logs), float(np.sqrt(np.sum(w**2 / np.array([_served_count(s) for s in bound]))))
+
+
+def _served_count(step) -> float:
+    """The count the step's served rate rests on: the departures its backlog counted where that reading
+    is the one taken, else the arrivals the engine took up, n / (1 + k)."""
+    b, g = step.backlog, step.ttft_growth
+    by_queue = g["n"] / (1 + max(g["slope"], 0.0))
+    if backlog_grew(b) and b["departed"] / b["window_s"] <= served_rate(step):
+        return max(b["departed"], 1.0)
+    return max(by_queue, 1.0)

@@ -17,7 +17,7 @@ from loadgen.capacity import estimate
 from loadgen.ladder import capacity, held, interpolated_capacity
 from loadgen.report import load_curve_markdown
 from loadgen.results import SweepResult
-from loadgen.sustained import Z, queue_bound, shortfall
+from loadgen.sustained import Z, queue_bound, served_rate, shortfall
 from simulated_rounds import workload
 from specs.config import SLASpec
 
@@ -55,7 +55,10 @@ def test_short_steps_above_the_service_rate_never_make_a_capacity_above_it(serve
         steps = _steps(served, UNDER[:2] + OVER, seed)
         assert all(_latency_only(s) for s in steps), "p95 crossed: the steps are not short enough to test the rule"
         # by latency alone every rate held, the top one 1.5x what the engine serves
-        old = [s.model_copy(update={"ttft_growth": None, "within_sla": True, "sla_violations": []}) for s in steps]
+        old = [
+            s.model_copy(update={"ttft_growth": None, "backlog": None, "within_sla": True, "sla_violations": []})
+            for s in steps
+        ]
         assert capacity(old) == (served * OVER[-1], False)
         assert sum(queue_bound(s) for s in steps[2:]) >= 1
         assert not any(s.within_sla for s in steps if queue_bound(s))
@@ -180,3 +183,33 @@ def test_a_verdict_rests_on_sustained_rates_and_still_finds_a_planted_gain(serve
         if v.candidate_censored is None:
             assert v.candidate_rps <= served * 1.25 * 1.05, (seed, v.candidate)
             assert 0.1 < v.effect < 0.4, (seed, v.sentence())
+
+
+def test_a_queue_inside_the_running_batch_is_counted():
+    """An engine that admits every arrival into its batch (vLLM's default, here 512 sequences) queues in the
+    batch: TTFT hardly climbs while every sequence decodes slower. The backlog's counts see what the TTFT
+    slope misses, and rarely flag a step the engine keeps pace with."""
+    wide = simengine.ServiceModel(run_jitter_cv=0.01, max_batch=512)
+    sla = SLASpec(ttft_ms=5000, itl_ms=1000, max_error_rate=0.01)  # latency alone holds every step below
+    truth = simengine.virtual_step(wide, 200.0, 60.0, PROMPTS, OUTPUTS, sla, seed=1, run_seed=1).throughput_rps
+
+    def steps(factor):
+        return [
+            simengine.virtual_step(wide, truth * factor, 10.0, PROMPTS, OUTPUTS, sla, seed=s * 7919, run_seed=s)
+            for s in range(12)
+        ]
+
+    over, under = steps(1.5), steps(0.7)
+    assert all(_latency_only(s) for s in over), "p95 crossed: the steps are not short enough to test the rule"
+    slope_alone = [queue_bound(s.model_copy(update={"backlog": None})) for s in over]
+    assert np.mean(slope_alone) <= 0.25, "the TTFT slope already sees this queue: the case tests nothing"
+    assert np.mean([queue_bound(s) for s in over]) >= 0.9
+    assert np.mean([queue_bound(s) for s in under]) <= 0.1
+    # what a flagged step served is no more than the engine sustains at length (its noise allowed)
+    for s in over:
+        if queue_bound(s):
+            assert served_rate(s) <= truth * 1.1, (s.target_rate, served_rate(s), truth)
+            assert "left" in "; ".join(s.sla_violations) or "waiting" in "; ".join(s.sla_violations)
+    # the load curve names the counts
+    sweep = SweepResult(endpoint="sim", engine_args=[], launch_config_hash="x", started_at=0.0, steps=over[:1])
+    assert "in its last" in "\n".join(load_curve_markdown([("wide", sweep)]))
