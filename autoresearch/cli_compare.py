@@ -13,9 +13,9 @@ own code (research.campaign): the baseline's sweeps, reference outputs and noise
 its engine start, correctness check, sweeps, the paired sequential verdict, its soak) and booked by
 ``Bench.fill``/``Bench.finish``, which write the experiment's record to the research memory exactly as a
 campaign's experiment is written. The measurement settings (repeats, extra repeats, floor target) are
-those of the endpoint's campaign (its first declared one, else the defaults). The rule is the campaign's, so
-it is its stopping rule too: an early look with no gain in sight stops as ``same`` ("stopped early: no gain
-in sight"); a loss is ``worse`` only once its interval lies below zero at a look.
+those of the endpoint's campaign (its first declared one, else the defaults). The verdict is the campaign's
+but for its futility stop: a campaign stops a look with no gain in sight as ``same``, since it adopts gains
+only; a user's A/B judges a loss as firmly as a gain, so a look stops only once its interval decides.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from autoresearch.cli_errors import COMMAND_CONTEXT, UsageError
@@ -205,6 +206,7 @@ def run_comparison(declared, against: str, base_spec, cand: list[str], lossy: bo
     from specs import paths
     from specs.engine_args import diff_args
     from autoresearch.workflows import load_pool
+    from loadgen.compare import compare
     from research.campaign import CampaignLoop
     from research.state import ExperimentState, ProposalRecord, RoundRecord, experiment_id
 
@@ -223,6 +225,8 @@ def run_comparison(declared, against: str, base_spec, cand: list[str], lossy: bo
         pool=load_pool(base_spec),
         progress=_progress,
         propose_fn=lambda *a: [],
+        # a user's A/B wants a loss judged as firmly as a gain: no futility stop (a campaign's rule)
+        compare_fn=partial(compare, futility=False),
     )
     state, base = loop.state, list(base_spec.engine.args)
     diff = diff_args(base, cand)

@@ -27,8 +27,12 @@ def _pct(ratio: float) -> str:
     return f"{ratio - 1:+.1%}"
 
 
-def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, final: bool = True) -> Comparison:
-    """``final``: no further repeat will follow (the interval verdict spends its last look's error rate)."""
+def compare(
+    noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, final: bool = True, futility: bool = True
+) -> Comparison:
+    """``final``: no further repeat will follow (the interval verdict spends its last look's error rate).
+    ``futility``: an early look with no gain in sight stops as ``same`` (a campaign's rule: it adopts gains
+    only); off, a loss gets its repeats too, as a user's A/B wants (``autoresearch compare``)."""
     if not candidate_sweeps:
         raise ValueError("compare needs at least one candidate sweep")
     base = np.array(noise_floor.capacities, dtype=np.float64)
@@ -60,7 +64,7 @@ def compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], *, fin
         reason = "; ".join(reasons)
         return Comparison(verdict="invalid", evidence=reason, invalid_reason=reason, capacity_ratio=ratio, **common)
     if noise_floor.steps and _has_samples(candidate_sweeps):
-        return _interval_compare(noise_floor, candidate_sweeps, final)
+        return _interval_compare(noise_floor, candidate_sweeps, final, futility)
     b_max, b_min = float(base.max()), float(base.min())
     unbounded = [s.label or str(i) for i, s in enumerate(candidate_sweeps) if not s.capacity_bounded]
     facts = (
@@ -158,7 +162,9 @@ def _priors(floor: NoiseFloor, cand_steps: list[list]) -> tuple[dict[str, tuple[
     return combined, f"{said}, baseline by {floor.limiting}: both sides' variances ({source} for the candidate)"
 
 
-def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], final: bool) -> Comparison:
+def _interval_compare(
+    noise_floor: NoiseFloor, candidate_sweeps: list[SweepResult], final: bool, futility: bool = True
+) -> Comparison:
     """The interval verdict (loadgen.verdict) of candidate sweeps against a baseline measured with
     per-request samples: effect, interval, minimum detectable effect; ``decided`` is False while the
     interval still straddles the decision (the harness may add a repeat)."""
@@ -175,7 +181,7 @@ def _interval_compare(noise_floor: NoiseFloor, candidate_sweeps: list[SweepResul
         looks=LOOKS,
         crossing_prior=priors["crossing"],
         service_prior=priors["service_rate"],
-        futility=True,  # a repeat is spent only while a gain is in sight (loadgen.verdict)
+        futility=futility,  # a campaign spends a repeat only while a gain is in sight (loadgen.verdict)
     )
     decided = stats.verdict != "undecided"
     verdict = "same" if not decided else stats.verdict
