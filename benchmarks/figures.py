@@ -124,12 +124,16 @@ def vllm_gpu() -> str:
         return "not yet run on a GPU (docs/gpu.md)"
     doc = json.loads(path.read_text())
     checks = doc["checks"]
-    text = f"{sum(c['ok'] for c in checks.values())} of {len(checks)} adapter checks pass on {doc['card']}"
+    card = doc["card"].split(",")[0]
+    failed = [name for name, c in checks.items() if not c["ok"]]
+    text = f"{len(checks) - len(failed)} of {len(checks)} adapter checks pass on one {card}"
+    text += f" (failed: {', '.join(failed)})" if failed else ""
     power = RESULTS / "vllm_gpu_power.json"
     if power.exists():
         cells = json.loads(power.read_text())["cells"]
-        text += "; " + ", ".join(
-            f"planted {pct(c['planted_effect'])}: {c['verdict']} (MDE {pct(c['mde'])})" for c in cells
+        text += "; verdict power: " + (
+            ", ".join(f"planted {pct(c['planted_effect'])}: {c['verdict']} (MDE {pct(c['mde'])})" for c in cells)
+            or "no verdict yet"
         )
     return text
 

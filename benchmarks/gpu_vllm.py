@@ -535,7 +535,7 @@ def power(args) -> None:
             log(f"engine {side} healthy in {engines[side][0].startup_s:.0f} s")
         hooked = "planted slowdown on the GPU stream applied" in engines["B"][0].log_tail(2000)
         record["planted_hook_applied"] = hooked
-        if not hooked and not args.smoke:
+        if not hooked and not args.smoke and args.cells != "aa":
             raise SystemExit("the planted slowdown's hook is not in engine B's log:\n" + engines["B"][0].log_tail(40))
         for side, (e, s) in engines.items():
             warm = warm_until_steady(e, data, s, args.guess * 0.8, burst_s=6, max_bursts=3, progress=log)
@@ -585,7 +585,9 @@ def power(args) -> None:
             path.write_text(json.dumps(record, indent=1, default=str))
             log(f"verdict (planted {planted:.3f}): {stats.sentence()}")
     finally:
-        for e, _ in engines.values():
+        # the last started first: each stop then finds the GPU memory it started beside (B's start saw A's),
+        # where stopping A first would read B's memory as A's leak
+        for e, _ in reversed(list(engines.values())):
             e.stop()
         record["wall_s"] = round(time.monotonic() - began, 1)
         path.write_text(json.dumps(record, indent=1, default=str))
@@ -599,7 +601,8 @@ def report(args) -> None:
     (RESULTS / "vllm_gpu_adapter.json").write_text(json.dumps(adapter_doc, indent=1) + "\n")
     for flags in src.glob("vllm_flags_*.txt"):
         shutil.copy2(flags, REPO / "engines" / "data" / flags.name)
-    calls = [json.loads(p.read_text()) for p in sorted(src.glob("vllm_gpu_power_*.json"))]
+    paths = sorted(src.glob("vllm_gpu_power_*.json"))
+    calls = [json.loads(p.read_text()) | {"asked": p.stem.removeprefix("vllm_gpu_power_")} for p in paths]
     if calls:
         cells = [
             {k: v for k, v in c.items() if k != "sweeps"}
@@ -607,8 +610,23 @@ def report(args) -> None:
             for d in calls
             for c in d["cells"]
         ]
-        keep = {k: v for k, v in calls[0].items() if k not in ("cells", "wall_s", "startup_s_A", "startup_s_B")}
-        keep["calls_wall_s"] = [d.get("wall_s") for d in calls]
+        keep = {
+            k: v for k, v in calls[0].items() if k not in ("cells", "wall_s", "startup_s_A", "startup_s_B", "asked")
+        }
+        keep["calls"] = [
+            {
+                "cells_asked": d["asked"],
+                "wall_s": d.get("wall_s"),
+                "planted_hook_applied": d.get("planted_hook_applied"),
+                "verdicts": len(d["cells"]),
+                "outcome": "judged"
+                if d["cells"]
+                else "stopped before any verdict: the planted slowdown's hook was not in engine B's log"
+                if d["asked"] != "aa" and not d.get("planted_hook_applied")
+                else "stopped before any verdict: the call's time ran out inside its second round",
+            }
+            for d in calls
+        ]
         keep["command"] = (
             "python3 benchmarks/gpu_vllm.py power --cells aa|planted --out $OUT (GPU machine; docs/gpu.md)"
         )
@@ -649,6 +667,11 @@ def write_markdown() -> None:
             "|---|---|---|---|---|---|---|",
         ]
         pct = lambda v: "n/a" if v is None else f"{100 * v:+.1f}%"  # noqa: E731
+        for call in power_doc.get("calls", []):
+            if not call["verdicts"]:
+                md.append(
+                    f"| call `--cells {call['cells_asked']}` | {call['outcome']} ({call['wall_s']} s) | | | | | |"
+                )
         for c in power_doc["cells"]:
             low, high = c["interval"]
             md.append(

@@ -207,7 +207,6 @@ class VllmAdapter(EngineAdapter):
         "--data-parallel-size": vc.integer(1, 1024),
         "--block-size": vc.choice("1", "8", "16", "32", "64", "128", "256"),
         "--gpu-memory-utilization": vc.real(0.0, 1.0),
-        "--swap-space": vc.real(0.0, 1024.0, low_open=False),
         "--kv-cache-memory-bytes": vc.byte_size,
         "--kv-cache-dtype": vc.choice("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"),
         "--dtype": vc.choice("auto", "half", "float16", "bfloat16", "float", "float32"),

