@@ -66,10 +66,11 @@ def main_job() -> str:
     runs = main_job_runs()
     if not runs:
         return "no run recorded yet"
-    mdes, gains, walls = [], [], []
+    mdes, gains, walls, best = [], [], [], []
     for packed in runs:
         state = CampaignState.model_validate(json.loads(gzip.open(packed).read()))
         mdes.append(verdict_mdes(state, 0.10).median)
+        best.append(state.working.capacity if state.working else None)
         gain = judged_gain(state)
         gains.append(gain.gain if gain else None)
         run = json.loads((packed.parent / "run.json").read_text())
@@ -77,9 +78,9 @@ def main_job() -> str:
     adopted = [g for g in gains if g is not None]
     gain_text = spread(adopted, lambda g: f"x{g:.2f}") if adopted else "none adopted"
     return (
-        f"over {len(runs)} runs: verdict MDE {spread(mdes)} (each run's median; target 10%); "
-        f"total gain judged {gain_text} in {len(adopted)} of {len(runs)}; "
-        f"wall {spread(walls, lambda m: f'{m:.1f} min')}"
+        f"over {len(runs)} run{'s' if len(runs) != 1 else ''}: verdict MDE {spread(mdes)} (each run's median; "
+        f"target 10%); total gain judged {gain_text} in {len(adopted)} of {len(runs)}; best capacity sustained "
+        f"{spread(best, lambda c: f'{c:.2f} req/s')}; wall {spread(walls, lambda m: f'{m:.1f} min')}"
     )
 
 
