@@ -5,9 +5,11 @@ campaign's own baseline and experiment path.
   unknown endpoint, a malformed override, an argument the baseline lacks, a flag or a value the engine
   adapter rejects, a baseline that is not there. No engine starts in these.
 - On the tiny model (a real vLLM CPU engine): a baseline the engine refuses is an ``invalid`` comparison,
-  exit 5, nothing recorded. An A/A pair ``same`` and a planted slowdown ``worse`` are not tested here: on a
-  2-core host the tiny model's A/A read ``same`` with an MDE of 135.5% and its 3x slowdown went ``invalid``
-  (the correctness capture timed out), so such a test could not fail for the right reason (issue 55).
+  exit 5, nothing recorded. An A/A pair ``same`` and a planted slowdown ``worse`` are not tested here yet.
+  Run alone on a 2-core host (2026-12-07), the A/A read ``same``, -6.5% (95% interval -20.2% to +9.6%, MDE
+  23.2%; its baseline sweeps 7.7 and 8.0 req/s). The planted 3x slowdown (``engine.overlay=
+  planted_slowdown=2``) went ``invalid``: the engine stalled 60 s and more on the correctness capture's
+  requests, past their 120 s timeout. A test that cannot pass for the right reason stays out (issue 55).
 """
 
 from __future__ import annotations
