@@ -4,12 +4,11 @@ campaign's own baseline and experiment path.
 - Its arguments: which two configurations they name, and a one-line error (exit 2, no traceback) for an
   unknown endpoint, a malformed override, an argument the baseline lacks, a flag or a value the engine
   adapter rejects, a baseline that is not there. No engine starts in these.
-- On the tiny model (a real vLLM CPU engine): a baseline the engine refuses is an ``invalid`` comparison,
-  exit 5, nothing recorded. An A/A pair ``same`` and a planted slowdown ``worse`` are not tested here yet.
-  Run alone on a 2-core host (2026-12-07), the A/A read ``same``, -6.5% (95% interval -20.2% to +9.6%, MDE
-  23.2%; its baseline sweeps 7.7 and 8.0 req/s). The planted 3x slowdown (``engine.overlay=
-  planted_slowdown=2``) went ``invalid``: the engine stalled 60 s and more on the correctness capture's
-  requests, past their 120 s timeout. A test that cannot pass for the right reason stays out (issue 55).
+- On the tiny model (a real vLLM CPU engine): a baseline the engine refuses is an ``invalid`` comparison, exit
+  5, nothing recorded; an A/A pair is ``same`` and a planted slowdown of 1.5x every engine step ``worse``, each
+  recorded in the research memory (a real DuckDB file) as a campaign experiment's record is. Run alone on a
+  2-core host (2026-12-07, 800 s): A/A -3.7% (95% interval -12.7% to +6.2%, MDE 13.8%); slowdown -40.0%
+  (-55.2% to -19.8%, MDE 36.5%). At 3x the engine stalled past the correctness capture's 120 s timeout.
 """
 
 from __future__ import annotations
@@ -211,3 +210,44 @@ def test_a_comparison_whose_baseline_cannot_start_is_invalid_and_exits_non_zero(
     assert "Traceback" not in done.stderr
     assert MemoryStore(tmp_path / "memory.duckdb").experiments("tiny_random") == []
     assert list((tmp_path / "home").rglob("engine.log"))  # it was tried for real
+
+
+def _compare(env: dict, *overrides: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "compare", "tiny_random", *overrides, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=1500,
+    )
+    print(done.stderr[-6000:])  # the progress: shown when the test fails
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    return json.loads(done.stdout)
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(3000)
+def test_an_a_a_pair_is_same_and_a_planted_slowdown_is_worse_each_recorded(tmp_path, engine_slot):
+    """The declared 8 s steps, a TTFT limit the load decides (_compare_home), and a planted slowdown of 1.5x
+    each engine step: at 3x vLLM CPU's engine stalled past the correctness capture's timeout."""
+    engine_slot.release()  # one engine at a time on this machine: the command starts its own
+    env = _compare_home(tmp_path, step_s=8)
+    aa = _compare(env)
+    assert aa["change"] == {} and aa["verdict"] == "same", aa
+    assert aa["effect_low"] <= 0 <= aa["effect_high"] and aa["mde"] > 0, aa
+    slow = _compare(env, "--set", "engine.overlay=planted_slowdown=0.5")
+    assert slow["change"] == {"--overlay": "planted_slowdown=0.5"} and slow["verdict"] == "worse", slow
+    assert slow["effect_high"] < 0 and slow["candidate_capacity"] < slow["baseline_capacity"], slow
+    for r in (aa, slow):
+        assert r["recorded"] and r["baseline_capacity"] > 0 and r["mde"] is not None
+    memory = MemoryStore(tmp_path / "memory.duckdb")
+    rows = {e.campaign_id: e for e in memory.experiments("tiny_random")}
+    assert {c: rows[c].verdict for c in (aa["campaign_id"], slow["campaign_id"])} == {
+        aa["campaign_id"]: "same",
+        slow["campaign_id"]: "worse",
+    }
+    recorded = rows[slow["campaign_id"]]
+    assert recorded.change == {"--overlay": "planted_slowdown=0.5"} and recorded.technique == "user_compare"
+    assert recorded.effect == pytest.approx(slow["effect"]) and recorded.mde == pytest.approx(slow["mde"])
+    assert len(recorded.run_ids) == slow["repeats"]["candidate"] and recorded.overlays  # its sweeps and overlay
