@@ -126,19 +126,12 @@ def sustained_bound(steps) -> tuple[float, float] | None:
     their geometric mean weighted by requests), above which no capacity within the SLA lies; None when no
     step's queue grew beyond its noise. Each step's error is the Poisson error of the count it served,
     sqrt((1 + k) / n) in the log."""
-    bound = [s for s in steps if queue_bound(s)]
-    if not bound:
-        return None
-    bound = [s for s in bound if s.ttft_growth]
+    # a step the backlog alone flagged may carry no TTFT growth (too few answered): no served rate to read
+    bound = [s for s in steps if queue_bound(s) and s.ttft_growth]
     if not bound:
         return None
     n = np.array([s.ttft_growth["n"] for s in bound])
+    k = np.array([max(s.ttft_growth["slope"], 0.0) for s in bound])
     w = n / n.sum()
     logs = np.log([served_rate(s) for s in bound])
-    return float(w @ logs), float(np.sqrt(np.sum(w**2 / np.array([_served_count(s) for s in bound]))))
-
-
-def _served_count(step) -> float:
-    """The count the step's served rate rests on: the arrivals the engine took up, n / (1 + k)."""
-    g = step.ttft_growth
-    return max(g["n"] / (1 + max(g["slope"], 0.0)), 1.0)
+    return float(w @ logs), float(np.sqrt(np.sum(w**2 * (1 + k) / n)))
